@@ -1,0 +1,107 @@
+"""The plugin host: a pluggy PluginManager with the built-ins and the user's plugins,
+plus the guarded calls the worker makes.
+
+A :class:`PluginHost` is shared by every worker of a process (one per YAML file);
+a bare ``Worker(...)`` builds its own with just the built-ins.
+"""
+from __future__ import annotations
+
+import importlib
+import logging
+from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+
+import pluggy
+
+from . import hookspecs
+from .hookspecs import PROJECT, FailureDecision, ProcessorRegistry
+
+log = logging.getLogger("echomq_gevent.plugins")
+
+__all__ = ["PluginHost", "make_plugin_manager"]
+
+
+def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
+                        builtins: bool = True) -> pluggy.PluginManager:
+    """A PluginManager with our hook specs, the built-in plugin, the given plugins
+    (module names, modules or objects) and, if asked, the ``echomq_gevent`` entry points.
+
+    Raises ``ImportError`` naming a module that cannot be imported and
+    ``pluggy.PluginValidationError`` for a hook implementation no spec knows.
+    """
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    if builtins:
+        from . import builtin
+
+        pm.register(builtin, name="echomq_gevent.builtin")
+    if entry_points:
+        pm.load_setuptools_entrypoints(PROJECT)
+    for mod in modules:
+        if isinstance(mod, str):
+            try:
+                obj = importlib.import_module(mod)
+            except ImportError as exc:
+                raise ImportError(f"plugin module {mod!r} cannot be imported: {exc}") from exc
+            if pm.is_registered(obj):
+                continue
+            pm.register(obj, name=mod)
+        elif not pm.is_registered(mod):
+            pm.register(mod)
+    pm.check_pending()
+    return pm
+
+
+class PluginHost:
+    """What the worker calls: look-ups, decisions and guarded telemetry."""
+
+    def __init__(self, pm: Optional[pluggy.PluginManager] = None) -> None:
+        self.pm = pm or make_plugin_manager()
+        self.registry = ProcessorRegistry()
+        self.pm.hook.echomq_register_processors(registry=self.registry)
+        self._cache: Dict[Tuple[str, str], Optional[Callable[..., Any]]] = {}
+
+    # -- look-ups and decisions ---------------------------------------------------------
+    def get_processor(self, queue: str, job_name: str) -> Optional[Callable[..., Any]]:
+        """Processor for ``(queue, job_name)``: the static registry, else the hook (cached)."""
+        key = (queue, job_name)
+        try:
+            return self._cache[key]
+        except KeyError:
+            pass
+        fn = self.registry.get(queue, job_name)
+        if fn is None:
+            fn = self.pm.hook.echomq_get_processor(queue=queue, job_name=job_name)
+        if fn is not None:
+            self._cache[key] = fn
+        return fn
+
+    def failure_decision(self, worker: Any, job: Any, error: BaseException) -> Optional[FailureDecision]:
+        """The plugins' decision, or ``None`` for BullMQ's rule. A raising policy plugin is
+        logged and treated as ``None``."""
+        try:
+            decision = self.pm.hook.echomq_failure_decision(worker=worker, job=job, error=error)
+        except Exception:
+            log.exception("failure policy plugin raised for job %s; using the default rule", getattr(job, "id", "?"))
+            return None
+        if decision is not None and not isinstance(decision, FailureDecision):
+            log.error("failure policy plugin returned %r for job %s, not a FailureDecision; ignored",
+                      decision, getattr(job, "id", "?"))
+            return None
+        return decision
+
+    def backoff_delay(self, backoff_type: str, attempts_made: int, delay: int, error: BaseException,
+                      job: Any) -> Optional[int]:
+        """Delay (ms) for a backoff type, ``-1`` for "do not retry", ``None`` if unknown."""
+        return self.pm.hook.echomq_backoff_delay(backoff_type=backoff_type, attempts_made=attempts_made,
+                                                 delay=delay, error=error, job=job)
+
+    # -- telemetry ---------------------------------------------------------------------
+    def notify(self, hook_name: str, **kwargs: Any) -> None:
+        """Call every implementation of a telemetry hook; one that raises is logged and
+        the others still run."""
+        hook = getattr(self.pm.hook, hook_name)
+        for impl in reversed(hook.get_hookimpls()):
+            try:
+                impl.function(*[kwargs[a] for a in impl.argnames])
+            except Exception:
+                log.exception("telemetry plugin %s raised in %s; ignored", impl.plugin_name, hook_name)

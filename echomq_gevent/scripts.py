@@ -1,0 +1,400 @@
+"""Loading and calling the Lua scripts in ``lua/``.
+
+Each file ``lua/<name>-<numkeys>.lua`` is one BullMQ v6 script with the same name,
+KEYS and ARGV order as npm ``bullmq`` 6.7.0 (see ``docs/protocol.md``). Shared
+fragments live in ``lua/includes/`` and are pulled in by a line
+
+    --- @include "includes/<fragment>"
+
+which the loader replaces with the fragment's text (each fragment once per script,
+fragments may include others). Scripts are read once per process, loaded with SCRIPT
+LOAD on first use per server, called with EVALSHA, and reloaded on NOSCRIPT (after a
+SCRIPT FLUSH or a server restart).
+
+:class:`Scripts` wraps every script for one queue: it builds the KEYS from
+:class:`~echomq_gevent.keys.QueueKeys`, packs the msgpack arguments exactly as the
+protocol requires, and turns negative return codes into the typed exceptions of
+:mod:`echomq_gevent.errors`.
+"""
+from __future__ import annotations
+
+import os
+import re
+import threading
+from hashlib import sha1
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import msgpack
+import redis
+from redis.exceptions import NoScriptError
+
+from .errors import error_for_code
+from .keys import QueueKeys
+
+__all__ = ["ScriptLibrary", "Scripts", "library", "pack", "lua_dir"]
+
+_INCLUDE = re.compile(r'^\s*---\s*@include\s+"([^"]+)"\s*$', re.M)
+
+Number = Union[int, float]
+
+
+def lua_dir() -> str:
+    """Folder that holds the scripts: the installed data package, else the source tree."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for candidate in (os.path.join(here, "lua"), os.path.join(os.path.dirname(here), "lua")):
+        if os.path.isdir(candidate) and any(f.endswith(".lua") for f in os.listdir(candidate)):
+            return candidate
+    raise RuntimeError(
+        "echomq_gevent cannot find its Lua scripts: neither echomq_gevent/lua (installed) nor "
+        "lua/ next to the package (source checkout) exists; reinstall the package"
+    )
+
+
+def pack(value: Any) -> bytes:
+    """msgpack exactly as the scripts expect (str as str, bytes as bin, no extensions)."""
+    return msgpack.packb(value, use_bin_type=True)
+
+
+class ScriptLibrary:
+    """The expanded sources and SHA1 digests of every script in one folder.
+
+    Thread-safe and process-wide (see :func:`library`); it never talks to Redis.
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self.sources: Dict[str, str] = {}
+        self.shas: Dict[str, str] = {}
+        self.numkeys: Dict[str, int] = {}
+        for fname in sorted(os.listdir(directory)):
+            if not fname.endswith(".lua"):
+                continue
+            name = fname[:-4]
+            m = re.match(r"^(.*)-(\d+)$", name)
+            if not m:
+                raise RuntimeError(f"{os.path.join(directory, fname)}: a script's file name must end in -<number of keys>.lua")
+            source = self._expand(os.path.join(directory, fname), set(), [])
+            self.sources[name] = source
+            self.shas[name] = sha1(source.encode("utf-8")).hexdigest()
+            self.numkeys[name] = int(m.group(2))
+
+    def _expand(self, path: str, seen: set, stack: List[str]) -> str:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+
+        def replace(match: "re.Match[str]") -> str:
+            rel = match.group(1)
+            target = os.path.normpath(os.path.join(self.directory, rel + ".lua"))
+            if target in stack:
+                raise RuntimeError(f"{path}: include cycle through {rel!r}")
+            if target in seen:
+                return ""
+            if not os.path.exists(target):
+                raise RuntimeError(f"{path}: included fragment {rel!r} does not exist ({target})")
+            seen.add(target)
+            return self._expand(target, seen, stack + [target])
+
+        return _INCLUDE.sub(replace, text)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.sources
+
+
+_library: Optional[ScriptLibrary] = None
+_library_lock = threading.Lock()
+
+
+def library() -> ScriptLibrary:
+    """The process-wide library of the package's scripts (read on first use)."""
+    global _library
+    if _library is None:
+        with _library_lock:
+            if _library is None:
+                _library = ScriptLibrary(lua_dir())
+    return _library
+
+
+def _int(v: Any) -> int:
+    return int(v) if v is not None else 0
+
+
+class Scripts:
+    """Every script of one queue, callable with Python arguments.
+
+    Used by Queue, Job and Worker, from any greenlet or (with its own client) from a
+    native thread: an instance holds no mutable state besides the set of servers its
+    scripts are known to be loaded on.
+    """
+
+    def __init__(self, client: "redis.Redis", keys: QueueKeys, lib: Optional[ScriptLibrary] = None) -> None:
+        self.client = client
+        self.keys = keys
+        self.lib = lib or library()
+
+    # -- low level ----------------------------------------------------------------------
+    def load_all(self, client: Optional["redis.Redis"] = None) -> None:
+        """SCRIPT LOAD every script (one pipeline). Optional: calls load lazily anyway."""
+        c = client or self.client
+        pipe = c.pipeline(transaction=False)
+        for name in self.lib.sources:
+            pipe.script_load(self.lib.sources[name])
+        pipe.execute()
+
+    def call(self, name: str, keys: Sequence[Any], args: Sequence[Any],
+             client: Optional["redis.Redis"] = None) -> Any:
+        """EVALSHA ``name`` with ``keys``/``args``; on NOSCRIPT load it and try once more."""
+        c = client or self.client
+        sha = self.lib.shas[name]
+        try:
+            return c.evalsha(sha, len(keys), *keys, *args)
+        except NoScriptError:
+            c.script_load(self.lib.sources[name])
+            return c.evalsha(sha, len(keys), *keys, *args)
+
+    def queue_call(self, pipe: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        """Queue an EVALSHA on a pipeline; run the pipeline with :meth:`execute_pipeline`."""
+        pipe.evalsha(self.lib.shas[name], len(keys), *keys, *args)
+        calls = getattr(pipe, "_echomq_calls", None)
+        if calls is None:
+            calls = []
+            pipe._echomq_calls = calls
+        calls.append((name, list(keys), list(args)))
+
+    def execute_pipeline(self, pipe: Any) -> List[Any]:
+        """Run a pipeline of :meth:`queue_call` calls (no other commands on it).
+
+        Calls that failed with NOSCRIPT had no effect; they are loaded and run again one by
+        one, so the answer list is complete and in order. Other errors are returned in place.
+        """
+        calls = getattr(pipe, "_echomq_calls", [])
+        results = pipe.execute(raise_on_error=False)
+        for i, res in enumerate(results):
+            if isinstance(res, NoScriptError):
+                name, keys, args = calls[i]
+                results[i] = self.call(name, keys, args)
+        pipe._echomq_calls = []
+        return results
+
+    def _check(self, script: str, result: Any, job_id: Optional[str] = None) -> Any:
+        if isinstance(result, int) and result < 0:
+            raise error_for_code(result, script, job_id)
+        return result
+
+    # -- adding jobs (§5.1) -----------------------------------------------------------
+    def add_job_args(self, job_id: str, name: str, timestamp: Number, data_json: str,
+                     encoded_opts: Dict[str, Any], parent_key: Optional[str] = None,
+                     parent_deps_key: Optional[str] = None, parent: Optional[Dict[str, Any]] = None,
+                     repeat_job_key: Optional[str] = None, dedup_key: Optional[str] = None) -> List[Any]:
+        """ARGV of the add scripts: [packed positional array, data JSON, packed options]."""
+        return [
+            pack([self.keys.base, job_id, name, timestamp, parent_key, parent_deps_key, parent,
+                  repeat_job_key, dedup_key]),
+            data_json,
+            pack(encoded_opts),
+        ]
+
+    def add_script_for(self, encoded_opts: Dict[str, Any]) -> Tuple[str, List[str]]:
+        """Which add script a job takes (client-side choice, §5.1) and its KEYS."""
+        k = self.keys
+        delay = encoded_opts.get("delay")
+        if isinstance(delay, (int, float)) and delay > 0:
+            return "addDelayedJob-6", [k.marker, k.meta, k.id, k.delayed, k.completed, k.events]
+        if encoded_opts.get("priority"):
+            return "addPrioritizedJob-9", [k.marker, k.meta, k.id, k.prioritized, k.delayed,
+                                           k.completed, k.active, k.events, k.pc]
+        return "addStandardJob-9", [k.wait, k.paused, k.meta, k.id, k.completed, k.delayed,
+                                    k.active, k.events, k.marker]
+
+    def add_job(self, job_id: str, name: str, timestamp: Number, data_json: str,
+                encoded_opts: Dict[str, Any], pipe: Any = None, **parent: Any) -> Optional[str]:
+        """Add one job; returns its id (or the surviving id of a duplicate). With ``pipe``
+        the call is queued and ``None`` returned."""
+        script, keys = self.add_script_for(encoded_opts)
+        args = self.add_job_args(job_id, name, timestamp, data_json, encoded_opts, **parent)
+        if pipe is not None:
+            self.queue_call(pipe, script, keys, args)
+            return None
+        return str(self._check(script, self.call(script, keys, args), job_id or None))
+
+    # -- worker side (§5.2-5.8) -----------------------------------------------------------
+    def _fetch_keys(self) -> List[str]:
+        k = self.keys
+        return [k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed,
+                k.paused, k.meta, k.pc, k.marker]
+
+    @staticmethod
+    def fetch_opts(token: str, lock_duration: int, limiter: Optional[Dict[str, int]] = None,
+                   name: Optional[str] = None) -> Dict[str, Any]:
+        opts: Dict[str, Any] = {"token": token, "lockDuration": int(lock_duration)}
+        if limiter:
+            opts["limiter"] = {"max": int(limiter["max"]), "duration": int(limiter["duration"])}
+        if name:
+            opts["name"] = name
+        return opts
+
+    def move_to_active(self, token: str, lock_duration: int, now_ms: int,
+                       limiter: Optional[Dict[str, int]] = None, name: Optional[str] = None,
+                       client: Optional["redis.Redis"] = None, packed_opts: Optional[bytes] = None) -> List[Any]:
+        """``moveToActive-11``: ``[flat job hash | 0, job id | 0, rate-limit ttl, next delayed ts]``."""
+        if packed_opts is None:
+            packed_opts = pack(self.fetch_opts(token, lock_duration, limiter, name))
+        return self.call("moveToActive-11", self._fetch_keys(),
+                         [self.keys.base, now_ms, packed_opts], client=client)
+
+    def move_to_finished_args(self, job_id: str, now_ms: int, field: str, value: str, target: str,
+                              fetch_next: bool, finish_opts: Dict[str, Any],
+                              fields_to_update: Optional[Sequence[Any]] = None) -> Tuple[List[str], List[Any]]:
+        k = self.keys
+        keys = [k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed,
+                k.paused, k.meta, k.pc, k.completed if target == "completed" else k.failed,
+                k.job(job_id), k.metrics(target), k.marker]
+        args: List[Any] = [job_id, now_ms, field, value, target, "1" if fetch_next else "0",
+                           k.base, pack(finish_opts)]
+        if fields_to_update:
+            args.append(pack(list(fields_to_update)))
+        return keys, args
+
+    def move_to_finished(self, job_id: str, now_ms: int, field: str, value: str, target: str,
+                         fetch_next: bool, finish_opts: Dict[str, Any],
+                         fields_to_update: Optional[Sequence[Any]] = None,
+                         client: Optional["redis.Redis"] = None) -> Any:
+        """``moveToFinished-14``. ``finish_opts`` is the ARGV[8] map: token, keepJobs,
+        lockDuration, attempts, maxMetricsSize, limiter, name. Returns 0, or with
+        ``fetch_next`` the next job 4-tuple (or ``None``/0 when there is none)."""
+        keys, args = self.move_to_finished_args(job_id, now_ms, field, value, target, fetch_next,
+                                                finish_opts, fields_to_update)
+        return self._check("moveToFinished-14", self.call("moveToFinished-14", keys, args, client), job_id)
+
+    def move_to_delayed(self, job_id: str, now_ms: int, token: str, delay_ms: int,
+                        skip_attempt: bool = False, fields_to_update: Optional[Sequence[Any]] = None,
+                        fetch_next: bool = False, fetch_opts: Optional[Dict[str, Any]] = None,
+                        client: Optional["redis.Redis"] = None) -> Any:
+        """``moveToDelayed-11``: 0, or the next job 4-tuple when ``fetch_next`` found one."""
+        k = self.keys
+        keys = [k.marker, k.active, k.prioritized, k.delayed, k.job(job_id), k.events, k.meta,
+                k.stalled, k.wait, k.limiter, k.pc]
+        args: List[Any] = [k.base, now_ms, job_id, token, int(delay_ms), "1" if skip_attempt else "0",
+                           pack(list(fields_to_update or [])), "1" if fetch_next else "0"]
+        if fetch_next:
+            args.append(pack(fetch_opts or {}))
+        return self._check("moveToDelayed-11", self.call("moveToDelayed-11", keys, args, client), job_id)
+
+    def retry_job(self, job_id: str, now_ms: int, token: str, lifo: bool = False,
+                  fields_to_update: Optional[Sequence[Any]] = None,
+                  client: Optional["redis.Redis"] = None) -> int:
+        """``retryJob-11``: move an active job straight back to wait/prioritized."""
+        k = self.keys
+        keys = [k.active, k.wait, k.paused, k.job(job_id), k.meta, k.events, k.delayed,
+                k.prioritized, k.pc, k.marker, k.stalled]
+        args: List[Any] = [k.base, now_ms, "RPUSH" if lifo else "LPUSH", job_id, token]
+        if fields_to_update:
+            args.append(pack(list(fields_to_update)))
+        return self._check("retryJob-11", self.call("retryJob-11", keys, args, client), job_id)
+
+    def extend_lock(self, job_id: str, token: str, duration_ms: int,
+                    client: Optional["redis.Redis"] = None) -> bool:
+        """``extendLock-2``: True if the lock was ours and is renewed."""
+        k = self.keys
+        return bool(self.call("extendLock-2", [k.lock(job_id), k.stalled],
+                              [token, int(duration_ms), job_id], client))
+
+    def extend_locks(self, job_ids: Sequence[str], tokens: Sequence[str], duration_ms: int,
+                     client: Optional["redis.Redis"] = None) -> List[str]:
+        """``extendLocks-1``: renew many locks; returns the ids whose renewal failed."""
+        if not job_ids:
+            return []
+        res = self.call("extendLocks-1", [self.keys.stalled],
+                        [self.keys.base, pack(list(tokens)), pack(list(job_ids)), int(duration_ms)], client)
+        return [str(x) for x in (res or [])]
+
+    def move_stalled_jobs_to_wait(self, max_stalled_count: int, now_ms: int, stalled_interval_ms: int,
+                                  client: Optional["redis.Redis"] = None) -> List[str]:
+        """``moveStalledJobsToWait-9``: the ids found stalled (empty when another worker
+        checked within the interval)."""
+        k = self.keys
+        keys = [k.stalled, k.wait, k.active, k.stalled_check, k.meta, k.paused, k.marker,
+                k.events, k.repeat]
+        res = self.call("moveStalledJobsToWait-9", keys,
+                        [int(max_stalled_count), k.base, now_ms, int(stalled_interval_ms)], client)
+        return [str(x) for x in (res or [])]
+
+    def move_job_from_active_to_wait(self, job_id: str, token: str,
+                                     client: Optional["redis.Redis"] = None) -> int:
+        """``moveJobFromActiveToWait-9``: hand an active job back to the front of wait.
+        Returns the limiter's PTTL (ms) or 0."""
+        k = self.keys
+        keys = [k.active, k.wait, k.stalled, k.paused, k.meta, k.limiter, k.prioritized,
+                k.marker, k.events]
+        res = self.call("moveJobFromActiveToWait-9", keys, [job_id, token, k.job(job_id)], client)
+        return _int(self._check("moveJobFromActiveToWait-9", res, job_id))
+
+    # -- queue management (§5.9-5.14) ---------------------------------------------------
+    def pause(self, paused: bool, emit: bool = True) -> int:
+        """``pause-7``. Pausing sets meta.paused; resuming also migrates a legacy paused
+        list. Returns the number of legacy paused jobs still to migrate (call again)."""
+        k = self.keys
+        first, second = (k.wait, k.paused) if paused else (k.paused, k.wait)
+        keys = [first, second, k.meta, k.prioritized, k.events, k.delayed, k.marker]
+        return _int(self.call("pause-7", keys, ["paused" if paused else "resumed", "1" if emit else "0"]))
+
+    def promote(self, job_id: str) -> int:
+        k = self.keys
+        keys = [k.delayed, k.wait, k.paused, k.meta, k.prioritized, k.active, k.pc, k.events, k.marker]
+        return self._check("promote-9", self.call("promote-9", keys, [k.base, job_id]), job_id)
+
+    def change_priority(self, job_id: str, priority: int, lifo: bool = False) -> int:
+        k = self.keys
+        keys = [k.wait, k.paused, k.meta, k.prioritized, k.active, k.pc, k.marker]
+        res = self.call("changePriority-7", keys, [int(priority), k.base, job_id, "1" if lifo else "0"])
+        return self._check("changePriority-7", res, job_id)
+
+    def update_progress(self, job_id: str, progress_json: str,
+                        client: Optional["redis.Redis"] = None) -> int:
+        k = self.keys
+        res = self.call("updateProgress-3", [k.job(job_id), k.events, k.meta], [job_id, progress_json], client)
+        return self._check("updateProgress-3", res, job_id)
+
+    def add_log(self, job_id: str, line: str, keep_logs: Optional[int] = None,
+                client: Optional["redis.Redis"] = None) -> int:
+        """``addLog-2``: returns the number of log lines kept."""
+        k = self.keys
+        res = self.call("addLog-2", [k.job(job_id), k.logs(job_id)],
+                        [job_id, line, "" if keep_logs is None else int(keep_logs)], client)
+        return self._check("addLog-2", res, job_id)
+
+    def update_data(self, job_id: str, data_json: str, client: Optional["redis.Redis"] = None) -> int:
+        res = self.call("updateData-1", [self.keys.job(job_id)], [data_json], client)
+        return self._check("updateData-1", res, job_id)
+
+    def get_counts(self, types: Iterable[str]) -> List[int]:
+        """``getCounts-1`` for BullMQ type names (``wait`` not ``waiting``)."""
+        types = list(types)
+        return [int(x) for x in self.call("getCounts-1", [self.keys.base], types)]
+
+    def get_state(self, job_id: str) -> str:
+        k = self.keys
+        keys = [k.completed, k.failed, k.delayed, k.active, k.wait, k.paused, k.waiting_children,
+                k.prioritized]
+        return str(self.call("getStateV2-8", keys, [job_id]))
+
+    def remove_job(self, job_id: str, remove_children: bool = True) -> int:
+        """``removeJob-2``: 1 removed, 0 locked (active), raises for -8."""
+        k = self.keys
+        res = self.call("removeJob-2", [k.job(job_id), k.repeat],
+                        [job_id, "1" if remove_children else "0", k.base])
+        return self._check("removeJob-2", res, job_id)
+
+    def is_finished(self, job_id: str, return_value: bool = False) -> Any:
+        k = self.keys
+        return self.call("isFinished-3", [k.completed, k.failed, k.job(job_id)],
+                         [job_id, "1" if return_value else ""])
+
+    def drain(self, include_delayed: bool = False) -> None:
+        k = self.keys
+        self.call("drain-5", [k.wait, k.paused, k.delayed, k.prioritized, k.repeat],
+                  [k.base, "1" if include_delayed else "0"])
+
+    def obliterate(self, count: int = 1000, force: bool = False) -> int:
+        """``obliterate-2``: 1 while work remains, 0 when done; -1 not paused, -2 active jobs."""
+        k = self.keys
+        return _int(self.call("obliterate-2", [k.meta, k.base], [int(count), "force" if force else ""]))
