@@ -1,0 +1,57 @@
+--- @include "includes/getQueueMetadata"
+--- @include "includes/getNextDelayedTimestamp"
+--- @include "includes/getRateLimitTTL"
+--- @include "includes/moveJobFromPrioritizedToActive"
+--- @include "includes/prepareJobForProcessing"
+--- @include "includes/promoteDelayedJobs"
+-- The fetch step shared by moveToActive, moveToFinished and moveToDelayed.
+-- opts is the worker's unpacked map {token, lockDuration, limiter = {max, duration}?, name?}.
+-- Order: promote due delayed jobs; rate limit (meta "max" wins over limiter.max, the
+-- worker's limiter.duration wins over meta "duration"); paused or maxed; then the right
+-- end of wait (skipping legacy "0:..." markers), then the best prioritized job.
+-- Returns
+--   {flat job hash, jobId, 0, 0}  a job was moved to active
+--   {0, 0, ttl, 0}               rate limited for ttl more ms
+--   {0, 0, 0, 0}                 paused or maxed
+--   {0, 0, 0, nextDue}           nothing ready; the earliest delayed job is due at nextDue
+--   nil                          nothing ready and nothing delayed
+local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limiterKey,
+                            delayedKey, metaKey, pcKey, markerKey, keyPrefix, now, opts)
+  local pausedOrMaxed, globalMax, globalWindow = getQueueMetadata(metaKey, activeKey)
+
+  promoteDelayedJobs(delayedKey, markerKey, waitKey, prioritizedKey, eventsKey, keyPrefix,
+                     now, pcKey, pausedOrMaxed)
+
+  local workerLimiter = opts["limiter"]
+  local maxJobs = tonumber(globalMax or (workerLimiter and workerLimiter["max"]))
+  local ttl = getRateLimitTTL(maxJobs, limiterKey)
+  if ttl > 0 then
+    return {0, 0, ttl, 0}
+  end
+
+  if pausedOrMaxed then
+    return {0, 0, 0, 0}
+  end
+
+  local windowMs = (workerLimiter and workerLimiter["duration"]) or globalWindow
+
+  local jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
+  -- entries starting with "0:" are markers written by BullMQ before v6: drop them
+  while jobId and string.sub(jobId, 1, 2) == "0:" do
+    redis.call("LREM", activeKey, 1, jobId)
+    jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
+  end
+  if not jobId then
+    jobId = moveJobFromPrioritizedToActive(prioritizedKey, activeKey, pcKey)
+  end
+  if jobId then
+    return prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, now, maxJobs,
+                                   windowMs, markerKey, opts)
+  end
+
+  local nextDue = getNextDelayedTimestamp(delayedKey)
+  if nextDue then
+    return {0, 0, 0, nextDue}
+  end
+  return nil
+end

@@ -1,0 +1,20 @@
+--[[
+  moveToActive-11: a worker asks for its next job.
+
+  KEYS  1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 limiter, 7 delayed,
+        8 paused (unused in v6, kept for the key count), 9 meta, 10 pc, 11 marker
+  ARGV  1 key prefix ("bull:q:"), 2 now (ms), 3 msgpack {token, lockDuration, limiter?, name?}
+
+  Returns {flat job hash, jobId, 0, 0} when a job was moved to active, {0, 0, ttl, 0} when
+  rate limited, {0, 0, 0, nextDue} when only delayed jobs remain, else {0, 0, 0, 0}
+  (nothing to do, or the queue is paused or at its global concurrency).
+]]
+--- @include "includes/fetchNextJob"
+
+local workerOpts = cmsgpack.unpack(ARGV[3])
+local fetched = fetchNextJob(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[9],
+                             KEYS[10], KEYS[11], ARGV[1], ARGV[2], workerOpts)
+if fetched then
+  return fetched
+end
+return {0, 0, 0, 0}
