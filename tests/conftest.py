@@ -53,10 +53,11 @@ def qname():
 @pytest.fixture(autouse=True)
 def _clean_prefix(request, redis_url):
     """Delete the test's keys afterwards (only its own prefix)."""
+    # Resolve the prefix before the test runs: at teardown it may already be torn down.
+    p = request.getfixturevalue("prefix") if "prefix" in request.fixturenames else None
     yield
-    if "prefix" not in request.fixturenames:
+    if p is None:
         return
-    p = request.getfixturevalue("prefix")
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         keys = list(client.scan_iter(match=f"{p}:*", count=1000))
