@@ -1,0 +1,155 @@
+--[[
+  moveToFinished-14: an active job completed or failed for good.
+
+  KEYS  1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 limiter, 7 delayed,
+        8 paused (unused), 9 meta, 10 pc, 11 completed or failed set, 12 job key,
+        13 metrics:completed or metrics:failed, 14 marker
+  ARGV  1 jobId, 2 now = finishedOn (ms), 3 "returnvalue" or "failedReason",
+        4 its value (JSON text / plain text), 5 "completed" or "failed",
+        6 fetch next "1"/"0", 7 key prefix,
+        8 msgpack {token, keepJobs = {count?, age?, limit?}, lockDuration, attempts,
+                   maxMetricsSize ("" = no metrics), limiter?, name?},
+        9 optional msgpack flat array of job fields to set first
+
+  Checks, in this order: the job exists (-1); to complete, no pending children (-4) and
+  no failed children (-9); the lock (-6 other token, -2 none); the job is in active (-3).
+  Then: events trimmed, deduplication id released (and a job stored for it meanwhile
+  created), the parent told, attempts made + 1, the job kept in its set or deleted as
+  keepJobs says (count 0 deletes, -1 or absent keeps all, n keeps the newest n; age in
+  seconds with limit per call), events "completed"/"failed" and "retries-exhausted",
+  metrics, and finally the next job fetched when asked.
+  Returns the next job's 4-tuple (or {0,0,ttl,0} / {0,0,0,0} / {0,0,0,nextDue}) when
+  fetching found anything to say; otherwise 0, with a "drained" event when wait, active
+  and prioritized are all empty.
+]]
+--- @include "includes/collectMetrics"
+--- @include "includes/fetchNextJob"
+--- @include "includes/finishDeduplication"
+--- @include "includes/moveParentToWait"
+--- @include "includes/removeFinishedJobs"
+--- @include "includes/removeJobKeys"
+--- @include "includes/removeLock"
+--- @include "includes/trimEvents"
+--- @include "includes/updateJobFields"
+
+local waitKey = KEYS[1]
+local activeKey = KEYS[2]
+local prioritizedKey = KEYS[3]
+local eventsKey = KEYS[4]
+local metaKey = KEYS[9]
+local finishedKey = KEYS[11]
+local jobKey = KEYS[12]
+local jobId = ARGV[1]
+local now = ARGV[2]
+local resultField = ARGV[3]
+local resultValue = ARGV[4]
+local target = ARGV[5]
+local keyPrefix = ARGV[7]
+
+if redis.call("EXISTS", jobKey) == 0 then
+  return -1
+end
+if target == "completed" then
+  if redis.call("SCARD", jobKey .. ":dependencies") > 0 then
+    return -4
+  end
+  if redis.call("ZCARD", jobKey .. ":unsuccessful") > 0 then
+    return -9
+  end
+end
+
+local opts = cmsgpack.unpack(ARGV[8])
+local lockResult = removeLock(jobKey, KEYS[5], opts["token"], jobId)
+if lockResult < 0 then
+  return lockResult
+end
+updateJobFields(jobKey, ARGV[9])
+
+local attrs = redis.call("HMGET", jobKey, "parentKey", "parent", "deid")
+local parentKey = attrs[1]
+local parentJson = attrs[2]
+local dedupId = attrs[3]
+
+if redis.call("LREM", activeKey, -1, jobId) < 1 then
+  return -3
+end
+
+-- trim first, so the events written below survive the trim
+trimEvents(metaKey, eventsKey)
+
+if dedupId then
+  releaseDeduplicationKey(keyPrefix, dedupId, jobId)
+  createPendingDeduplicatedJob(keyPrefix, dedupId, eventsKey, metaKey, activeKey, waitKey,
+                               KEYS[14], prioritizedKey, KEYS[10], KEYS[7], now)
+end
+
+-- tell the parent: from the "parent" JSON when present, else from parentKey
+if parentJson or (parentKey and parentKey ~= "") then
+  if target == "completed" then
+    local parentQueueKey, parentId
+    if parentJson then
+      local parent = cjson.decode(parentJson)
+      parentQueueKey = parent["queueKey"]
+      parentId = parent["id"]
+    end
+    if (not parentId or parentId == "") and parentKey then
+      parentId = string.match(parentKey, ".*:(.*)")
+      parentQueueKey = string.sub(parentKey, 1, #parentKey - #parentId - 1)
+    end
+    if parentKey then
+      parentOnChildCompleted(parentQueueKey, parentKey, parentId, jobKey, resultValue, now)
+    end
+  elseif parentJson then
+    parentOnChildFailed(parentJson, jobKey, resultValue, now)
+  end
+end
+
+local attemptsMade = redis.call("HINCRBY", jobKey, "atm", 1)
+
+local keepJobs = opts["keepJobs"] or {}
+local keepCount = tonumber(keepJobs["count"])
+if keepCount == 0 then
+  removeJobKeys(jobKey)
+  if parentKey and parentKey ~= "" then
+    detachFromParent(jobKey, parentKey)
+  end
+else
+  redis.call("ZADD", finishedKey, now, jobId)
+  redis.call("HSET", jobKey, resultField, resultValue, "finishedOn", now)
+  if target == "failed" then
+    redis.call("HDEL", jobKey, "defa")
+  end
+  local maxAge = tonumber(keepJobs["age"])
+  if maxAge then
+    removeJobsByMaxAge(now, maxAge, finishedKey, keyPrefix, tonumber(keepJobs["limit"]) or 1000)
+  end
+  if keepCount and keepCount > 0 then
+    removeJobsByMaxCount(keepCount, finishedKey, keyPrefix)
+  end
+end
+
+redis.call("XADD", eventsKey, "*", "event", target, "jobId", jobId, resultField, resultValue,
+           "prev", "active")
+if target == "failed" and attemptsMade >= (tonumber(opts["attempts"]) or 0) then
+  redis.call("XADD", eventsKey, "*", "event", "retries-exhausted", "jobId", jobId,
+             "attemptsMade", attemptsMade)
+end
+
+local maxMetrics = opts["maxMetricsSize"]
+if maxMetrics and maxMetrics ~= "" then
+  collectMetrics(KEYS[13], KEYS[13] .. ":data", maxMetrics, now)
+end
+
+if ARGV[6] == "1" then
+  local fetched = fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, KEYS[6], KEYS[7],
+                               metaKey, KEYS[10], KEYS[14], keyPrefix, now, opts)
+  if fetched then
+    return fetched
+  end
+end
+
+if redis.call("LLEN", waitKey) == 0 and redis.call("LLEN", activeKey) == 0
+    and redis.call("ZCARD", prioritizedKey) == 0 then
+  redis.call("XADD", eventsKey, "*", "event", "drained")
+end
+return 0
