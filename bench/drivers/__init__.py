@@ -1,0 +1,8 @@
+"""Worker and producer drivers the benchmark harness runs as subprocesses.
+
+Every worker driver takes one JSON argument ``{url, queue, prefix, concurrency, mode,
+sleep_ms, report}``, prints ``READY`` once connected, and on SIGTERM closes gracefully,
+writes ``{processed, latencies_ms}`` to ``report`` and exits 0. Producer drivers take
+``{url, queue, prefix, mode: add|bulk, n, chunk}``, print ``READY`` after warming up, wait for
+``GO`` on stdin, then print ``{n, elapsed_s}`` as one JSON line and exit.
+"""

@@ -1,0 +1,73 @@
+// Benchmark driver: enqueues jobs with BullMQ (Node), configured by a JSON argument.
+//   argv[2] = JSON {url, queue, prefix, mode, n, chunk, interval_ms, paused}
+// Modes:
+//   preload  pause the queue when cfg.paused, then addBulk n no-op jobs in chunks; exits.
+//   add      single awaited add() per job;  bulk: addBulk in chunks.  Both print "READY"
+//            after warming up (connection and scripts), wait for "GO" on stdin, then print
+//            a JSON line {n, elapsed_s} and exit.
+//   feed     add n jobs one at a time, cfg.interval_ms apart, each carrying data.t = enqueue
+//            time in epoch milliseconds (the latency probe); "READY"/"GO" as above.
+'use strict';
+const path = require('path');
+const readline = require('readline');
+const { Queue } = require(path.join(__dirname, '..', '..', 'tests', 'node_modules', 'bullmq'));
+
+const cfg = JSON.parse(process.argv[2]);
+const url = new URL(cfg.url);
+const connection = { host: url.hostname, port: Number(url.port || 6379), db: Number((url.pathname || '/0').slice(1) || 0) };
+const nowMs = () => performance.timeOrigin + performance.now();
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function waitGo() {
+  return new Promise((resolve) => {
+    const rl = readline.createInterface({ input: process.stdin });
+    rl.on('line', (line) => { if (line.trim() === 'GO') { rl.close(); resolve(); } });
+  });
+}
+
+async function bulk(queue, n, chunk, offset) {
+  for (let start = 0; start < n; start += chunk) {
+    const jobs = [];
+    for (let i = start; i < Math.min(n, start + chunk); i++) jobs.push({ name: 'j', data: { i: offset + i } });
+    await queue.addBulk(jobs);
+  }
+}
+
+async function main() {
+  const queue = new Queue(cfg.queue, { connection, prefix: cfg.prefix });
+  await queue.waitUntilReady();
+  const n = cfg.n;
+  const chunk = cfg.chunk || 1000;
+  if (cfg.mode === 'preload') {
+    if (cfg.paused) await queue.pause();
+    await bulk(queue, n, chunk, 0);
+    await queue.close();
+    return;
+  }
+  // warm up: load the add script on a queue nobody watches
+  const warm = new Queue(cfg.queue + '-warm', { connection, prefix: cfg.prefix });
+  await warm.add('w', {});
+  await warm.addBulk([{ name: 'w', data: {} }]);
+  await warm.obliterate({ force: true });
+  await warm.close();
+  process.stdout.write('READY\n');
+  await waitGo();
+  const t0 = nowMs();
+  if (cfg.mode === 'add') {
+    for (let i = 0; i < n; i++) await queue.add('j', { i });
+  } else if (cfg.mode === 'bulk') {
+    await bulk(queue, n, chunk, 0);
+  } else if (cfg.mode === 'feed') {
+    for (let i = 0; i < n; i++) {
+      await queue.add('j', { t: nowMs(), i });
+      await sleep(cfg.interval_ms);
+    }
+  } else {
+    throw new Error('unknown producer mode ' + cfg.mode);
+  }
+  const elapsed = (nowMs() - t0) / 1000;
+  process.stdout.write(JSON.stringify({ n, elapsed_s: elapsed }) + '\n');
+  await queue.close();
+}
+
+main().then(() => process.exit(0), (err) => { console.error(err); process.exit(1); });

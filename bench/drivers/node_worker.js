@@ -1,0 +1,44 @@
+// Benchmark driver: one BullMQ (Node) worker on a queue, configured by a JSON argument.
+// Protocol shared by every worker driver of the harness (bench/harness.py):
+//   argv[2] = JSON {url, queue, prefix, concurrency, mode: noop|sleep|latency, sleep_ms, report}
+//   prints "READY" once connected; on SIGTERM closes gracefully, writes the report JSON
+//   {processed, latencies_ms} to cfg.report and exits 0.
+'use strict';
+const path = require('path');
+const { Worker } = require(path.join(__dirname, '..', '..', 'tests', 'node_modules', 'bullmq'));
+
+const cfg = JSON.parse(process.argv[2]);
+const url = new URL(cfg.url);
+const connection = { host: url.hostname, port: Number(url.port || 6379), db: Number((url.pathname || '/0').slice(1) || 0) };
+
+let processed = 0;
+const latencies = [];
+const nowMs = () => performance.timeOrigin + performance.now();
+
+let processor;
+if (cfg.mode === 'sleep') {
+  const ms = cfg.sleep_ms;
+  processor = () => new Promise((resolve) => { processed += 1; setTimeout(resolve, ms); });
+} else if (cfg.mode === 'latency') {
+  processor = async (job) => { latencies.push(nowMs() - job.data.t); processed += 1; };
+} else {
+  processor = async () => { processed += 1; };
+}
+
+const worker = new Worker(cfg.queue, processor, {
+  connection, prefix: cfg.prefix, concurrency: cfg.concurrency,
+});
+worker.on('error', (err) => { console.error('worker error', err); });
+
+let closing = false;
+async function shutdown() {
+  if (closing) return;
+  closing = true;
+  await worker.close();
+  require('fs').writeFileSync(cfg.report, JSON.stringify({ processed, latencies_ms: latencies }));
+  process.exit(0);
+}
+process.on('SIGTERM', shutdown);
+process.on('SIGINT', shutdown);
+
+worker.waitUntilReady().then(() => { process.stdout.write('READY\n'); });

@@ -1,0 +1,62 @@
+"""Benchmark driver: an ``echomq_gevent.Worker`` under ``gevent.monkey.patch_all()``.
+
+Run by the harness as ``python bench/drivers/ours_worker.py '<json>'`` (protocol in the
+package docstring). The processor is a plain function: a no-op, ``gevent.sleep`` for the
+I/O-bound workload, or a latency probe reading ``data.t`` (enqueue time, epoch ms).
+"""
+from gevent import monkey
+
+monkey.patch_all()
+
+import json  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Dict, List  # noqa: E402
+
+import gevent  # noqa: E402
+from gevent.event import Event  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from echomq_gevent import Worker  # noqa: E402
+
+
+def main(cfg: Dict[str, Any]) -> None:
+    processed = 0
+    latencies: List[float] = []
+    mode = cfg["mode"]
+    sleep_s = cfg.get("sleep_ms", 0) / 1000.0
+
+    if mode == "sleep":
+        def processor(job: Any) -> None:
+            nonlocal processed
+            processed += 1
+            gevent.sleep(sleep_s)
+    elif mode == "latency":
+        def processor(job: Any) -> None:
+            nonlocal processed
+            processed += 1
+            latencies.append(time.time() * 1000.0 - float(job.data["t"]))
+    else:
+        def processor(job: Any) -> None:
+            nonlocal processed
+            processed += 1
+
+    worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"],
+                    concurrency=cfg["concurrency"])
+    stop = Event()
+    gevent.signal_handler(signal.SIGTERM, stop.set)
+    gevent.signal_handler(signal.SIGINT, stop.set)
+    worker.start()
+    sys.stdout.write("READY\n")
+    sys.stdout.flush()
+    stop.wait()
+    worker.close()
+    with open(cfg["report"], "w", encoding="utf-8") as fh:
+        json.dump({"processed": processed, "latencies_ms": latencies}, fh)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

@@ -1,0 +1,415 @@
+"""The measuring core of the benchmarks: a private Redis, subprocess drivers, INFO deltas.
+
+Called by :mod:`bench.run` on the main thread (plain blocking code, no gevent). Each
+measurement runs one implementation's driver in its own subprocess against a private
+redis-server, and returns a plain dict (one row of ``results.json``).
+
+How a worker run is timed (the same for every implementation):
+
+1. the queue is paused and N jobs are pre-loaded with Node's ``addBulk`` (the same add
+   path for all, so only the worker differs);
+2. the worker subprocess starts, connects, finds the queue paused and blocks on the marker
+   (seen as a blocked ``BZPOPMIN`` client in ``CLIENT LIST``);
+3. Redis INFO (commandstats, cpu) and the worker's CPU times are sampled, then the queue is
+   resumed (meta ``paused`` cleared, marker set, ``resumed`` event);
+4. ``completed``/``failed`` are polled until all N jobs are finished, and INFO/CPU sampled again;
+5. throughput is N / (last ``finishedOn`` - first ``processedOn``): both stamps are written by
+   the worker into Redis, so the poll interval does not blur the timing.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Tuple
+
+import redis
+
+from .impls import Impl, node_producer_cmd
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREFIX = "bench"
+POLL_S = 0.01
+
+sys.path.insert(0, ROOT)
+from echomq_gevent.keys import QueueKeys  # noqa: E402
+
+
+def _load_redis_server_module() -> Any:
+    """``tests/redis_server.py`` by path (the test tree is not a package)."""
+    path = os.path.join(ROOT, "tests", "redis_server.py")
+    spec = importlib.util.spec_from_file_location("echomq_bench_redis_server", path)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {path}: the benchmarks reuse the test suite's RedisServer")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class BenchError(RuntimeError):
+    """A run that could not be measured (driver crashed, timed out, lost jobs)."""
+
+
+@dataclass
+class RedisSnapshot:
+    """INFO numbers at one instant: per-command call counts and the server's CPU seconds."""
+
+    calls: Dict[str, int]
+    cpu_s: float
+
+    @classmethod
+    def take(cls, client: "redis.Redis") -> "RedisSnapshot":
+        info = client.info("commandstats")
+        calls = {k[len("cmdstat_"):]: int(v["calls"]) for k, v in info.items() if k.startswith("cmdstat_")}
+        cpu = client.info("cpu")
+        return cls(calls, float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"]))
+
+
+#: commands the harness itself issues inside a measuring window; they are taken out of the counts
+HARNESS_ONLY = ("info", "client", "client|list", "config", "config|get")
+
+
+def command_delta(before: RedisSnapshot, after: RedisSnapshot,
+                  harness_calls: Dict[str, int]) -> Dict[str, int]:
+    """Calls per command between two snapshots, minus what the harness issued itself."""
+    out: Dict[str, int] = {}
+    for name, n in after.calls.items():
+        if name in HARNESS_ONLY:
+            continue
+        d = n - before.calls.get(name, 0) - harness_calls.get(name, 0)
+        if d > 0:
+            out[name] = d
+    return out
+
+
+SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall")
+
+
+@dataclass
+class ProcWatch:
+    """CPU and peak RSS of one driver subprocess (psutil; VmHWM where Linux has it)."""
+
+    pid: int
+    _proc: Any = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        import psutil
+
+        self._proc = psutil.Process(self.pid)
+
+    def cpu_s(self) -> float:
+        t = self._proc.cpu_times()
+        return float(t.user + t.system)
+
+    def peak_rss_mb(self) -> float:
+        try:
+            with open(f"/proc/{self.pid}/status", encoding="ascii") as fh:
+                for line in fh:
+                    if line.startswith("VmHWM:"):
+                        return int(line.split()[1]) / 1024.0
+        except OSError:
+            pass
+        return self._proc.memory_info().rss / (1024.0 * 1024.0)
+
+
+class Bench:
+    """One private redis-server and the helpers every measurement needs.
+
+    Use as a context manager from the main thread; ``url`` is where the server listens.
+    """
+
+    def __init__(self, verbose: bool = True) -> None:
+        self.verbose = verbose
+        self._server: Any = None
+        self.url = ""
+        self.client: Optional["redis.Redis"] = None
+        self.redis_version = ""
+
+    def __enter__(self) -> "Bench":
+        mod = _load_redis_server_module()
+        self._server = mod.RedisServer().start()
+        self.url = self._server.url
+        self.client = redis.Redis.from_url(self.url, decode_responses=True)
+        self.redis_version = str(self.client.info("server").get("redis_version", "?"))
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self._server is not None:
+            self._server.stop()
+
+    def log(self, msg: str) -> None:
+        if self.verbose:
+            sys.stderr.write(msg + "\n")
+            sys.stderr.flush()
+
+    # -- helpers --------------------------------------------------------------------------
+    def new_queue(self) -> str:
+        return "b" + uuid.uuid4().hex[:10]
+
+    def flush(self) -> None:
+        assert self.client is not None
+        self.client.flushall()
+
+    def preload(self, queue: str, n: int, paused: bool, timeout: float = 300) -> None:
+        """N no-op jobs through Node's ``addBulk`` (optionally into a paused queue)."""
+        cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "mode": "preload", "n": n,
+               "chunk": 1000, "paused": paused}
+        res = subprocess.run(node_producer_cmd() + [json.dumps(cfg)], capture_output=True,
+                             text=True, timeout=timeout)
+        if res.returncode != 0:
+            raise BenchError(f"preloading {n} jobs into {queue} with Node failed: {res.stderr.strip()[-2000:]}")
+
+    def resume(self, keys: QueueKeys) -> Dict[str, int]:
+        """Resume a paused v6 queue the way the protocol does it (meta flag off, marker on,
+        ``resumed`` event), in one MULTI. Returns the commands it issued."""
+        assert self.client is not None
+        pipe = self.client.pipeline(transaction=True)
+        pipe.hdel(keys.meta, "paused")
+        pipe.zadd(keys.marker, {"0": 0})
+        pipe.xadd(keys.events, {"event": "resumed"}, maxlen=10000, approximate=True)
+        pipe.execute()
+        return {"multi": 1, "exec": 1, "hdel": 1, "zadd": 1, "xadd": 1}
+
+    def wait_blocked_client(self, deadline_s: float, proc: subprocess.Popen) -> bool:
+        """Wait until some client is blocked (the idle worker's ``BZPOPMIN`` on the marker)."""
+        assert self.client is not None
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if proc.poll() is not None:
+                return False
+            if any("b" in c.get("flags", "") for c in self.client.client_list()):
+                return True
+            time.sleep(0.02)
+        return False
+
+    def start_driver(self, cmd: List[str], cfg: Dict[str, Any], ready_timeout: float = 60,
+                     stdin: bool = False) -> subprocess.Popen:
+        """Start a driver subprocess and wait for its ``READY`` line."""
+        proc = subprocess.Popen(cmd + [json.dumps(cfg)], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None,
+                                text=True, cwd=ROOT, bufsize=1)
+        end = time.monotonic() + ready_timeout
+        assert proc.stdout is not None
+        while True:
+            line = proc.stdout.readline()
+            if line.strip() == "READY":
+                return proc
+            if not line and proc.poll() is not None:
+                err = proc.stderr.read() if proc.stderr else ""
+                raise BenchError(f"driver {' '.join(cmd)} exited with {proc.returncode} before READY: "
+                                 f"{err.strip()[-3000:]}")
+            if time.monotonic() > end:
+                proc.kill()
+                raise BenchError(f"driver {' '.join(cmd)} did not print READY within {ready_timeout} s")
+
+    def stop_driver(self, proc: subprocess.Popen, report_path: Optional[str],
+                    timeout: float = 60) -> Dict[str, Any]:
+        """SIGTERM a worker driver, wait for it and read its report file."""
+        proc.terminate()
+        try:
+            _, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            raise BenchError(f"worker driver did not exit within {timeout} s of SIGTERM: {err[-2000:]}")
+        if proc.returncode != 0:
+            raise BenchError(f"worker driver exited with {proc.returncode}: {err.strip()[-3000:]}")
+        if report_path is None:
+            return {}
+        with open(report_path, encoding="utf-8") as fh:
+            return json.load(fh)
+
+    def wait_finished(self, keys: QueueKeys, n: int, timeout: float,
+                      proc: subprocess.Popen) -> Tuple[int, int, int]:
+        """Poll ZCARD completed/failed until ``n`` jobs are finished.
+
+        Returns (completed, failed, polls). Raises BenchError on timeout or a dead worker.
+        """
+        assert self.client is not None
+        end = time.monotonic() + timeout
+        polls = 0
+        pipe = self.client.pipeline(transaction=False)
+        while True:
+            pipe.zcard(keys.completed)
+            pipe.zcard(keys.failed)
+            done, failed = pipe.execute()
+            polls += 1
+            if done + failed >= n:
+                return done, failed, polls
+            if proc.poll() is not None:
+                raise BenchError(f"worker exited with {proc.returncode} after {done}/{n} jobs")
+            if time.monotonic() > end:
+                raise BenchError(f"only {done} completed and {failed} failed of {n} jobs after {timeout} s")
+            time.sleep(POLL_S)
+
+    def span_ms(self, keys: QueueKeys) -> Tuple[float, int]:
+        """(last finishedOn - first processedOn in ms, jobs seen) over the completed set."""
+        assert self.client is not None
+        ids = self.client.zrange(keys.completed, 0, -1)
+        last = self.client.zrange(keys.completed, -1, -1, withscores=True)
+        pipe = self.client.pipeline(transaction=False)
+        first = None
+        for i in range(0, len(ids), 5000):
+            for jid in ids[i:i + 5000]:
+                pipe.hget(keys.job(jid), "processedOn")
+            for v in pipe.execute():
+                if v is not None:
+                    x = float(v)
+                    first = x if first is None else min(first, x)
+        if not last or first is None:
+            return 0.0, len(ids)
+        return max(float(last[0][1]) - first, 1.0), len(ids)
+
+    # -- measurements ----------------------------------------------------------------------
+    def run_worker(self, impl: Impl, n: int, concurrency: int, mode: str = "noop",
+                   sleep_ms: int = 0, timeout: float = 600) -> Dict[str, Any]:
+        """Throughput of ``impl``'s worker over N pre-loaded jobs (module docstring)."""
+        self.flush()
+        queue = self.new_queue()
+        keys = QueueKeys(queue, PREFIX)
+        self.preload(queue, n, paused=True)
+        report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
+        report.close()
+        cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
+               "mode": mode, "sleep_ms": sleep_ms, "report": report.name}
+        proc = self.start_driver(impl.worker_cmd(), cfg)
+        try:
+            if not self.wait_blocked_client(15, proc):
+                self.log(f"  {impl.key}: no blocked client seen; measuring anyway")
+            watch = ProcWatch(proc.pid)
+            assert self.client is not None
+            before = RedisSnapshot.take(self.client)
+            cpu0 = watch.cpu_s()
+            harness = self.resume(keys)
+            done, failed, polls = self.wait_finished(keys, n, timeout, proc)
+            after = RedisSnapshot.take(self.client)
+            cpu1 = watch.cpu_s()
+            rss = watch.peak_rss_mb()
+            harness["zcard"] = 2 * polls
+            span, seen = self.span_ms(keys)
+            rep = self.stop_driver(proc, report.name)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.unlink(report.name)
+        cmds = command_delta(before, after, harness)
+        total = sum(cmds.values())
+        scripts = sum(v for k, v in cmds.items() if k in SCRIPT_COMMANDS)
+        return {
+            "impl": impl.key, "n": n, "concurrency": concurrency, "mode": mode,
+            "completed": done, "failed": failed, "processed": int(rep.get("processed", -1)),
+            "seconds": span / 1000.0, "jobs_per_s": n * 1000.0 / span,
+            "redis_cmds_per_job": total / n, "redis_scripts_per_job": scripts / n,
+            "redis_cpu_us_per_job": (after.cpu_s - before.cpu_s) * 1e6 / n,
+            "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n,
+            "peak_rss_mb": rss, "commands": cmds, "jobs_seen": seen,
+        }
+
+    def run_enqueue(self, impl: Impl, n: int, mode: str, timeout: float = 600) -> Dict[str, Any]:
+        """Enqueue rate of ``impl``'s producer: ``add`` one at a time, or ``bulk`` in chunks."""
+        self.flush()
+        queue = self.new_queue()
+        keys = QueueKeys(queue, PREFIX)
+        cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "mode": mode, "n": n, "chunk": 1000}
+        cmd = impl.producer_cmd()
+        proc = self.start_driver(cmd, cfg, stdin=True)
+        watch = ProcWatch(proc.pid)
+        assert self.client is not None and proc.stdin is not None and proc.stdout is not None
+        try:
+            before = RedisSnapshot.take(self.client)
+            cpu0 = watch.cpu_s()
+            proc.stdin.write("GO\n")
+            proc.stdin.flush()
+            line = proc.stdout.readline()
+            after = RedisSnapshot.take(self.client)
+            cpu1 = watch.cpu_s()
+            rss = watch.peak_rss_mb()
+            try:
+                result = json.loads(line)
+            except ValueError:
+                proc.wait(timeout)
+                err = proc.stderr.read() if proc.stderr else ""
+                raise BenchError(f"{impl.key} producer ({mode}) failed: {err.strip()[-3000:]}")
+            proc.wait(timeout)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        waiting = self.client.llen(keys.wait)
+        cmds = command_delta(before, after, {})
+        total = sum(cmds.values())
+        return {
+            "impl": impl.key, "n": n, "mode": mode, "jobs_in_wait": waiting,
+            "seconds": float(result["elapsed_s"]), "jobs_per_s": n / max(float(result["elapsed_s"]), 1e-9),
+            "redis_cmds_per_job": total / n,
+            "redis_scripts_per_job": sum(v for k, v in cmds.items() if k in SCRIPT_COMMANDS) / n,
+            "redis_cpu_us_per_job": (after.cpu_s - before.cpu_s) * 1e6 / n,
+            "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n, "peak_rss_mb": rss, "commands": cmds,
+        }
+
+    def run_latency(self, impl: Impl, n: int, interval_ms: int, concurrency: int = 1,
+                    timeout: float = 300) -> Dict[str, Any]:
+        """Pickup latency at low load: Node adds one job every ``interval_ms`` carrying its
+        enqueue time; ``impl``'s idle worker reports processor-start minus enqueue time."""
+        self.flush()
+        queue = self.new_queue()
+        keys = QueueKeys(queue, PREFIX)
+        report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
+        report.close()
+        cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
+               "mode": "latency", "sleep_ms": 0, "report": report.name}
+        worker = self.start_driver(impl.worker_cmd(), cfg)
+        feeder: Optional[subprocess.Popen] = None
+        try:
+            self.wait_blocked_client(15, worker)
+            watch = ProcWatch(worker.pid)
+            fcfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "mode": "feed", "n": n,
+                    "interval_ms": interval_ms}
+            feeder = self.start_driver(node_producer_cmd(), fcfg, stdin=True)
+            assert self.client is not None and feeder.stdin is not None
+            before = RedisSnapshot.take(self.client)
+            cpu0 = watch.cpu_s()
+            feeder.stdin.write("GO\n")
+            feeder.stdin.flush()
+            done, failed, polls = self.wait_finished(keys, n, timeout, worker)
+            after = RedisSnapshot.take(self.client)
+            cpu1 = watch.cpu_s()
+            rss = watch.peak_rss_mb()
+            feeder.wait(timeout)
+            rep = self.stop_driver(worker, report.name)
+        finally:
+            for p in (worker, feeder):
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
+            os.unlink(report.name)
+        lat = sorted(float(x) for x in rep.get("latencies_ms", []))
+        # the feeder's adds are in this window too, so these counts include one add per job
+        cmds = command_delta(before, after, {"zcard": 2 * polls})
+        return {
+            "impl": impl.key, "n": n, "interval_ms": interval_ms, "concurrency": concurrency,
+            "completed": done, "failed": failed, "samples": len(lat),
+            "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99),
+            "max_ms": lat[-1] if lat else float("nan"),
+            "redis_cmds_per_job": sum(cmds.values()) / n,
+            "redis_cpu_us_per_job": (after.cpu_s - before.cpu_s) * 1e6 / n,
+            "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n, "peak_rss_mb": rss,
+            "commands": cmds,
+        }
+
+
+def percentile(sorted_values: List[float], pct: float) -> float:
+    """Nearest-rank percentile of an ascending list (``nan`` when empty)."""
+    if not sorted_values:
+        return float("nan")
+    k = max(0, min(len(sorted_values) - 1, int(round(pct / 100.0 * len(sorted_values) + 0.5)) - 1))
+    return sorted_values[k]

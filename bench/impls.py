@@ -1,0 +1,71 @@
+"""The three implementations the benchmarks compare, and how to start their drivers.
+
+``ours`` is ``echomq_gevent`` (gevent), ``node`` is npm ``bullmq`` 6.7.0 from
+``tests/node_modules``, ``pyref`` is PyPI ``bullmq`` 3.4.4 (asyncio). Each gives a worker
+command and a producer command (see ``bench/drivers``); :meth:`Impl.missing` says why one
+cannot run here, so the harness can skip it with a clear line instead of crashing.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DRIVERS = os.path.join(ROOT, "bench", "drivers")
+NODE_BULLMQ = os.path.join(ROOT, "tests", "node_modules", "bullmq")
+
+
+def node_binary() -> str:
+    return os.environ.get("NODE", "") or shutil.which("node") or "node"
+
+
+def node_producer_cmd() -> List[str]:
+    """Node's ``Queue`` driver: used by every run to pre-load jobs and feed the latency probe."""
+    return [node_binary(), os.path.join(DRIVERS, "node_producer.js")]
+
+
+@dataclass(frozen=True)
+class Impl:
+    key: str
+    label: str
+    worker_script: str
+    producer_script: str
+
+    def _cmd(self, script: str) -> List[str]:
+        path = os.path.join(DRIVERS, script)
+        if script.endswith(".js"):
+            return [node_binary(), path]
+        return [sys.executable, path]
+
+    def worker_cmd(self) -> List[str]:
+        return self._cmd(self.worker_script)
+
+    def producer_cmd(self) -> List[str]:
+        return self._cmd(self.producer_script)
+
+    def missing(self) -> Optional[str]:
+        """Why this implementation cannot run on this machine, or None when it can."""
+        if self.key == "node":
+            if not shutil.which(node_binary()) and not os.path.exists(node_binary()):
+                return "node is not on PATH"
+            if not os.path.isdir(NODE_BULLMQ):
+                return "tests/node_modules/bullmq is missing (run: cd tests && npm ci)"
+        elif self.key == "pyref":
+            if importlib.util.find_spec("bullmq") is None:
+                return "PyPI bullmq is not installed (pip install -e '.[bench]')"
+        elif self.key == "ours":
+            path = os.path.join(ROOT, "echomq_gevent", "worker.py")
+            if not os.path.exists(path):
+                return "echomq_gevent/worker.py does not exist yet"
+        return None
+
+
+IMPLS: Dict[str, Impl] = {
+    "ours": Impl("ours", "echomq-gevent", "ours_worker.py", "ours_producer.py"),
+    "node": Impl("node", "BullMQ (Node) 6.7.0", "node_worker.js", "node_producer.js"),
+    "pyref": Impl("pyref", "bullmq (Python) 3.4.4", "pyref_worker.py", "pyref_producer.py"),
+}

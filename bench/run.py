@@ -1,0 +1,199 @@
+"""``python -m bench.run``: the side-by-side benchmarks (``make bench`` runs this).
+
+Starts a private redis-server, then for every case runs each available implementation
+(ours, BullMQ Node, bullmq Python) in its own subprocess, alternating implementations and
+rotating their order each round, and writes ``results.md``, ``results.json`` and
+``throughput.png`` into ``--out`` (default ``bench/results``). ``--quick`` shrinks every N
+and runs one round (a smoke run, well under a minute). ``--trace`` instead records the exact
+Redis command sequence per job of each worker with MONITOR (``trace.md``).
+
+Exit status: 0 when every requested run was measured, 1 when some failed (they are
+reported on stderr and left out of the tables), 2 for bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import traceback
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
+
+from . import report
+from .harness import Bench, BenchError
+from .impls import IMPLS, Impl, node_binary
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: ``kind`` is worker, enqueue or latency."""
+
+    name: str
+    group: str
+    kind: str
+    n: int
+    concurrency: int = 1
+    mode: str = "noop"
+    sleep_ms: int = 0
+    interval_ms: int = 0
+
+
+def cases(quick: bool) -> List[Case]:
+    """The case list of issue 6 (W1, W2, enqueue, latency), tiny in quick mode."""
+    if quick:
+        return [
+            Case("W1 no-op c=100", "w1", "worker", 400, 100),
+            Case("W2 sleep 10ms c=100", "w2", "worker", 300, 100, "sleep", 10),
+            Case("enqueue add", "enqueue", "enqueue", 200, mode="add"),
+            Case("enqueue bulk", "enqueue", "enqueue", 1000, mode="bulk"),
+            Case("latency", "latency", "latency", 20, 1, interval_ms=5),
+        ]
+    return [
+        Case("W1 no-op c=1", "w1", "worker", 20000, 1),
+        Case("W1 no-op c=10", "w1", "worker", 20000, 10),
+        Case("W1 no-op c=100", "w1", "worker", 20000, 100),
+        Case("W2 sleep 10ms c=100", "w2", "worker", 5000, 100, "sleep", 10),
+        Case("W2 sleep 10ms c=1000", "w2", "worker", 5000, 1000, "sleep", 10),
+        Case("enqueue add", "enqueue", "enqueue", 5000, mode="add"),
+        Case("enqueue bulk", "enqueue", "enqueue", 20000, mode="bulk"),
+        Case("latency", "latency", "latency", 200, 1, interval_ms=20),
+    ]
+
+
+def measure(bench: Bench, impl: Impl, case: Case) -> Dict[str, Any]:
+    if case.kind == "worker":
+        row = bench.run_worker(impl, case.n, case.concurrency, case.mode, case.sleep_ms)
+        if row["completed"] != case.n or row["failed"]:
+            raise BenchError(f"{impl.key} {case.name}: {row['completed']} completed, "
+                             f"{row['failed']} failed of {case.n}")
+    elif case.kind == "enqueue":
+        row = bench.run_enqueue(impl, case.n, case.mode)
+        if row["jobs_in_wait"] != case.n:
+            raise BenchError(f"{impl.key} {case.name}: {row['jobs_in_wait']} jobs in wait, expected {case.n}")
+    else:
+        row = bench.run_latency(impl, case.n, case.interval_ms, case.concurrency)
+    row["case"] = case.name
+    row["kind"] = case.kind
+    return row
+
+
+def _version(cmd: List[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny N, one round (smoke run)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds per case (default 3, quick 1)")
+    p.add_argument("--impl", default="ours,node,pyref",
+                   help="comma list of implementations: ours, node, pyref (default all)")
+    p.add_argument("--only", default="",
+                   help="comma list of case groups to run: w1, w2, enqueue, latency (default all)")
+    p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
+    p.add_argument("--trace", action="store_true",
+                   help="record each worker's Redis command sequence per job (MONITOR) into trace.md")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
+    args = p.parse_args(argv)
+    unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
+    if unknown:
+        p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
+    groups = {"w1", "w2", "enqueue", "latency"}
+    bad = [g for g in args.only.split(",") if g and g not in groups]
+    if bad:
+        p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
+    if args.rounds is not None and args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    return args
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 3)
+    impls: List[Impl] = []
+    for key in [k for k in args.impl.split(",") if k]:
+        why = IMPLS[key].missing()
+        if why:
+            sys.stderr.write(f"bench: skipping {key}: {why}\n")
+        else:
+            impls.append(IMPLS[key])
+    if not impls:
+        sys.stderr.write("bench: no implementation can run here\n")
+        return 1
+    os.makedirs(args.out, exist_ok=True)
+
+    if args.trace:
+        from .trace import trace_all
+
+        with Bench(verbose=not args.quiet) as bench:
+            text = trace_all(bench, impls)
+        path = os.path.join(args.out, "trace.md")
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        sys.stderr.write(f"bench: wrote {path}\n")
+        return 0
+
+    selected = [c for c in cases(args.quick) if not args.only or c.group in args.only.split(",")]
+    runs: List[Dict[str, Any]] = []
+    failures: List[str] = []
+    with Bench(verbose=not args.quiet) as bench:
+        meta = {
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
+            "redis": bench.redis_version, "rounds": rounds, "quick": args.quick,
+            "implementations": [i.key for i in impls],
+        }
+        for case in selected:
+            for rnd in range(rounds):
+                order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
+                for impl in order:
+                    if case.kind == "enqueue" and impl.key == "ours" and not _has_queue():
+                        continue
+                    try:
+                        row = measure(bench, impl, case)
+                    except Exception as exc:  # one failed run must not lose the others
+                        msg = f"{impl.key} / {case.name} / round {rnd + 1}: {exc}"
+                        failures.append(msg)
+                        sys.stderr.write(f"bench: FAILED {msg}\n")
+                        if not args.quiet:
+                            traceback.print_exc()
+                        continue
+                    row["round"] = rnd + 1
+                    runs.append(row)
+                    bench.log(_progress(row))
+    summary = report.summarize(runs)
+    meta["failures"] = failures
+    md = report.markdown(summary, meta)
+    with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as fh:
+        fh.write(md)
+    report.write_json(os.path.join(args.out, "results.json"), meta, runs, summary)
+    if summary:
+        report.chart(os.path.join(args.out, "throughput.png"), summary,
+                     "Throughput, same machine and Redis" + (" (quick)" if args.quick else ""))
+    if not args.quiet:
+        sys.stdout.write(md)
+    return 1 if failures else 0
+
+
+def _has_queue() -> bool:
+    return os.path.exists(os.path.join(os.path.dirname(HERE), "echomq_gevent", "queue.py"))
+
+
+def _progress(row: Dict[str, Any]) -> str:
+    if row["kind"] == "latency":
+        return (f"  {row['case']:<24} {row['impl']:<6} round {row['round']}: p50 {row['p50_ms']:.2f} ms, "
+                f"p99 {row['p99_ms']:.2f} ms")
+    return (f"  {row['case']:<24} {row['impl']:<6} round {row['round']}: {row['jobs_per_s']:,.0f} jobs/s, "
+            f"{row['redis_cmds_per_job']:.1f} cmds/job, RSS {row['peak_rss_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
