@@ -1,0 +1,115 @@
+"""Helpers for the worker-side script tests (``test_scripts_*.py``).
+
+Jobs are written straight into Redis (hash fields as protocol §2, ids pushed into the
+state lists/sets by hand), so a test can build any state, including odd ones, without
+depending on the add scripts.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, List, Optional
+
+import redis
+
+from echomq_gevent.keys import QueueKeys
+from echomq_gevent.scripts import Scripts
+
+TOKEN = "worker-token:0"
+LOCK_MS = 30000
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def make_job(r: "redis.Redis", keys: QueueKeys, job_id: str, *, name: str = "task",
+             data: Any = None, opts: Optional[Dict[str, Any]] = None, timestamp: Optional[int] = None,
+             priority: int = 0, delay: int = 0, **extra: Any) -> str:
+    """HSET a job hash with the fields the add scripts write; ``extra`` adds more fields
+    (``parentKey``, ``parent`` as a dict -> JSON, ``defa``, ``rjk``, ``deid``...)."""
+    fields: Dict[str, Any] = {
+        "name": name,
+        "data": json.dumps({} if data is None else data),
+        "opts": json.dumps(opts or {"attempts": 0}),
+        "timestamp": timestamp if timestamp is not None else now_ms(),
+        "delay": delay,
+        "priority": priority,
+    }
+    for key, value in extra.items():
+        fields[key] = json.dumps(value) if isinstance(value, dict) else value
+    r.hset(keys.job(job_id), mapping=fields)
+    return job_id
+
+
+def add_waiting(r: "redis.Redis", keys: QueueKeys, job_id: str, lifo: bool = False, **kw: Any) -> str:
+    """A standard job at the back of wait (LPUSH), or at the front when ``lifo``."""
+    make_job(r, keys, job_id, **kw)
+    if lifo:
+        r.rpush(keys.wait, job_id)
+    else:
+        r.lpush(keys.wait, job_id)
+    return job_id
+
+
+def add_prioritized(r: "redis.Redis", keys: QueueKeys, job_id: str, priority: int, **kw: Any) -> str:
+    """A job in prioritized with score priority*2^32 + INCR pc, as addPrioritizedJob does."""
+    make_job(r, keys, job_id, priority=priority, **kw)
+    counter = r.incr(keys.pc)
+    r.zadd(keys.prioritized, {job_id: priority * 2 ** 32 + counter})
+    return job_id
+
+
+def add_delayed(r: "redis.Redis", keys: QueueKeys, job_id: str, due_ms: int, seq: int = 0, **kw: Any) -> str:
+    """A job in delayed, due at ``due_ms`` (score due*4096 + seq)."""
+    kw.setdefault("delay", 1000)
+    make_job(r, keys, job_id, **kw)
+    r.zadd(keys.delayed, {job_id: due_ms * 4096 + seq})
+    return job_id
+
+
+def fetch(scripts: Scripts, token: str = TOKEN, now: Optional[int] = None, **kw: Any) -> List[Any]:
+    return scripts.move_to_active(token, LOCK_MS, now if now is not None else now_ms(), **kw)
+
+
+def activate(scripts: Scripts, job_id: str, token: str = TOKEN, **kw: Any) -> List[Any]:
+    """Fetch and check that ``job_id`` is the job that became active."""
+    res = fetch(scripts, token, **kw)
+    assert res[1] == job_id, f"expected job {job_id} to be fetched, got {res!r}"
+    return res
+
+
+def finish_opts(token: str = TOKEN, keep: Optional[Dict[str, Any]] = None, attempts: int = 1,
+                metrics: Any = "", limiter: Optional[Dict[str, int]] = None,
+                name: Optional[str] = None) -> Dict[str, Any]:
+    """The ARGV[8] map of moveToFinished."""
+    return {"token": token, "keepJobs": keep if keep is not None else {"count": -1},
+            "lockDuration": LOCK_MS, "attempts": attempts, "maxMetricsSize": metrics,
+            "limiter": limiter, "name": name}
+
+
+def events(r: "redis.Redis", keys: QueueKeys) -> List[Dict[str, str]]:
+    """The events stream as a list of field dicts, oldest first."""
+    return [fields for _id, fields in r.xrange(keys.events)]
+
+
+def event_names(r: "redis.Redis", keys: QueueKeys) -> List[str]:
+    return [e["event"] for e in events(r, keys)]
+
+
+def as_dict(flat: List[str]) -> Dict[str, str]:
+    return dict(zip(flat[::2], flat[1::2]))
+
+
+# -- fixtures (import them into a test module to use them) ------------------------------
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def keys(qname: str, prefix: str) -> QueueKeys:
+    return QueueKeys(qname, prefix)
+
+
+@pytest.fixture
+def scripts(r: "redis.Redis", keys: QueueKeys) -> Scripts:
+    return Scripts(r, keys)
