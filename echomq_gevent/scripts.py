@@ -366,10 +366,15 @@ class Scripts:
         res = self.call("updateData-1", [self.keys.job(job_id)], [data_json], client)
         return self._check("updateData-1", res, job_id)
 
-    def get_counts(self, types: Iterable[str]) -> List[int]:
-        """``getCounts-1`` for BullMQ type names (``wait`` not ``waiting``)."""
-        types = list(types)
-        return [int(x) for x in self.call("getCounts-1", [self.keys.base], types)]
+    def get_counts(self, types: Iterable[str], delayed_cutoff_ms: Optional[int] = None) -> List[int]:
+        """``getCounts-1`` for BullMQ type names (``wait`` not ``waiting``).
+
+        With ``delayed_cutoff_ms`` (an integer timestamp) ``delayed`` counts only the
+        jobs due strictly before it."""
+        args: List[Any] = list(types)
+        if delayed_cutoff_ms is not None:
+            args.insert(0, int(delayed_cutoff_ms))
+        return [int(x) for x in self.call("getCounts-1", [self.keys.base], args)]
 
     def get_state(self, job_id: str) -> str:
         k = self.keys

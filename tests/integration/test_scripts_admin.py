@@ -1,0 +1,720 @@
+"""The queue admin scripts (pause, promote, changePriority, updateProgress, addLog,
+updateData, getCounts, getStateV2, removeJob, isFinished, drain, obliterate) on a real
+Redis, called through the :class:`~echomq_gevent.scripts.Scripts` wrappers.
+
+Jobs are written straight into Redis with the fields of protocol §2 (``put_job``), so
+these tests depend on nothing but the scripts under test.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from echomq_gevent.errors import JobBelongsToJobScheduler, JobNotExist, JobNotInState
+from echomq_gevent.keys import QueueKeys
+from echomq_gevent.scripts import Scripts
+
+TS = 1_700_000_000_000  # a fixed "now" in ms
+PRIO = 2 ** 32
+
+
+@pytest.fixture
+def sc(r, prefix, qname) -> Scripts:
+    return Scripts(r, QueueKeys(qname, prefix))
+
+
+@pytest.fixture
+def k(sc) -> QueueKeys:
+    return sc.keys
+
+
+def put_job(r, keys: QueueKeys, job_id: str, state: Optional[str] = None, score: Optional[float] = None,
+            **fields: Any) -> str:
+    """Write a job hash (protocol §2 fields) and put its id into ``state``.
+
+    ``state``: wait/paused/active (LPUSH), or a sorted-set state, scored by ``score``.
+    Returns the job key.
+    """
+    h: Dict[str, Any] = {
+        "name": "test", "data": "{}", "opts": '{"attempts":0}', "timestamp": TS,
+        "delay": 0, "priority": 0,
+    }
+    h.update({key: (json.dumps(v) if isinstance(v, (dict, list)) else v) for key, v in fields.items()})
+    r.hset(keys.job(job_id), mapping=h)
+    if state in ("wait", "paused", "active"):
+        r.lpush(keys.state_key(state), job_id)
+    elif state is not None:
+        r.zadd(keys.state_key(state), {job_id: TS if score is None else score})
+    return keys.job(job_id)
+
+
+def events(r, keys: QueueKeys) -> List[Dict[str, str]]:
+    return [fields for _id, fields in r.xrange(keys.events)]
+
+
+def wait_ids(r, keys: QueueKeys) -> List[str]:
+    """Ids of wait in the order workers take them (right end first)."""
+    return list(reversed(r.lrange(keys.wait, 0, -1)))
+
+
+# -- pause-7 ------------------------------------------------------------------------------
+
+def test_pause_sets_flag_drops_marker_keeps_jobs_and_emits(r, sc, k):
+    put_job(r, k, "1", "wait")
+    r.zadd(k.marker, {"0": 0})
+    assert sc.pause(True) == 0
+    assert r.hget(k.meta, "paused") == "1"
+    assert not r.exists(k.marker)
+    assert r.lrange(k.wait, 0, -1) == ["1"]
+    assert not r.exists(k.paused)
+    assert events(r, k) == [{"event": "paused"}]
+
+
+def test_pause_and_resume_without_event(r, sc, k):
+    sc.pause(True, emit=False)
+    sc.pause(False, emit=False)
+    assert not r.exists(k.events)
+    assert not r.hexists(k.meta, "paused")
+
+
+def test_resume_clears_flag_adds_base_marker_and_emits(r, sc, k):
+    put_job(r, k, "1", "wait")
+    sc.pause(True)
+    assert sc.pause(False) == 0
+    assert not r.hexists(k.meta, "paused")
+    assert r.zrange(k.marker, 0, -1, withscores=True) == [("0", 0.0)]
+    assert [e["event"] for e in events(r, k)] == ["paused", "resumed"]
+
+
+def test_resume_base_marker_for_prioritized_only(r, sc, k):
+    put_job(r, k, "1", "prioritized", score=3 * PRIO + 1, priority=3)
+    sc.pause(True)
+    sc.pause(False)
+    assert r.zscore(k.marker, "0") == 0
+
+
+def test_resume_sets_delay_marker_when_only_delayed(r, sc, k):
+    due = TS + 5000
+    put_job(r, k, "1", "delayed", score=due * 4096 + 3)
+    put_job(r, k, "2", "delayed", score=(due + 10) * 4096)
+    sc.pause(True)
+    sc.pause(False)
+    assert r.zrange(k.marker, 0, -1, withscores=True) == [("1", pytest.approx(due + 3 / 4096))]
+
+
+def test_resume_empty_queue_writes_no_marker(r, sc, k):
+    sc.pause(True)
+    sc.pause(False)
+    assert not r.exists(k.marker)
+
+
+def test_resume_renames_legacy_paused_list_when_wait_is_missing(r, sc, k):
+    r.lpush(k.paused, "a", "b", "c")  # "a" oldest, next to run
+    for j in "abc":
+        put_job(r, k, j)
+    r.hset(k.meta, "paused", "1")
+    assert sc.pause(False) == 0
+    assert not r.exists(k.paused)
+    assert wait_ids(r, k) == ["a", "b", "c"]
+    assert r.zscore(k.marker, "0") == 0
+
+
+def test_resume_moves_legacy_paused_list_in_batches_keeping_order(r, sc, k):
+    legacy = [f"p{i}" for i in range(7005)]  # p0 oldest
+    r.lpush(k.paused, *legacy)
+    put_job(r, k, "w", "wait")
+    r.hset(k.meta, "paused", "1")
+    assert sc.pause(False) == 5
+    assert r.llen(k.paused) == 5
+    assert r.llen(k.wait) == 7001
+    assert sc.pause(False, emit=False) == 0
+    assert not r.exists(k.paused)
+    # the legacy jobs run first, oldest first, then the job that was already in wait
+    assert wait_ids(r, k) == legacy + ["w"]
+    assert [e["event"] for e in events(r, k)] == ["resumed"]
+
+
+# -- promote-9 ----------------------------------------------------------------------------
+
+def test_promote_moves_delayed_job_to_wait(r, sc, k):
+    put_job(r, k, "1", "delayed", score=(TS + 9000) * 4096, delay=9000)
+    put_job(r, k, "0", "wait")
+    assert sc.promote("1") == 0
+    assert not r.zscore(k.delayed, "1")
+    assert r.lrange(k.wait, 0, -1) == ["1", "0"]  # LPUSH: behind the job already waiting
+    assert r.hget(k.job("1"), "delay") == "0"
+    assert r.zscore(k.marker, "0") == 0
+    assert events(r, k) == [{"event": "waiting", "jobId": "1", "prev": "delayed"}]
+
+
+def test_promote_prioritized_job_gets_priority_score(r, sc, k):
+    put_job(r, k, "1", "delayed", score=(TS + 9000) * 4096, delay=9000, priority=4)
+    r.set(k.pc, 6)
+    sc.promote("1")
+    assert r.zscore(k.prioritized, "1") == 4 * PRIO + 7
+    assert not r.exists(k.wait)
+    assert r.zscore(k.marker, "0") == 0
+
+
+def test_promote_not_delayed_is_minus_3(r, sc, k):
+    put_job(r, k, "1", "wait")
+    with pytest.raises(JobNotInState) as err:
+        sc.promote("1")
+    assert err.value.code == -3 and "promote-9" in str(err.value)
+    assert r.lrange(k.wait, 0, -1) == ["1"]
+    assert not r.exists(k.events)
+
+
+def test_promote_drops_legacy_marker_at_head_of_wait(r, sc, k):
+    put_job(r, k, "1", "delayed", score=TS * 4096)
+    r.rpush(k.wait, "x")
+    r.lpush(k.wait, "0:123")
+    sc.promote("1")
+    assert r.lrange(k.wait, 0, -1) == ["1", "x"]
+
+
+def test_promote_in_paused_queue_writes_no_marker(r, sc, k):
+    put_job(r, k, "1", "delayed", score=TS * 4096)
+    r.hset(k.meta, "paused", "1")
+    sc.promote("1")
+    assert r.lrange(k.wait, 0, -1) == ["1"]
+    assert not r.exists(k.marker)
+
+
+def test_promote_in_maxed_queue_writes_no_marker(r, sc, k):
+    put_job(r, k, "1", "delayed", score=TS * 4096)
+    put_job(r, k, "a", "active")
+    r.hset(k.meta, "concurrency", 1)
+    sc.promote("1")
+    assert r.lrange(k.wait, 0, -1) == ["1"]
+    assert not r.exists(k.marker)
+
+
+# -- changePriority-7 ---------------------------------------------------------------------
+
+def test_change_priority_missing_job(r, sc, k):
+    with pytest.raises(JobNotExist):
+        sc.change_priority("nope", 3)
+
+
+def test_change_priority_from_wait_to_prioritized(r, sc, k):
+    put_job(r, k, "1", "wait")
+    r.set(k.pc, 10)
+    assert sc.change_priority("1", 5) == 0
+    assert not r.exists(k.wait)
+    assert r.zscore(k.prioritized, "1") == 5 * PRIO + 11
+    assert r.hget(k.job("1"), "priority") == "5"
+    assert r.zscore(k.marker, "0") == 0
+
+
+def test_change_priority_lifo_goes_in_front_of_its_band(r, sc, k):
+    put_job(r, k, "a", "prioritized", score=2 * PRIO + 1, priority=2)
+    put_job(r, k, "b", "prioritized", score=5 * PRIO + 2, priority=5)
+    sc.change_priority("b", 2, lifo=True)
+    assert r.zscore(k.prioritized, "b") == 2 * PRIO
+    assert r.zrange(k.prioritized, 0, -1) == ["b", "a"]
+
+
+def test_change_priority_to_zero_goes_to_wait_fifo_or_lifo(r, sc, k):
+    put_job(r, k, "w", "wait")
+    put_job(r, k, "a", "prioritized", score=2 * PRIO + 1, priority=2)
+    put_job(r, k, "b", "prioritized", score=2 * PRIO + 2, priority=2)
+    sc.change_priority("a", 0)
+    sc.change_priority("b", 0, lifo=True)
+    assert wait_ids(r, k) == ["b", "w", "a"]
+    assert r.zcard(k.prioritized) == 0
+    assert r.hget(k.job("a"), "priority") == "0"
+
+
+def test_change_priority_of_delayed_job_only_sets_field(r, sc, k):
+    put_job(r, k, "1", "delayed", score=TS * 4096)
+    sc.change_priority("1", 7)
+    assert r.hget(k.job("1"), "priority") == "7"
+    assert r.zscore(k.delayed, "1") == TS * 4096
+    assert not r.exists(k.prioritized) and not r.exists(k.marker)
+
+
+def test_change_priority_in_paused_queue_writes_no_marker(r, sc, k):
+    put_job(r, k, "1", "wait")
+    r.hset(k.meta, "paused", "1")
+    sc.change_priority("1", 1)
+    assert r.zscore(k.prioritized, "1") == PRIO + 1
+    assert not r.exists(k.marker)
+
+
+# -- updateProgress-3, addLog-2, updateData-1 ---------------------------------------------
+
+def test_update_progress_number_and_object(r, sc, k):
+    put_job(r, k, "1", "active")
+    assert sc.update_progress("1", "42") == 0
+    assert sc.update_progress("1", json.dumps({"step": 2, "of": 3})) == 0
+    assert json.loads(r.hget(k.job("1"), "progress")) == {"step": 2, "of": 3}
+    evs = events(r, k)
+    assert evs[0] == {"event": "progress", "jobId": "1", "data": "42"}
+    assert json.loads(evs[1]["data"]) == {"step": 2, "of": 3}
+    assert r.hget(k.meta, "opts.maxLenEvents") == "10000"
+
+
+def test_update_progress_respects_existing_events_cap(r, sc, k):
+    put_job(r, k, "1", "active")
+    r.hset(k.meta, "opts.maxLenEvents", 50)
+    sc.update_progress("1", "1")
+    assert r.hget(k.meta, "opts.maxLenEvents") == "50"
+
+
+def test_update_progress_missing_job(r, sc, k):
+    with pytest.raises(JobNotExist) as err:
+        sc.update_progress("9", "1")
+    assert "'9'" in str(err.value)
+    assert not r.exists(k.events)
+
+
+def test_add_log_without_limit_returns_count(r, sc, k):
+    put_job(r, k, "1", "active")
+    assert [sc.add_log("1", f"line {i}") for i in range(3)] == [1, 2, 3]
+    assert r.lrange(k.logs("1"), 0, -1) == ["line 0", "line 1", "line 2"]
+
+
+def test_add_log_keep_logs_trims_to_newest(r, sc, k):
+    put_job(r, k, "1", "active")
+    assert [sc.add_log("1", f"l{i}", keep_logs=2) for i in range(4)] == [1, 2, 2, 2]
+    assert r.lrange(k.logs("1"), 0, -1) == ["l2", "l3"]
+
+
+def test_add_log_keep_logs_zero_keeps_nothing(r, sc, k):
+    put_job(r, k, "1", "active")
+    assert sc.add_log("1", "x", keep_logs=0) == 0
+    assert not r.exists(k.logs("1"))
+
+
+def test_add_log_missing_job(r, sc, k):
+    with pytest.raises(JobNotExist):
+        sc.add_log("9", "x")
+    assert not r.exists(k.logs("9"))
+
+
+def test_update_data(r, sc, k):
+    put_job(r, k, "1", "wait")
+    assert sc.update_data("1", '{"a":[1,2]}') == 0
+    assert r.hget(k.job("1"), "data") == '{"a":[1,2]}'
+    with pytest.raises(JobNotExist):
+        sc.update_data("9", "{}")
+    assert not r.exists(k.job("9"))
+
+
+# -- getCounts-1 --------------------------------------------------------------------------
+
+def test_get_counts_every_state(r, sc, k):
+    for i in range(3):
+        put_job(r, k, f"w{i}", "wait")
+    put_job(r, k, "a", "active")
+    put_job(r, k, "d1", "delayed", score=TS * 4096)
+    put_job(r, k, "d2", "delayed", score=(TS + 1) * 4096)
+    put_job(r, k, "p", "prioritized", score=PRIO + 1)
+    put_job(r, k, "c", "completed")
+    for i in range(4):
+        put_job(r, k, f"f{i}", "failed")
+    put_job(r, k, "wc", "waiting-children")
+    put_job(r, k, "lp", "paused")
+    types = ["wait", "active", "delayed", "prioritized", "completed", "failed",
+             "waiting-children", "paused"]
+    assert sc.get_counts(types) == [3, 1, 2, 1, 1, 4, 1, 1]
+    assert sc.get_counts(["waiting"]) == [3]
+    assert sc.get_counts([]) == []
+
+
+def test_get_counts_skips_and_removes_legacy_marker(r, sc, k):
+    put_job(r, k, "1", "wait")
+    r.rpush(k.wait, "0:1234")  # right end: where a worker would pop it
+    assert sc.get_counts(["wait"]) == [1]
+    assert r.lrange(k.wait, 0, -1) == ["1"]
+    r.rpush(k.paused, "0:99")
+    assert sc.get_counts(["paused", "wait"]) == [0, 1]
+    assert not r.exists(k.paused)
+
+
+def test_get_counts_delayed_cutoff(r, sc, k):
+    put_job(r, k, "a", "delayed", score=(TS - 1) * 4096 + 4095)
+    put_job(r, k, "b", "delayed", score=TS * 4096)
+    put_job(r, k, "c", "delayed", score=(TS + 5) * 4096 + 1)
+    put_job(r, k, "w", "wait")
+    assert sc.get_counts(["delayed"], delayed_cutoff_ms=TS) == [1]
+    assert sc.get_counts(["delayed", "wait"], delayed_cutoff_ms=TS + 6) == [3, 1]
+    assert sc.get_counts(["delayed"]) == [3]
+    # the cutoff only narrows "delayed"
+    assert sc.get_counts(["wait"], delayed_cutoff_ms=0) == [1]
+
+
+# -- getStateV2-8 -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("state,expected", [
+    ("completed", "completed"), ("failed", "failed"), ("delayed", "delayed"),
+    ("prioritized", "prioritized"), ("active", "active"), ("wait", "waiting"),
+    ("paused", "waiting"), ("waiting-children", "waiting-children"),
+])
+def test_get_state_each_state(r, sc, k, state, expected):
+    put_job(r, k, "1", state)
+    assert sc.get_state("1") == expected
+
+
+def test_get_state_unknown(r, sc, k):
+    put_job(r, k, "1")
+    assert sc.get_state("1") == "unknown"
+    assert sc.get_state("nope") == "unknown"
+
+
+def test_get_state_order_of_checks(r, sc, k):
+    # an id found in several places (a broken queue) reports the first state in the
+    # documented order
+    order = ["completed", "failed", "delayed", "prioritized", "active", "wait",
+             "waiting-children"]
+    for state in order:
+        put_job(r, k, "1", state)
+    expected = ["completed", "failed", "delayed", "prioritized", "active", "waiting",
+                "waiting-children"]
+    for state, exp in zip(order, expected):
+        assert sc.get_state("1") == exp
+        if state in ("active", "wait"):
+            r.lrem(k.state_key(state), 0, "1")
+        else:
+            r.zrem(k.state_key(state), "1")
+    assert sc.get_state("1") == "unknown"
+
+
+def test_get_state_finds_id_deep_in_list(r, sc, k):
+    r.lpush(k.wait, *[f"x{i}" for i in range(500)])
+    put_job(r, k, "deep")
+    r.rpush(k.wait, "deep")
+    assert sc.get_state("deep") == "waiting"
+
+
+# -- isFinished-3 -------------------------------------------------------------------------
+
+def test_is_finished_codes(r, sc, k):
+    put_job(r, k, "c", "completed", returnvalue='{"ok":true}')
+    put_job(r, k, "f", "failed", failedReason="boom")
+    put_job(r, k, "w", "wait")
+    assert sc.is_finished("c") == 1
+    assert sc.is_finished("f") == 2
+    assert sc.is_finished("w") == 0
+    assert sc.is_finished("nope") == -1
+
+
+def test_is_finished_with_result(r, sc, k):
+    put_job(r, k, "c", "completed", returnvalue='{"ok":true}')
+    put_job(r, k, "f", "failed", failedReason="boom")
+    put_job(r, k, "w", "active")
+    assert sc.is_finished("c", return_value=True) == [1, '{"ok":true}']
+    assert sc.is_finished("f", return_value=True) == [2, "boom"]
+    assert sc.is_finished("w", return_value=True) == [0]
+    code, msg = sc.is_finished("nope", return_value=True)
+    assert code == -1 and k.job("nope") in msg
+
+
+# -- removeJob-2 --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("state", ["wait", "paused", "active", "delayed", "prioritized",
+                                   "completed", "failed", "waiting-children"])
+def test_remove_job_from_each_state(r, sc, k, state):
+    key = put_job(r, k, "1", state)
+    r.rpush(k.logs("1"), "a log line")
+    put_job(r, k, "2", state)
+    assert sc.remove_job("1") == 1
+    assert not r.exists(key, k.logs("1"))
+    assert sc.get_state("1") == "unknown"
+    assert sc.get_state("2") != "unknown"
+    assert events(r, k) == [{"event": "removed", "jobId": "1", "prev": state}]
+
+
+def test_remove_missing_job_is_quiet(r, sc, k):
+    assert sc.remove_job("nope") == 1
+    assert not r.exists(k.events)
+
+
+def test_remove_locked_job_returns_0_and_changes_nothing(r, sc, k):
+    key = put_job(r, k, "1", "active")
+    r.set(key + ":lock", "tok", px=30000)
+    assert sc.remove_job("1") == 0
+    assert r.exists(key) and r.lrange(k.active, 0, -1) == ["1"]
+    assert not r.exists(k.events)
+
+
+def test_remove_job_with_locked_child_returns_0(r, sc, k, prefix):
+    other = QueueKeys("children", prefix)
+    child = put_job(r, other, "c1", "active", parentKey=k.job("p"))
+    r.set(child + ":lock", "tok", px=30000)
+    parent = put_job(r, k, "p", "waiting-children")
+    r.sadd(parent + ":dependencies", child)
+    assert sc.remove_job("p") == 0
+    assert r.exists(parent, child)
+    # without removeChildren the child's lock does not matter
+    assert sc.remove_job("p", remove_children=False) == 1
+    assert not r.exists(parent)
+    assert r.exists(child)
+
+
+def test_remove_scheduler_current_job_is_minus_8(r, sc, k):
+    r.zadd(k.repeat, {"every-min": TS})
+    jid = f"repeat:every-min:{TS}"
+    put_job(r, k, jid, "delayed", rjk="every-min")
+    with pytest.raises(JobBelongsToJobScheduler) as err:
+        sc.remove_job(jid)
+    assert err.value.code == -8
+    assert r.exists(k.job(jid))
+    # an older iteration of the same scheduler is an ordinary job
+    old = f"repeat:every-min:{TS - 60000}"
+    put_job(r, k, old, "completed", rjk="every-min")
+    assert sc.remove_job(old) == 1
+    assert not r.exists(k.job(old))
+
+
+def test_remove_job_with_children_across_queues(r, sc, k, prefix):
+    other = QueueKeys("children", prefix)
+    parent = put_job(r, k, "p", "waiting-children")
+    done = put_job(r, other, "done", "completed", parentKey=parent)
+    pending = put_job(r, other, "pending", "wait", parentKey=parent)
+    failed = put_job(r, other, "bad", "failed", parentKey=parent)
+    unsucc = put_job(r, other, "worse", "failed", parentKey=parent)
+    grandchild = put_job(r, other, "gc", "delayed", parentKey=pending)
+    r.sadd(pending + ":dependencies", grandchild)
+    r.hset(parent + ":processed", done, '"r"')
+    r.hset(parent + ":failed", failed, "err")
+    r.zadd(parent + ":unsuccessful", {unsucc: TS})
+    r.sadd(parent + ":dependencies", pending)
+
+    assert sc.remove_job("p") == 1
+    for key in (parent, done, pending, failed, unsucc, grandchild, parent + ":dependencies",
+                parent + ":processed", parent + ":failed", parent + ":unsuccessful"):
+        assert not r.exists(key), key
+    # the parent left waiting-children, not wait: removing its children did not release it
+    assert events(r, k) == [{"event": "removed", "jobId": "p", "prev": "waiting-children"}]
+    assert not r.exists(k.wait) and not r.exists(k.marker)
+    child_events = {(e["jobId"], e["prev"]) for e in events(r, other)}
+    assert child_events == {("done", "completed"), ("pending", "wait"), ("bad", "failed"),
+                            ("worse", "failed"), ("gc", "delayed")}
+
+
+def test_remove_last_child_releases_parent(r, sc, k, prefix):
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "waiting-children")
+    c1 = put_job(r, k, "c1", "wait", parentKey=parent)
+    c2 = put_job(r, k, "c2", "wait", parentKey=parent)
+    r.sadd(parent + ":dependencies", c1, c2)
+
+    assert sc.remove_job("c1") == 1
+    assert r.smembers(parent + ":dependencies") == {c2}
+    assert r.zscore(pq.waiting_children, "p") is not None
+
+    assert sc.remove_job("c2") == 1
+    assert not r.exists(parent + ":dependencies")
+    assert r.zscore(pq.waiting_children, "p") is None
+    assert r.lrange(pq.wait, 0, -1) == ["p"]
+    assert r.zscore(pq.marker, "0") == 0
+    assert events(r, pq) == [{"event": "waiting", "jobId": "p", "prev": "waiting-children"}]
+
+
+def test_remove_last_child_releases_prioritized_parent_without_marker_when_paused(r, sc, k, prefix):
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "waiting-children", priority=3)
+    r.hset(pq.meta, "paused", "1")
+    c1 = put_job(r, k, "c1", "wait", parentKey=parent)
+    r.sadd(parent + ":dependencies", c1)
+    sc.remove_job("c1")
+    assert r.zscore(pq.prioritized, "p") == 3 * PRIO + 1
+    assert not r.exists(pq.marker)
+
+
+def test_remove_child_of_missing_parent(r, sc, k):
+    put_job(r, k, "c", "wait", parentKey=k.job("gone"))
+    assert sc.remove_job("c") == 1
+    assert not r.exists(k.job("c"))
+    assert not r.exists(k.job("gone"))
+
+
+def test_remove_job_frees_its_dedup_key_only_if_owned(r, sc, k):
+    put_job(r, k, "1", "delayed", deid="d1")
+    r.set(k.dedup("d1"), "1")
+    r.hset(k.base + "dn:d1", mapping={"name": "next", "data": "{}"})
+    put_job(r, k, "2", "delayed", deid="d2")
+    r.set(k.dedup("d2"), "someone-else")
+    sc.remove_job("1")
+    sc.remove_job("2")
+    assert not r.exists(k.dedup("d1"), k.base + "dn:d1")
+    assert r.get(k.dedup("d2")) == "someone-else"
+
+
+def test_remove_event_respects_events_cap(r, sc, k):
+    put_job(r, k, "1", "wait")
+    sc.remove_job("1")
+    assert r.hget(k.meta, "opts.maxLenEvents") == "10000"
+
+
+# -- drain-5 ------------------------------------------------------------------------------
+
+def _populate_for_drain(r, k):
+    for j in ("w1", "w2"):
+        put_job(r, k, j, "wait")
+    put_job(r, k, "lp", "paused")
+    put_job(r, k, "p1", "prioritized", score=PRIO + 1)
+    put_job(r, k, "d1", "delayed", score=TS * 4096)
+    put_job(r, k, "a1", "active")
+    put_job(r, k, "c1", "completed")
+    put_job(r, k, "f1", "failed")
+    put_job(r, k, "wc", "waiting-children")
+    r.rpush(k.logs("w1"), "x")
+
+
+def test_drain_without_delayed(r, sc, k):
+    _populate_for_drain(r, k)
+    sc.drain()
+    for j in ("w1", "w2", "lp", "p1"):
+        assert not r.exists(k.job(j)), j
+    assert not r.exists(k.wait, k.paused, k.prioritized, k.logs("w1"))
+    for j in ("d1", "a1", "c1", "f1", "wc"):
+        assert r.exists(k.job(j)), j
+    assert r.zcard(k.delayed) == 1
+    assert not r.exists(k.events)
+
+
+def test_drain_with_delayed(r, sc, k):
+    _populate_for_drain(r, k)
+    sc.drain(include_delayed=True)
+    assert not r.exists(k.delayed, k.job("d1"))
+    assert r.exists(k.job("a1"), k.job("c1"))
+
+
+def test_drain_spares_each_schedulers_current_job(r, sc, k):
+    r.zadd(k.repeat, {"s1": TS + 1000, "s2": TS + 2000})
+    cur1, cur2 = f"repeat:s1:{TS + 1000}", f"repeat:s2:{TS + 2000}"
+    put_job(r, k, cur1, "delayed", score=(TS + 1000) * 4096, rjk="s1")
+    put_job(r, k, f"repeat:s1:{TS}", "delayed", score=TS * 4096, rjk="s1")  # stale iteration
+    # s2's current job was promoted already and waits between two ordinary jobs
+    put_job(r, k, "w1", "wait")
+    put_job(r, k, cur2, "wait", rjk="s2")
+    put_job(r, k, "w2", "wait")
+    sc.drain(include_delayed=True)
+    assert r.zrange(k.delayed, 0, -1) == [cur1]
+    assert r.lrange(k.wait, 0, -1) == [cur2]
+    assert r.exists(k.job(cur1), k.job(cur2)) == 2
+    assert not r.exists(k.job(f"repeat:s1:{TS}"), k.job("w1"), k.job("w2"))
+
+
+def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent(r, sc, k, prefix):
+    pq = QueueKeys("parents", prefix)
+    other_parent = put_job(r, pq, "op", "waiting-children")
+    c1 = put_job(r, k, "c1", "wait", parentKey=other_parent)
+    r.sadd(other_parent + ":dependencies", c1)
+    same_parent = put_job(r, k, "sp", "waiting-children")
+    c2 = put_job(r, k, "c2", "wait", parentKey=same_parent)
+    r.sadd(same_parent + ":dependencies", c2)
+    sc.drain()
+    assert r.lrange(pq.wait, 0, -1) == ["op"]
+    assert [e["event"] for e in events(r, pq)] == ["waiting"]
+    assert not r.exists(same_parent)
+    assert r.zcard(k.waiting_children) == 0
+
+
+def test_drain_frees_dedup_keys(r, sc, k):
+    put_job(r, k, "1", "wait", deid="d")
+    r.set(k.dedup("d"), "1")
+    sc.drain()
+    assert not r.exists(k.dedup("d"))
+
+
+def test_drain_large_wait_list(r, sc, k):
+    pipe = r.pipeline(transaction=False)
+    ids = [str(i) for i in range(8000)]
+    for j in ids:
+        pipe.hset(k.job(j), mapping={"name": "n", "data": "{}"})
+    pipe.lpush(k.wait, *ids)
+    pipe.execute()
+    sc.drain()
+    assert not r.exists(k.wait)
+    assert r.exists(*[k.job(j) for j in ids[:50]]) == 0
+
+
+# -- obliterate-2 -------------------------------------------------------------------------
+
+def test_obliterate_refuses_unpaused_queue(r, sc, k):
+    put_job(r, k, "1", "wait")
+    assert sc.obliterate() == -1
+    assert r.exists(k.job("1"))
+
+
+def test_obliterate_refuses_active_jobs_without_force(r, sc, k):
+    put_job(r, k, "1", "active")
+    r.hset(k.meta, "paused", "1")
+    assert sc.obliterate() == -2
+    assert r.exists(k.job("1"))
+
+
+def test_obliterate_everything_in_one_call(r, sc, k, prefix):
+    a = put_job(r, k, "a", "active")
+    r.set(a + ":lock", "tok")
+    for state in ("delayed", "completed", "wait", "paused", "prioritized", "failed",
+                  "waiting-children"):
+        put_job(r, k, state[:3], state)
+    r.rpush(k.logs("wai"), "x")
+    r.zadd(k.repeat, {"s": TS})
+    r.hset(k.scheduler("s"), mapping={"name": "n", "every": 1000})
+    for key in (k.id, k.pc, k.stalled_check, k.limiter, k.base + "delay"):
+        r.set(key, 1)
+    r.sadd(k.stalled, "a")
+    r.hset(k.metrics("completed"), "count", 1)
+    r.lpush(k.metrics("completed") + ":data", 1)
+    r.xadd(k.events, {"event": "x"})
+    r.zadd(k.marker, {"0": 0})
+    r.hset(k.meta, mapping={"paused": 1, "opts.maxLenEvents": 10000})
+    other = QueueKeys("other", prefix)
+    put_job(r, other, "keep", "wait")
+
+    assert sc.obliterate(force=True) == 0
+    assert r.keys(k.base + "*") == []
+    assert r.exists(other.job("keep"), other.wait) == 2
+
+
+def test_obliterate_pages_through_big_queue(r, sc, k):
+    for i in range(5):
+        put_job(r, k, f"d{i}", "delayed", score=(TS + i) * 4096)
+    for i in range(4):
+        put_job(r, k, f"c{i}", "completed", score=TS + i)
+    for i in range(3):
+        put_job(r, k, f"w{i}", "wait")
+    r.hset(k.meta, "paused", "1")
+    calls = []
+    while True:
+        res = sc.obliterate(count=4)
+        calls.append(res)
+        if res == 0:
+            break
+        assert len(calls) < 20
+        # each batch removes at most 4 job hashes
+        remaining = sum(r.exists(k.job(j)) for j in
+                        [f"d{i}" for i in range(5)] + [f"c{i}" for i in range(4)] +
+                        [f"w{i}" for i in range(3)])
+        assert remaining >= 12 - 4 * len(calls)
+        assert r.hexists(k.meta, "paused")  # infrastructure stays until the end
+    assert calls == [1, 1, 1, 0]
+    assert r.keys(k.base + "*") == []
+
+
+def test_obliterate_first_batch_removes_oldest_delayed_first(r, sc, k):
+    for i in range(5):
+        put_job(r, k, f"d{i}", "delayed", score=(TS + i) * 4096)
+    r.hset(k.meta, "paused", "1")
+    assert sc.obliterate(count=2) == 1
+    assert r.zrange(k.delayed, 0, -1) == ["d2", "d3", "d4"]
+    assert not r.exists(k.job("d0"), k.job("d1"))
+
+
+def test_obliterate_force_deletes_active_jobs_and_locks_in_batches(r, sc, k):
+    for i in range(3):
+        key = put_job(r, k, f"a{i}", "active")
+        r.set(key + ":lock", "tok")
+    r.hset(k.meta, "paused", "1")
+    assert sc.obliterate(count=2, force=True) == 1
+    assert r.llen(k.active) == 1
+    assert sc.obliterate(count=2, force=True) == 0
+    assert r.keys(k.base + "*") == []
