@@ -19,11 +19,14 @@ from .errors import (  # noqa: E402
     ScriptError,
     UnrecoverableError,
 )
+from .hookspecs import FailureDecision, hookimpl  # noqa: E402
 from .keys import QueueKeys  # noqa: E402
 
 __all__ = [
     "__version__",
     "QueueKeys",
+    "hookimpl",
+    "FailureDecision",
     "EchoMQError",
     "ScriptError",
     "JobNotExist",

@@ -1,0 +1,557 @@
+"""The YAML configuration file: loading, ``${VAR}`` expansion and validation.
+
+``echomq-gevent -c FILE`` (and the gunicorn integration) call :func:`load_config`
+on the main greenlet before anything starts. A file that cannot work is refused
+with a :class:`~echomq_gevent.errors.ConfigError` whose message names the file, the
+line and the dotted key (``queues.mail.concurency``), and for a typo the nearest
+valid key. Queue options are checked against the one options table,
+:data:`echomq_gevent.worker_options.WORKER_OPTIONS`, so the file, ``Worker(...)`` and
+``docs/configuration.md`` never drift apart.
+
+The file::
+
+    redis:
+      url: embedded            # or redis://host:port/db, rediss://..., unix:///path.sock
+      embedded: {dir: var}     # only with url: embedded
+    prefix: bull
+    plugin_paths: [../plugins] # folders (relative to this file) put on sys.path
+    plugins: [demo]            # plugin modules (or module:object)
+    entry_points: true         # also load the `echomq_gevent` entry-point plugins
+    logging: {level: info, format: text}
+    defaults: {concurrency: 10}
+    queues:
+      demo: {processor: "demo:process", concurrency: 20}
+
+Any scalar may use ``${VAR}`` (error when unset) or ``${VAR:-default}`` (default when
+unset or empty); an unquoted scalar is typed after expansion, so
+``concurrency: ${CONC:-5}`` is the integer 5.
+"""
+from __future__ import annotations
+
+import difflib
+import importlib
+import os
+import re
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import yaml
+
+from .errors import ConfigError
+from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
+from .worker_options import WORKER_OPTIONS, option_defaults, validate_worker_options
+
+__all__ = [
+    "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config",
+    "resolve_processor", "build_plugin_host", "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
+    "EMBEDDED", "DEFAULT_REDIS_URL",
+]
+
+EMBEDDED = "embedded"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+#: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
+TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
+                  "defaults", "queues")
+REDIS_KEYS = ("url", "embedded")
+EMBEDDED_KEYS = ("dir", "port", "persist")
+LOGGING_KEYS = ("level", "format")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+LOG_FORMATS = ("text", "json")
+#: Keys a queue takes besides the worker options.
+QUEUE_ONLY_KEYS = ("processor",)
+
+Path = Tuple[Any, ...]
+
+
+# --- located YAML -----------------------------------------------------------------------
+class _Marks:
+    """Line numbers (1-based) of every key and value, by path tuple."""
+
+    def __init__(self) -> None:
+        self.key_line: Dict[Path, int] = {}
+        self.value_line: Dict[Path, int] = {}
+
+    def line(self, path: Path) -> Optional[int]:
+        """Line of the key at ``path`` (its value's line for list items); walks up to the
+        nearest parent that has one."""
+        p = tuple(path)
+        while True:
+            if p in self.key_line:
+                return self.key_line[p]
+            if p in self.value_line:
+                return self.value_line[p]
+            if not p:
+                return None
+            p = p[:-1]
+
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^}])*))?\}")
+
+
+class _Builder:
+    """Turns a composed YAML node tree into plain Python values, recording line numbers
+    and expanding ``${VAR}`` in scalars. Errors are raised with the line of the node."""
+
+    def __init__(self, filename: str, env: Mapping[str, str]) -> None:
+        self.filename = filename
+        self.env = env
+        self.marks = _Marks()
+        self._loader = yaml.SafeLoader("")
+
+    def error(self, line: Optional[int], path: Path, message: str) -> ConfigError:
+        return ConfigError(_format(self.filename, line, path, message))
+
+    def build(self, node: yaml.Node, path: Path) -> Any:
+        line = node.start_mark.line + 1
+        self.marks.value_line.setdefault(path, line)
+        if isinstance(node, yaml.MappingNode):
+            own_keys = {id(k) for k, _v in node.value if k.tag != "tag:yaml.org,2002:merge"}
+            try:
+                self._loader.flatten_mapping(node)
+            except yaml.YAMLError as exc:
+                raise self.error(line, path, f"bad merge key: {exc}") from None
+            out: Dict[Any, Any] = {}
+            merged_in = set()  # keys that came from a `<<` merge: an own key may override them
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise self.error(key_node.start_mark.line + 1, path,
+                                     "a key must be a plain name, not a list or mapping")
+                key = self._scalar(key_node, path)
+                if not isinstance(key, str):
+                    key = str(key) if isinstance(key, (int, float)) and not isinstance(key, bool) else key
+                if not isinstance(key, str):
+                    raise self.error(key_node.start_mark.line + 1, path, f"key {key!r} must be a string")
+                sub = path + (key,)
+                own = id(key_node) in own_keys
+                if key in out and own and key in merged_in:
+                    merged_in.discard(key)
+                elif key in out and not own:
+                    pass  # pyyaml's rule among merged sources: the later entry wins
+                elif key in out:
+                    raise self.error(key_node.start_mark.line + 1, sub,
+                                     f"key {key!r} appears twice in this mapping (first on line "
+                                     f"{self.marks.key_line.get(sub)}); remove one")
+                if not own:
+                    merged_in.add(key)
+                self.marks.key_line[sub] = key_node.start_mark.line + 1
+                out[key] = self.build(value_node, sub)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
+        return self._scalar(node, path)
+
+    def _scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
+        value = node.value
+        if "${" in value and node.tag == "tag:yaml.org,2002:str":
+            expanded = self._expand(value, node.start_mark.line + 1, path)
+            if node.style is None:  # plain scalar: type it after expansion
+                tag = self._loader.resolve(yaml.ScalarNode, expanded, (True, False))
+                return self._loader.construct_object(yaml.ScalarNode(tag, expanded))
+            return expanded
+        try:
+            return self._loader.construct_object(node, deep=True)
+        except yaml.YAMLError as exc:
+            raise self.error(node.start_mark.line + 1, path, f"bad value: {exc}") from None
+
+    def _expand(self, text: str, line: int, path: Path) -> str:
+        def repl(m: "re.Match[str]") -> str:
+            name, default = m.group(1), m.group(2)
+            value = self.env.get(name)
+            if value is None or value == "":
+                if default is not None:
+                    return default
+                if value is None:
+                    raise self.error(line, path, f"environment variable {name} is not set; set it or "
+                                                 f"write ${{{name}:-default}}")
+            return value
+        return _VAR.sub(repl, text)
+
+
+def _dotted(path: Path) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _format(filename: str, line: Optional[int], path: Path, message: str) -> str:
+    where = f"{filename}, line {line}" if line else filename
+    return f"{where}, key {_dotted(path)}: {message}"
+
+
+def _suggest(key: str, valid: Any) -> str:
+    valid = list(valid)
+    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    if near:
+        return f"unknown key {key!r}; did you mean {near[0]!r}?"
+    return f"unknown key {key!r}; valid keys here: {', '.join(valid)}"
+
+
+# --- the validated configuration -----------------------------------------------------------
+@dataclass
+class RedisSettings:
+    """Where Redis is. ``url == "embedded"`` means: start a private server
+    (:mod:`echomq_gevent.embedded`) with its data in ``embedded_dir``."""
+
+    url: str = DEFAULT_REDIS_URL
+    embedded_dir: str = "var"
+    embedded_port: Optional[int] = None
+    embedded_persist: bool = True
+
+    @property
+    def embedded(self) -> bool:
+        return self.url == EMBEDDED
+
+
+@dataclass
+class QueueConfig:
+    """One queue of the file: its worker options (complete, defaults filled in) and the
+    optional ``processor: "module:function"`` spec."""
+
+    name: str
+    options: Dict[str, Any]
+    processor: Optional[str] = None
+    line: Optional[int] = None
+
+
+@dataclass
+class Config:
+    """A validated configuration file. Built by :func:`load_config`/:func:`parse_config`."""
+
+    filename: str
+    redis: RedisSettings = field(default_factory=RedisSettings)
+    prefix: str = DEFAULT_PREFIX
+    plugin_paths: List[str] = field(default_factory=list)
+    plugins: List[str] = field(default_factory=list)
+    entry_points: bool = True
+    log_level: str = "info"
+    log_format: str = "text"
+    defaults: Dict[str, Any] = field(default_factory=dict)
+    queues: Dict[str, QueueConfig] = field(default_factory=dict)
+    raw: Dict[str, Any] = field(default_factory=dict)
+    marks: _Marks = field(default_factory=_Marks, repr=False)
+
+    def error(self, path: Path, message: str) -> ConfigError:
+        """A ConfigError naming this file, the line of ``path`` and the key."""
+        return ConfigError(_format(self.filename, self.marks.line(path), path, message))
+
+    def activate_paths(self) -> None:
+        """Put ``plugin_paths`` (and the working directory) at the front of ``sys.path``
+        so plugin and processor modules import. Called by the CLI before plugins load."""
+        for p in reversed([os.getcwd()] + self.plugin_paths):
+            if p not in sys.path:
+                sys.path.insert(0, p)
+
+
+def load_config(path: str, env: Optional[Mapping[str, str]] = None) -> Config:
+    """Read and validate the file at ``path``. ``env`` defaults to ``os.environ``.
+
+    Raises ConfigError (file, line, key) for anything wrong, including a missing file.
+    """
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration file: {exc.strerror or exc}") from None
+    return parse_config(text, filename=path, env=env)
+
+
+def parse_config(text: str, filename: str = "<config>", env: Optional[Mapping[str, str]] = None) -> Config:
+    """Validate YAML ``text`` (named ``filename`` in errors); see the module doc for the keys."""
+    env = os.environ if env is None else env
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        problem = " ".join(str(p) for p in (exc.context, exc.problem) if p)
+        where = f"{filename}, line {line}" if line else filename
+        raise ConfigError(f"{where}: this is not valid YAML: {problem}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{filename}: this is not valid YAML: {exc}") from None
+    builder = _Builder(filename, env)
+    data = builder.build(node, ()) if node is not None else {}
+    cfg = Config(filename=filename, raw=data, marks=builder.marks)
+    if not isinstance(data, dict):
+        raise cfg.error((), f"the file must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, "
+                            f"got {type(data).__name__}")
+    base_dir = os.path.dirname(os.path.abspath(filename)) if filename and not filename.startswith("<") \
+        else os.getcwd()
+    for key in data:
+        if key not in TOP_LEVEL_KEYS:
+            raise cfg.error((key,), _suggest(key, TOP_LEVEL_KEYS))
+    _parse_redis(cfg, data.get("redis"))
+    if "prefix" in data:
+        prefix = data["prefix"]
+        try:
+            cfg.prefix = validate_prefix(prefix)
+        except ValueError as exc:
+            raise cfg.error(("prefix",), str(exc)) from None
+    cfg.plugin_paths = [os.path.normpath(os.path.join(base_dir, p))
+                        for p in _str_list(cfg, data, "plugin_paths")]
+    cfg.plugins = _str_list(cfg, data, "plugins")
+    for i, spec in enumerate(cfg.plugins):
+        if not re.fullmatch(r"[A-Za-z_][\w.]*(:[A-Za-z_][\w.]*)?", spec):
+            raise cfg.error(("plugins", i), f"{spec!r} is not a module name (or module:object)")
+    if "entry_points" in data:
+        if not isinstance(data["entry_points"], bool):
+            raise cfg.error(("entry_points",), f"must be true or false, got {data['entry_points']!r}")
+        cfg.entry_points = data["entry_points"]
+    _parse_logging(cfg, data.get("logging"))
+    cfg.defaults = _parse_options(cfg, data.get("defaults"), ("defaults",), allow_processor=False)
+    _parse_queues(cfg, data)
+    return cfg
+
+
+def _str_list(cfg: Config, data: Mapping[str, Any], key: str) -> List[str]:
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise cfg.error((key,), f"must be a list of strings, got {value!r}")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise cfg.error((key, i), f"must be a non-empty string, got {item!r}")
+    return list(value)
+
+
+def _parse_redis(cfg: Config, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, str):
+        value = {"url": value}
+        cfg.marks.value_line.setdefault(("redis", "url"), cfg.marks.line(("redis",)) or 0)
+    if not isinstance(value, dict):
+        raise cfg.error(("redis",), f"must be a mapping with url (and embedded), got {value!r}")
+    for key in value:
+        if key not in REDIS_KEYS:
+            raise cfg.error(("redis", key), _suggest(key, REDIS_KEYS))
+    url = value.get("url", DEFAULT_REDIS_URL)
+    if not isinstance(url, str) or not (url == EMBEDDED or re.match(r"(redis|rediss|unix)://", url)):
+        raise cfg.error(("redis", "url"), f"must be 'embedded' or a redis://, rediss:// or unix:// URL, "
+                                          f"got {url!r}")
+    cfg.redis.url = url
+    emb = value.get("embedded")
+    if emb is None:
+        return
+    if url != EMBEDDED:
+        raise cfg.error(("redis", "embedded"), f"embedded settings only apply with url: embedded, "
+                                               f"but url is {url!r}; remove one of them")
+    if not isinstance(emb, dict):
+        raise cfg.error(("redis", "embedded"), f"must be a mapping with {', '.join(EMBEDDED_KEYS)}")
+    for key, v in emb.items():
+        path = ("redis", "embedded", key)
+        if key not in EMBEDDED_KEYS:
+            raise cfg.error(path, _suggest(key, EMBEDDED_KEYS))
+        if key == "dir":
+            if not isinstance(v, str) or not v:
+                raise cfg.error(path, f"must be a folder name, got {v!r}")
+            cfg.redis.embedded_dir = v
+        elif key == "port":
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536):
+                raise cfg.error(path, f"must be a TCP port 1..65535 or null (unix socket), got {v!r}")
+            cfg.redis.embedded_port = v
+        elif key == "persist":
+            if not isinstance(v, bool):
+                raise cfg.error(path, f"must be true or false, got {v!r}")
+            cfg.redis.embedded_persist = v
+
+
+def _parse_logging(cfg: Config, value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        raise cfg.error(("logging",), f"must be a mapping with level and format, got {value!r}")
+    for key, v in value.items():
+        path = ("logging", key)
+        if key not in LOGGING_KEYS:
+            raise cfg.error(path, _suggest(key, LOGGING_KEYS))
+        allowed = LOG_LEVELS if key == "level" else LOG_FORMATS
+        if not isinstance(v, str) or v.lower() not in allowed:
+            raise cfg.error(path, f"must be one of {', '.join(allowed)}, got {v!r}")
+        if key == "level":
+            cfg.log_level = v.lower()
+        else:
+            cfg.log_format = v.lower()
+
+
+def _type_words(types: Tuple[type, ...]) -> str:
+    names = {int: "an integer", float: "a number", bool: "true/false", str: "a string",
+             dict: "a mapping", type(None): "null"}
+    return " or ".join(names.get(t, t.__name__) for t in types)
+
+
+def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -> Dict[str, Any]:
+    """Check one mapping of worker options key by key (so the error has the key's line)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise cfg.error(path, f"must be a mapping of worker options, got {value!r}")
+    valid = list(WORKER_OPTIONS) + (list(QUEUE_ONLY_KEYS) if allow_processor else [])
+    out: Dict[str, Any] = {}
+    for key, v in value.items():
+        sub = path + (key,)
+        if key == "processor" and allow_processor:
+            if not isinstance(v, str) or not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", v):
+                raise cfg.error(sub, f"must be 'module:function', got {v!r}")
+            out[key] = v
+            continue
+        if key == "processor":
+            raise cfg.error(sub, "processor is per queue; set it under queues.<name>, not in defaults")
+        opt = WORKER_OPTIONS.get(key)
+        if opt is None:
+            raise cfg.error(sub, _suggest(key, valid))
+        if v is not None and not isinstance(v, opt.types) or (
+                isinstance(v, bool) and bool not in opt.types):
+            raise cfg.error(sub, f"must be {_type_words(opt.types)}, got {v!r}")
+        try:
+            opt.check(key, v)
+        except ConfigError as exc:
+            raise cfg.error(sub, str(exc)) from None
+        out[key] = v
+    return out
+
+
+def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
+    queues = data.get("queues")
+    if queues is None:
+        raise cfg.error(("queues",), "the file declares no queues; add queues: {name: {options}}")
+    if not isinstance(queues, dict) or not queues:
+        raise cfg.error(("queues",), f"must be a non-empty mapping from queue name to its options, "
+                                     f"got {queues!r}")
+    for name, value in queues.items():
+        path = ("queues", name)
+        try:
+            validate_queue_name(name)
+        except ValueError as exc:
+            raise cfg.error(path, str(exc)) from None
+        own = _parse_options(cfg, value if value is not None else {}, path, allow_processor=True)
+        processor = own.pop("processor", None)
+        merged = dict(cfg.defaults)
+        merged.update(own)
+        full = option_defaults()
+        full.update(merged)
+        _check_combinations(cfg, path, name, full, own)
+        try:
+            options = validate_worker_options(merged, where=f"queue {name!r}")
+        except ConfigError as exc:
+            raise cfg.error(path, str(exc)) from None
+        cfg.queues[name] = QueueConfig(name=name, options=options, processor=processor,
+                                       line=cfg.marks.line(path))
+
+
+def _check_combinations(cfg: Config, path: Path, name: str, options: Dict[str, Any],
+                        own: Mapping[str, Any]) -> None:
+    """Refuse option combinations that cannot work (beyond the table's own checks)."""
+    def at(key: str) -> Path:
+        return path + (key,) if key in own else (("defaults", key) if key in cfg.defaults else path)
+
+    lock = options["lock_duration"]
+    renew = options.get("lock_renew_time")
+    if renew is not None and renew >= lock:
+        raise cfg.error(at("lock_renew_time"),
+                        f"lock_renew_time ({renew} ms) must be below lock_duration ({lock} ms), "
+                        f"or locks expire before they are renewed")
+    if lock < 100:
+        raise cfg.error(at("lock_duration"), f"lock_duration {lock} ms is too short for any renewal to "
+                                             f"arrive in time; use 1000 ms or more")
+    if options["drain_delay"] == 0:
+        raise cfg.error(at("drain_delay"), "drain_delay 0 would block on the marker forever (BZPOPMIN "
+                                           "timeout 0) and the worker could not notice a close; use a "
+                                           "value > 0, e.g. 5")
+    if options.get("offload") == "thread" and options["concurrency"] > 1000:
+        raise cfg.error(at("concurrency"), "offload: thread runs each job in a native thread; "
+                                           f"concurrency {options['concurrency']} threads is more than "
+                                           "1000; lower it or drop offload")
+
+
+# --- resolving what the file names ------------------------------------------------------------
+def resolve_processor(spec: str) -> Callable[..., Any]:
+    """Import ``"module:function"`` (the function may be dotted: ``mod:Class.method``).
+
+    Raises ImportError/AttributeError/TypeError with a message naming the spec.
+    """
+    module_name, _, attr = spec.partition(":")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ImportError(f"processor {spec!r}: module {module_name!r} cannot be imported: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise AttributeError(f"processor {spec!r}: module {module_name!r} has no {attr!r}") from None
+    if not callable(obj):
+        raise TypeError(f"processor {spec!r} is not callable: {obj!r}")
+    return obj
+
+
+def _plugin_object(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    if attr:
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    return obj
+
+
+def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors: bool = True) -> Tuple[
+        Any, Dict[str, Optional[Callable[..., Any]]]]:
+    """Load the file's plugins (and entry points), build the shared PluginHost and
+    resolve every queue's processor.
+
+    Called by the CLI (run and ``--check``) and the gunicorn integration, on the main
+    greenlet, after :meth:`Config.activate_paths`. ``extra`` are plugin objects or
+    module names added after the file's (the CLI's ``--demo`` and progress plugins).
+    Returns ``(host, processors)``, ``processors[queue]`` being the callable from
+    ``processor:`` or ``None`` (the plugins route by job name). Raises ConfigError naming
+    the line of the plugin or processor that fails, or of a queue nothing can serve.
+    """
+    import pluggy
+
+    from .plugins import PluginHost, make_plugin_manager
+
+    objects: List[Any] = []
+    for i, spec in enumerate(cfg.plugins):
+        try:
+            objects.append(_plugin_object(spec))
+        except ImportError as exc:
+            raise cfg.error(("plugins", i), f"plugin module {spec!r} cannot be imported: {exc}; "
+                                            f"check the name and plugin_paths") from None
+        except AttributeError as exc:
+            raise cfg.error(("plugins", i), f"plugin {spec!r}: {exc}") from None
+    try:
+        pm = make_plugin_manager(list(objects) + list(extra), entry_points=cfg.entry_points)
+    except pluggy.PluginValidationError as exc:
+        raise cfg.error(("plugins",), f"plugin {getattr(exc, 'plugin', '?')!r} is not valid: {exc}") from None
+    except ImportError as exc:
+        raise cfg.error(("plugins",), f"a plugin cannot be imported: {exc}") from None
+    except Exception as exc:  # an entry point that fails to load
+        raise cfg.error(("entry_points",), f"loading the echomq_gevent entry points failed: "
+                                           f"{type(exc).__name__}: {exc}") from None
+    try:
+        host = PluginHost(pm)
+    except Exception as exc:
+        raise cfg.error(("plugins",), f"a plugin's echomq_register_processors raised "
+                                      f"{type(exc).__name__}: {exc}") from None
+    processors: Dict[str, Optional[Callable[..., Any]]] = {}
+    dynamic = [impl for impl in pm.hook.echomq_get_processor.get_hookimpls()]
+    routed = {q for (q, _n) in host.registry.routes()}
+    for name, q in cfg.queues.items():
+        if q.processor:
+            try:
+                processors[name] = resolve_processor(q.processor)
+            except (ImportError, AttributeError, TypeError) as exc:
+                raise cfg.error(("queues", name, "processor"), str(exc)) from None
+            continue
+        processors[name] = None
+        if check_processors and name not in routed and not dynamic:
+            raise cfg.error(("queues", name),
+                            f"queue {name!r} has no processor: set processor: 'module:function' or "
+                            f"load a plugin (plugins: [...]) that registers one for it")
+    return host, processors
