@@ -21,10 +21,14 @@ from .errors import (  # noqa: E402
 )
 from .hookspecs import FailureDecision, hookimpl  # noqa: E402
 from .keys import QueueKeys  # noqa: E402
+from .job import Job  # noqa: E402
+from .queue import Queue  # noqa: E402
 
 __all__ = [
     "__version__",
     "QueueKeys",
+    "Queue",
+    "Job",
     "hookimpl",
     "FailureDecision",
     "EchoMQError",

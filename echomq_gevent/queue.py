@@ -1,0 +1,416 @@
+"""The producer and admin side of a queue: add jobs, read them back, pause, clean up.
+
+``Queue`` speaks BullMQ v6's protocol, so jobs it adds are taken by Node BullMQ
+workers as well as ours, and what Node producers add reads back here. One instance
+per process may be shared by every greenlet (the redis-py client is thread and
+greenlet safe; give ``max_connections`` when many request greenlets enqueue at once).
+Every method is a blocking call that yields to other greenlets while it waits on
+Redis once gevent has patched the socket module.
+"""
+from __future__ import annotations
+
+import base64
+import difflib
+import time
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .connection import DEFAULT_URL, ConnectionLike, make_client
+from .errors import EchoMQError, error_for_code
+from .job import Job
+from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
+from .keys import DEFAULT_PREFIX, QueueKeys
+from .scripts import Scripts
+
+__all__ = ["Queue", "JOB_TYPES", "DEFAULT_COUNT_TYPES"]
+
+#: Job types accepted by the getters (BullMQ names; ``waiting`` is the ``wait`` list).
+JOB_TYPES = ("active", "completed", "delayed", "failed", "prioritized", "waiting", "wait",
+             "waiting-children", "paused")
+#: What ``get_job_counts()`` counts when no type is named (as Node v6).
+DEFAULT_COUNT_TYPES = ("active", "completed", "delayed", "failed", "prioritized", "waiting",
+                       "waiting-children")
+_LIST_TYPES = ("wait", "paused", "active")
+_ADD_SCRIPTS = ("addStandardJob-9", "addDelayedJob-6", "addPrioritizedJob-9")
+
+#: Node's Number.MAX_SAFE_INTEGER: the limiter value of a manual rate limit.
+_MAX_SAFE_INTEGER = 9007199254740991
+
+JobSpec = Union[Tuple[str, Any], Tuple[str, Any, Optional[Mapping[str, Any]]], Mapping[str, Any]]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _PreparedJob:
+    """A validated, encoded job ready for an add script (built before anything is written)."""
+
+    __slots__ = ("name", "data", "data_json", "opts", "encoded", "job_id", "timestamp", "script_kwargs")
+
+    def __init__(self, name: str, data: Any, data_json: str, opts: Dict[str, Any],
+                 encoded: Dict[str, Any], job_id: str, timestamp: int,
+                 script_kwargs: Dict[str, Any]) -> None:
+        self.name = name
+        self.data = data
+        self.data_json = data_json
+        self.opts = opts
+        self.encoded = encoded
+        self.job_id = job_id
+        self.timestamp = timestamp
+        self.script_kwargs = script_kwargs
+
+
+class Queue:
+    """A BullMQ queue (``Queue("mail")`` uses keys ``bull:mail:*``).
+
+    ``connection`` is a Redis URL or a ``redis.Redis`` instance (a client that does not
+    decode responses is cloned into one that does). ``default_job_options`` are merged
+    under each job's own options, like Node's ``defaultJobOptions``.
+    """
+
+    def __init__(self, name: str, connection: ConnectionLike = DEFAULT_URL, prefix: str = DEFAULT_PREFIX,
+                 max_connections: Optional[int] = None,
+                 default_job_options: Optional[Mapping[str, Any]] = None) -> None:
+        self.keys = QueueKeys(name, prefix)
+        self.name = self.keys.name
+        self.prefix = self.keys.prefix
+        self.qualified_name = self.keys.queue_key
+        self.client = make_client(connection, max_connections=max_connections)
+        self._owns_client = self.client is not connection
+        self.scripts = Scripts(self.client, self.keys)
+        self.default_job_options = validate_job_options(default_job_options, None)
+        self._add_scripts_loaded = False
+
+    def __repr__(self) -> str:
+        return f"Queue({self.name!r}, prefix={self.prefix!r})"
+
+    def __enter__(self) -> "Queue":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the connections this queue opened (a client passed in stays open)."""
+        if self._owns_client:
+            self.client.close()
+
+    # -- adding jobs ------------------------------------------------------------------
+    def _prepare(self, name: Any, data: Any, opts: Optional[Mapping[str, Any]]) -> _PreparedJob:
+        if not isinstance(name, str):
+            raise EchoMQError(f"job name must be a string, got {name!r}")
+        merged: Dict[str, Any] = dict(self.default_job_options)
+        merged.update(validate_job_options(opts, name))
+        clean = validate_job_options(merged, name)
+        data_json = encode_job_data(data, name, clean.get("sizeLimit"))
+        timestamp = clean.get("timestamp") or _now_ms()
+        encoded = encode_job_options(clean)
+        kwargs: Dict[str, Any] = {}
+        parent = clean.get("parent")
+        if parent:
+            parent_prefix, parent_queue = parent["queue"].rsplit(":", 1)
+            parent_keys = QueueKeys(parent_queue, parent_prefix)
+            parent_map: Dict[str, Any] = {"id": parent["id"], "queueKey": parent["queue"]}
+            for long_name, short in (("failParentOnFailure", "fpof"), ("removeDependencyOnFailure", "rdof"),
+                                     ("ignoreDependencyOnFailure", "idof"), ("continueParentOnFailure", "cpof")):
+                if clean.get(long_name):
+                    parent_map[short] = True
+            kwargs["parent_key"] = parent_keys.job(parent["id"])
+            kwargs["parent_deps_key"] = parent_keys.dependencies(parent["id"])
+            kwargs["parent"] = parent_map
+        if clean.get("repeatJobKey"):
+            kwargs["repeat_job_key"] = clean["repeatJobKey"]
+        dedup = clean.get("deduplication")
+        if dedup:
+            kwargs["dedup_key"] = self.keys.dedup(dedup["id"])
+        return _PreparedJob(name, data, data_json, clean, encoded, clean.get("jobId", ""), timestamp, kwargs)
+
+    def _job_from_prepared(self, prepared: _PreparedJob, job_id: str) -> Job:
+        job = Job(self.scripts, job_id, prepared.name, prepared.data,
+                  decode_job_options(prepared.encoded), prepared.timestamp)
+        kw = prepared.script_kwargs
+        if "parent_key" in kw:
+            job.parent_key = kw["parent_key"]
+            job.parent = dict(kw["parent"])
+        job.repeat_job_key = kw.get("repeat_job_key")
+        dedup = prepared.opts.get("deduplication")
+        job.deduplication_id = dedup["id"] if dedup else None
+        return job
+
+    def add(self, name: str, data: Any, opts: Optional[Mapping[str, Any]] = None) -> Job:
+        """Add one job; returns it as stored.
+
+        ``opts`` uses BullMQ's option names (see :mod:`echomq_gevent.job_options`).
+        For an existing custom ``jobId`` nothing is written and the existing id comes
+        back (a ``duplicated`` event is emitted); a deduplicated add returns the id of
+        the job that owns the deduplication id. Raises InvalidOptionError /
+        InvalidJobIdError / InvalidJobDataError before writing anything,
+        ParentJobNotExist when ``opts.parent`` names a missing job.
+        """
+        prepared = self._prepare(name, data, opts)
+        job_id = self.scripts.add_job(prepared.job_id, prepared.name, prepared.timestamp,
+                                      prepared.data_json, prepared.encoded, **prepared.script_kwargs)
+        return self._job_from_prepared(prepared, str(job_id))
+
+    def _ensure_add_scripts(self) -> None:
+        if self._add_scripts_loaded:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        for script in _ADD_SCRIPTS:
+            pipe.script_load(self.scripts.lib.sources[script])
+        pipe.execute()
+        self._add_scripts_loaded = True
+
+    def add_bulk(self, jobs: Iterable[JobSpec]) -> List[Job]:
+        """Add many jobs in ONE round trip (a pipeline of add scripts); returns them in order.
+
+        Each item is ``(name, data)``, ``(name, data, opts)`` or a mapping with ``name``,
+        ``data`` and optional ``opts``. Every job is validated first: one bad job means
+        nothing is written. A script error (e.g. a missing parent) is raised after the
+        pipeline ran; the jobs before and after it were added.
+        """
+        prepared: List[_PreparedJob] = []
+        for index, spec in enumerate(jobs):
+            if isinstance(spec, Mapping):
+                name, data, opts = spec.get("name"), spec.get("data"), spec.get("opts")
+            else:
+                if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
+                    raise EchoMQError(f"add_bulk item {index} must be (name, data), (name, data, opts) "
+                                      f"or {{name, data, opts}}, got {spec!r}")
+                name, data = spec[0], spec[1]
+                opts = spec[2] if len(spec) == 3 else None
+            prepared.append(self._prepare(name, data, opts))
+        if not prepared:
+            return []
+        self._ensure_add_scripts()
+        pipe = self.client.pipeline(transaction=False)
+        for p in prepared:
+            self.scripts.add_job(p.job_id, p.name, p.timestamp, p.data_json, p.encoded, pipe=pipe,
+                                 **p.script_kwargs)
+        results = self.scripts.execute_pipeline(pipe)
+        out: List[Job] = []
+        failure: Optional[BaseException] = None
+        for p, res in zip(prepared, results):
+            if isinstance(res, BaseException):
+                failure = failure or res
+                continue
+            if isinstance(res, int) and res < 0:
+                failure = failure or error_for_code(res, "add_bulk", p.job_id or None,
+                                                    f"job name {p.name!r}")
+                continue
+            out.append(self._job_from_prepared(p, str(res)))
+        if failure is not None:
+            raise failure
+        return out
+
+    # -- reading ----------------------------------------------------------------------
+    def get_job(self, job_id: str) -> Optional[Job]:
+        """The job with this id, or ``None`` when its hash does not exist."""
+        fields = self.client.hgetall(self.keys.job(str(job_id)))
+        if not fields:
+            return None
+        return Job.from_fields(self.scripts, str(job_id), fields)
+
+    def get_job_state(self, job_id: str) -> str:
+        """``completed``, ``failed``, ``delayed``, ``prioritized``, ``active``, ``waiting``,
+        ``waiting-children`` or ``unknown``."""
+        return self.scripts.get_state(str(job_id))
+
+    @staticmethod
+    def _types(types: Sequence[Any], default: Sequence[str]) -> List[str]:
+        flat: List[str] = []
+        for t in types:
+            if isinstance(t, (list, tuple)):
+                flat.extend(t)
+            elif t is not None:
+                flat.append(t)
+        if not flat:
+            return list(default)
+        seen: List[str] = []
+        for t in flat:
+            if t not in JOB_TYPES:
+                near = difflib.get_close_matches(str(t), JOB_TYPES, n=1)
+                hint = f" (did you mean {near[0]!r}?)" if near else ""
+                raise ValueError(f"unknown job type {t!r}{hint}; use one of {', '.join(JOB_TYPES)}")
+            if t not in seen:
+                seen.append(t)
+        return seen
+
+    def get_job_counts(self, *types: Any) -> Dict[str, int]:
+        """Counts per job type, keyed by the names asked (default: Node v6's seven types)."""
+        names = self._types(types, DEFAULT_COUNT_TYPES)
+        counts = self.scripts.get_counts(["wait" if t == "waiting" else t for t in names])
+        return {name: int(c or 0) for name, c in zip(names, counts)}
+
+    def get_job_count_by_types(self, *types: Any) -> int:
+        """Sum of :meth:`get_job_counts` over the given types."""
+        return sum(self.get_job_counts(*types).values())
+
+    def count(self) -> int:
+        """Jobs not yet processed: waiting, delayed, prioritized and waiting-children."""
+        return self.get_job_count_by_types("waiting", "delayed", "prioritized", "waiting-children")
+
+    def get_job_ids(self, types: Any = None, start: int = 0, end: int = -1, asc: bool = False) -> List[str]:
+        """Job ids per type, ranges as BullMQ's ``getRanges`` (one pipeline).
+
+        ``asc=False`` lists newest first. Lists (wait, active) are read from the
+        right end when ascending; zsets by score.
+        """
+        names = self._types([types], DEFAULT_COUNT_TYPES)
+        states: List[str] = []
+        for t in names:
+            s = "wait" if t == "waiting" else t
+            if s not in states:
+                states.append(s)
+        pipe = self.client.pipeline(transaction=False)
+        for s in states:
+            key = self.keys.state_key(s)
+            if s in _LIST_TYPES:
+                if asc:
+                    lo = 0 if end == -1 else -(end + 1)
+                    hi = 0 if start == -1 else -(start + 1)
+                    pipe.lrange(key, lo, hi)
+                else:
+                    pipe.lrange(key, start, end)
+            elif asc:
+                pipe.zrange(key, start, end)
+            else:
+                pipe.zrevrange(key, start, end)
+        ids: List[str] = []
+        seen = set()
+        for s, found in zip(states, pipe.execute()):
+            if s in _LIST_TYPES and asc:
+                found = list(reversed(found))
+            for job_id in found:
+                if job_id.startswith("0:") or job_id in seen:
+                    continue
+                seen.add(job_id)
+                ids.append(job_id)
+        return ids
+
+    def get_jobs(self, types: Any = None, start: int = 0, end: int = -1, asc: bool = False) -> List[Job]:
+        """Jobs of the given types (a name or a list; default: all types) in BullMQ's
+        order; ids whose hash is gone are skipped. Two round trips."""
+        ids = self.get_job_ids(types, start, end, asc)
+        if not ids:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return [Job.from_fields(self.scripts, job_id, fields)
+                for job_id, fields in zip(ids, pipe.execute()) if fields]
+
+    def get_job_logs(self, job_id: str, start: int = 0, end: int = -1, asc: bool = True) -> Dict[str, Any]:
+        """``{"logs": [...], "count": n}`` for a job (oldest first unless ``asc=False``)."""
+        key = self.keys.logs(str(job_id))
+        pipe = self.client.pipeline(transaction=False)
+        if asc:
+            pipe.lrange(key, start, end)
+        else:
+            pipe.lrange(key, -(end + 1), -(start + 1))
+        pipe.llen(key)
+        logs, count = pipe.execute()
+        if not asc:
+            logs = list(reversed(logs))
+        return {"logs": logs, "count": int(count)}
+
+    def client_name(self) -> str:
+        """The CLIENT SETNAME a BullMQ worker of this queue uses: ``<prefix>:<base64(name)>``."""
+        encoded = base64.b64encode(self.name.encode("utf-8")).decode("ascii")
+        return f"{self.prefix}:{encoded}"
+
+    def get_workers(self) -> List[Dict[str, Any]]:
+        """Connections of workers (Node's or ours) serving this queue, from CLIENT LIST.
+
+        Each entry is CLIENT LIST's fields, with ``name`` = the queue name and
+        ``rawname`` = the connection name (``...:w:<worker name>`` for named workers).
+        """
+        base = self.client_name()
+        named = base + ":w:"
+        found = []
+        for entry in self.client.client_list():
+            raw = entry.get("name") or ""
+            if raw == base or raw.startswith(named):
+                item = dict(entry)
+                item["name"] = self.name
+                item["rawname"] = raw
+                found.append(item)
+        return found
+
+    # -- queue control -----------------------------------------------------------------
+    def pause(self) -> None:
+        """Pause the queue for every worker (Node's too): no job is fetched until resume."""
+        self.scripts.pause(True)
+
+    def resume(self) -> None:
+        """Resume a paused queue; moves any v5 ``paused`` list back into ``wait``."""
+        emit = True
+        while self.scripts.pause(False, emit=emit):
+            emit = False
+
+    def is_paused(self) -> bool:
+        return bool(self.client.hexists(self.keys.meta, "paused"))
+
+    def promote_job(self, job_id: str) -> None:
+        """Move a delayed job to wait (or prioritized) now. JobNotInState if it is not delayed."""
+        self.scripts.promote(str(job_id))
+
+    def remove_job(self, job_id: str, remove_children: bool = True) -> int:
+        """Remove a job and its sub-keys: 1 removed, 0 not removed because a worker holds
+        its lock. Raises JobBelongsToJobScheduler for a scheduler's next job."""
+        return int(self.scripts.remove_job(str(job_id), remove_children))
+
+    def drain(self, delayed: bool = False) -> None:
+        """Remove every waiting and prioritized job (and delayed ones with ``delayed=True``).
+        Active, completed and failed jobs stay."""
+        self.scripts.drain(delayed)
+
+    def obliterate(self, force: bool = False, count: int = 1000) -> None:
+        """Delete the queue and all its jobs. Pauses it first; refuses while jobs are
+        active unless ``force``."""
+        self.pause()
+        while True:
+            res = self.scripts.obliterate(count, force)
+            if res == -1:
+                raise EchoMQError(f"cannot obliterate queue {self.qualified_name!r}: it is not paused "
+                                  f"(was it resumed meanwhile?); pause it and try again")
+            if res == -2:
+                raise EchoMQError(f"cannot obliterate queue {self.qualified_name!r}: it has active jobs; "
+                                  f"wait for them or pass force=True")
+            if not res:
+                return
+
+    def set_global_concurrency(self, concurrency: int) -> None:
+        """At most ``concurrency`` jobs of this queue active at once, across all workers."""
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"global concurrency must be an integer >= 1, got {concurrency!r}")
+        self.client.hset(self.keys.meta, "concurrency", concurrency)
+
+    def remove_global_concurrency(self) -> None:
+        self.client.hdel(self.keys.meta, "concurrency")
+
+    def set_global_rate_limit(self, max_jobs: int, duration_ms: int) -> None:
+        """At most ``max_jobs`` job starts per ``duration_ms`` across all workers."""
+        for label, v in (("max", max_jobs), ("duration", duration_ms)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"global rate limit {label} must be an integer >= 1, got {v!r}")
+        self.client.hset(self.keys.meta, mapping={"max": max_jobs, "duration": duration_ms})
+
+    def remove_global_rate_limit(self) -> None:
+        self.client.hdel(self.keys.meta, "max", "duration")
+
+    def rate_limit(self, ms: int) -> None:
+        """Stop rate-limited workers from fetching for ``ms`` milliseconds (as Node's
+        ``queue.rateLimit``: it only affects workers with a limiter or a global limit)."""
+        if isinstance(ms, bool) or not isinstance(ms, int) or ms < 0:
+            raise ValueError(f"rate_limit expects milliseconds as an integer >= 0, got {ms!r}")
+        if ms > 0:
+            self.client.set(self.keys.limiter, _MAX_SAFE_INTEGER, px=ms)
+
+    def get_rate_limit_ttl(self) -> int:
+        """Milliseconds left on the limiter key (-2 no key, -1 no expiry)."""
+        return int(self.client.pttl(self.keys.limiter))
+
+    def get_meta(self) -> Dict[str, str]:
+        """The queue's meta hash as stored."""
+        return dict(self.client.hgetall(self.keys.meta))

@@ -1,0 +1,113 @@
+--- @include "includes/addDelayMarkerIfNeeded"
+--- @include "includes/getDelayedScore"
+-- Deduplication on add (protocol §5.1 step 4), for options.de = {id, ttl?, extend?,
+-- replace?, reschedule?}. The key de:<id> names the job that owns the id; while it
+-- does, further adds with that id are dropped. keepLastIfActive is refused by the
+-- Python client and not handled here.
+--
+-- Returns nil when the new job goes ahead (it now owns the id), or the id of the
+-- job that survives, in which case the caller stores nothing.
+
+local function setDedupOwner(dedupKey, jobId, ttl)
+  if ttl and ttl > 0 then
+    redis.call("SET", dedupKey, jobId, "PX", ttl)
+  else
+    redis.call("SET", dedupKey, jobId)
+  end
+end
+
+-- A key without expiry whose owner hash is gone (a crash between finishing the job
+-- and clearing the key) would block the id forever: hand it to the new job.
+local function takeOverStaleDedupKey(dedupKey, base, ownerId, jobId, dedupId, ttl)
+  if redis.call("PTTL", dedupKey) == -1 and redis.call("EXISTS", base .. ownerId) == 0 then
+    redis.call("DEL", base .. "dn:" .. dedupId)
+    setDedupOwner(dedupKey, jobId, ttl)
+    return true
+  end
+  return false
+end
+
+local function emitDeduplicated(eventsKey, maxEvents, survivorId, dedupId, droppedId)
+  redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", "deduplicated",
+             "jobId", survivorId, "deduplicationId", dedupId, "deduplicatedJobId", droppedId)
+end
+
+local function applyDeduplication(de, jobId, base, dedupKey, delayedKey, eventsKey,
+                                  maxEvents, timestamp, delay)
+  if type(de) ~= "table" or not de["id"] then
+    return nil
+  end
+  local dedupId = de["id"]
+  dedupKey = dedupKey or (base .. "de:" .. dedupId)
+  local ttl = tonumber(de["ttl"])
+  local ownerId
+
+  if de["replace"] then
+    ownerId = redis.call("GET", dedupKey)
+    if not ownerId then
+      setDedupOwner(dedupKey, jobId, ttl)
+      return nil
+    end
+    if redis.call("ZREM", delayedKey, ownerId) > 0 then
+      -- The owner has not started yet: the new job replaces it.
+      local ownerKey = base .. ownerId
+      redis.call("DEL", ownerKey, ownerKey .. ":logs", ownerKey .. ":dependencies",
+                 ownerKey .. ":processed", ownerKey .. ":failed", ownerKey .. ":unsuccessful")
+      redis.call("XADD", eventsKey, "*", "event", "removed", "jobId", ownerId, "prev", "delayed")
+      emitDeduplicated(eventsKey, maxEvents, jobId, dedupId, ownerId)
+      redis.call("DEL", base .. "dn:" .. dedupId)
+      if ttl and ttl > 0 and not de["extend"] then
+        redis.call("SET", dedupKey, jobId, "KEEPTTL")
+      else
+        setDedupOwner(dedupKey, jobId, ttl)
+      end
+      return nil
+    end
+    if takeOverStaleDedupKey(dedupKey, base, ownerId, jobId, dedupId, ttl) then
+      return nil
+    end
+  elseif ttl and ttl > 0 and de["extend"] then
+    ownerId = redis.call("GET", dedupKey)
+    if not ownerId then
+      setDedupOwner(dedupKey, jobId, ttl)
+      return nil
+    end
+    if takeOverStaleDedupKey(dedupKey, base, ownerId, jobId, dedupId, ttl) then
+      return nil
+    end
+    -- Every dropped add pushes the end of the window out again.
+    setDedupOwner(dedupKey, ownerId, ttl)
+  else
+    local claimed
+    if ttl and ttl > 0 then
+      claimed = redis.call("SET", dedupKey, jobId, "PX", ttl, "NX")
+    else
+      claimed = redis.call("SET", dedupKey, jobId, "NX")
+    end
+    if claimed then
+      return nil
+    end
+    ownerId = redis.call("GET", dedupKey)
+    if not ownerId then
+      setDedupOwner(dedupKey, jobId, ttl)
+      return nil
+    end
+    if takeOverStaleDedupKey(dedupKey, base, ownerId, jobId, dedupId, ttl) then
+      return nil
+    end
+  end
+
+  emitDeduplicated(eventsKey, maxEvents, ownerId, dedupId, jobId)
+
+  if de["reschedule"] and not de["replace"] and redis.call("ZSCORE", delayedKey, ownerId) then
+    -- Push the waiting owner out to the new job's due time.
+    local d = tonumber(delay) or 0
+    redis.call("HSET", base .. ownerId, "delay", d)
+    local score, due = getDelayedScore(delayedKey, timestamp, d)
+    redis.call("ZADD", delayedKey, score, ownerId)
+    redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", "delayed",
+               "jobId", ownerId, "delay", due)
+    addDelayMarkerIfNeeded(base .. "marker", delayedKey)
+  end
+  return ownerId
+end
