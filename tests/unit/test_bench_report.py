@@ -1,0 +1,86 @@
+"""The benchmark report's arithmetic: medians, min–max, ratios to references, percentiles,
+and the Markdown columns (no Redis, no subprocesses)."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from bench import report  # noqa: E402
+from bench.harness import RedisSnapshot, command_delta, percentile  # noqa: E402
+
+
+def _row(impl, case, jps, rnd, **extra):
+    row = {"impl": impl, "case": case, "kind": "worker", "jobs_per_s": jps, "round": rnd,
+           "redis_cmds_per_job": 24.0, "redis_scripts_per_job": 1.0, "redis_cpu_us_per_job": 40.0,
+           "worker_cpu_us_per_job": 90.0, "peak_rss_mb": 50.0 + rnd}
+    row.update(extra)
+    return row
+
+
+def test_summary_takes_medians_ranges_and_ratios_from_the_same_case():
+    runs = [
+        _row("ours", "W1", 900.0, 1), _row("ours", "W1", 1000.0, 2), _row("ours", "W1", 1500.0, 3),
+        _row("node", "W1", 2000.0, 1), _row("node", "W1", 1800.0, 2), _row("node", "W1", 2200.0, 3),
+        _row("pyref", "W1", 250.0, 1), _row("pyref", "W1", 200.0, 2), _row("pyref", "W1", 300.0, 3),
+        _row("ours", "W2", 10.0, 1), _row("node", "W2", 40.0, 1),
+    ]
+    summary = report.summarize(runs)
+    ours = next(s for s in summary if s["impl"] == "ours" and s["case"] == "W1")
+    assert ours["jobs_per_s"] == 1000.0
+    assert (ours["jobs_per_s_min"], ours["jobs_per_s_max"]) == (900.0, 1500.0)
+    assert ours["ratio_node"] == pytest.approx(0.5)
+    assert ours["ratio_pyref"] == pytest.approx(4.0)
+    assert ours["peak_rss_mb"] == 53.0
+    w2 = next(s for s in summary if s["impl"] == "ours" and s["case"] == "W2")
+    assert w2["ratio_node"] == pytest.approx(0.25)
+    assert "ratio_pyref" not in w2  # no pyref run in that case: no ratio invented
+    assert [s["impl"] for s in summary if s["case"] == "W1"] == ["ours", "node", "pyref"]
+
+
+def test_latency_rows_summarise_percentiles_not_throughput():
+    runs = [
+        {"impl": "node", "case": "latency", "kind": "latency", "p50_ms": 1.0, "p99_ms": 3.0,
+         "max_ms": 4.0, "samples": 10, "peak_rss_mb": 60.0, "redis_cmds_per_job": 50.0},
+        {"impl": "node", "case": "latency", "kind": "latency", "p50_ms": 2.0, "p99_ms": 5.0,
+         "max_ms": 9.0, "samples": 10, "peak_rss_mb": 61.0, "redis_cmds_per_job": 52.0},
+    ]
+    (s,) = report.summarize(runs)
+    assert s["p50_ms"] == 1.5 and s["p99_ms"] == 4.0 and s["samples"] == 20
+    assert "jobs_per_s" not in s
+
+
+def test_markdown_has_every_column_and_one_line_per_summary_row():
+    runs = [_row("ours", "W1", 1000.0, 1), _row("node", "W1", 2000.0, 1)]
+    md = report.markdown(report.summarize(runs), {"rounds": 1, "quick": True})
+    header = "| " + " | ".join(report.THROUGHPUT_COLUMNS) + " |"
+    assert header in md
+    lines = [ln for ln in md.splitlines() if ln.startswith("| W1 |")]
+    assert len(lines) == 2
+    assert "| 0.50 |" in lines[0]  # ours / node
+
+
+def test_json_output_replaces_nan_with_null(tmp_path):
+    path = tmp_path / "r.json"
+    report.write_json(str(path), {"x": float("nan")}, [], [{"p50_ms": float("nan")}])
+    data = json.loads(path.read_text())
+    assert data["meta"]["x"] is None and data["summary"][0]["p50_ms"] is None
+
+
+def test_percentile_nearest_rank():
+    vals = [float(i) for i in range(1, 101)]
+    assert percentile(vals, 50) == 50.0
+    assert percentile(vals, 99) == 99.0
+    assert percentile([7.0], 99) == 7.0
+    assert math.isnan(percentile([], 50))
+
+
+def test_command_delta_subtracts_the_harness_own_commands():
+    before = RedisSnapshot({"evalsha": 10, "zcard": 5, "info": 3}, 1.0)
+    after = RedisSnapshot({"evalsha": 30, "zcard": 9, "info": 9, "hget": 4}, 1.5)
+    assert command_delta(before, after, {"zcard": 4}) == {"evalsha": 20, "hget": 4}
