@@ -21,8 +21,26 @@ from .errors import (  # noqa: E402
 )
 from .hookspecs import FailureDecision, hookimpl  # noqa: E402
 from .keys import QueueKeys  # noqa: E402
-from .job import Job  # noqa: E402
-from .queue import Queue  # noqa: E402
+
+# Names whose modules import redis (and with it socket/ssl) load on first use, so
+# ``echomq-gevent`` and gunicorn can monkey-patch with gevent before any of that is
+# imported. Add such names here, not as eager imports above.
+_LAZY = {
+    "Job": ".job",
+    "Queue": ".queue",
+    "Worker": ".worker",
+}
+
+
+def __getattr__(name: str):  # PEP 562
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'echomq_gevent' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
 
 __all__ = [
     "__version__",
