@@ -323,17 +323,13 @@ class Bench:
         cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "mode": mode, "n": n, "chunk": 1000}
         cmd = impl.producer_cmd()
         proc = self.start_driver(cmd, cfg, stdin=True)
-        watch = ProcWatch(proc.pid)
         assert self.client is not None and proc.stdin is not None and proc.stdout is not None
         try:
             before = RedisSnapshot.take(self.client)
-            cpu0 = watch.cpu_s()
             proc.stdin.write("GO\n")
             proc.stdin.flush()
             line = proc.stdout.readline()
             after = RedisSnapshot.take(self.client)
-            cpu1 = watch.cpu_s()
-            rss = watch.peak_rss_mb()
             try:
                 result = json.loads(line)
             except ValueError:
@@ -354,7 +350,9 @@ class Bench:
             "redis_cmds_per_job": total / n,
             "redis_scripts_per_job": sum(v for k, v in cmds.items() if k in SCRIPT_COMMANDS) / n,
             "redis_cpu_us_per_job": (after.cpu_s - before.cpu_s) * 1e6 / n,
-            "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n, "peak_rss_mb": rss, "commands": cmds,
+            # the producer measures its own CPU and peak RSS (it exits right after)
+            "worker_cpu_us_per_job": float(result["cpu_s"]) * 1e6 / n,
+            "peak_rss_mb": float(result["maxrss_mb"]), "commands": cmds,
         }
 
     def run_latency(self, impl: Impl, n: int, interval_ms: int, concurrency: int = 1,

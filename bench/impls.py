@@ -47,8 +47,9 @@ class Impl:
     def producer_cmd(self) -> List[str]:
         return self._cmd(self.producer_script)
 
-    def missing(self) -> Optional[str]:
-        """Why this implementation cannot run on this machine, or None when it can."""
+    def missing(self, role: str = "worker") -> Optional[str]:
+        """Why this implementation's ``role`` (worker or producer) cannot run on this
+        machine, or None when it can."""
         if self.key == "node":
             if not shutil.which(node_binary()) and not os.path.exists(node_binary()):
                 return "node is not on PATH"
@@ -58,9 +59,9 @@ class Impl:
             if importlib.util.find_spec("bullmq") is None:
                 return "PyPI bullmq is not installed (pip install -e '.[bench]')"
         elif self.key == "ours":
-            path = os.path.join(ROOT, "echomq_gevent", "worker.py")
-            if not os.path.exists(path):
-                return "echomq_gevent/worker.py does not exist yet"
+            module = "worker.py" if role == "worker" else "queue.py"
+            if not os.path.exists(os.path.join(ROOT, "echomq_gevent", module)):
+                return f"echomq_gevent/{module} does not exist yet"
         return None
 
 

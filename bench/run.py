@@ -119,8 +119,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     rounds = args.rounds or (1 if args.quick else 3)
     impls: List[Impl] = []
     for key in [k for k in args.impl.split(",") if k]:
-        why = IMPLS[key].missing()
-        if why:
+        why = IMPLS[key].missing("worker")
+        if why and IMPLS[key].missing("producer"):
             sys.stderr.write(f"bench: skipping {key}: {why}\n")
         else:
             impls.append(IMPLS[key])
@@ -155,7 +155,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             for rnd in range(rounds):
                 order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
                 for impl in order:
-                    if case.kind == "enqueue" and impl.key == "ours" and not _has_queue():
+                    why = impl.missing("producer" if case.kind == "enqueue" else "worker")
+                    if why:
+                        if rnd == 0:
+                            sys.stderr.write(f"bench: skipping {impl.key} / {case.name}: {why}\n")
                         continue
                     try:
                         row = measure(bench, impl, case)
@@ -181,10 +184,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.quiet:
         sys.stdout.write(md)
     return 1 if failures else 0
-
-
-def _has_queue() -> bool:
-    return os.path.exists(os.path.join(os.path.dirname(HERE), "echomq_gevent", "queue.py"))
 
 
 def _progress(row: Dict[str, Any]) -> str:

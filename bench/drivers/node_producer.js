@@ -4,7 +4,7 @@
 //   preload  pause the queue when cfg.paused, then addBulk n no-op jobs in chunks; exits.
 //   add      single awaited add() per job;  bulk: addBulk in chunks.  Both print "READY"
 //            after warming up (connection and scripts), wait for "GO" on stdin, then print
-//            a JSON line {n, elapsed_s} and exit.
+//            a JSON line {n, elapsed_s, cpu_s, maxrss_mb} and exit.
 //   feed     add n jobs one at a time, cfg.interval_ms apart, each carrying data.t = enqueue
 //            time in epoch milliseconds (the latency probe); "READY"/"GO" as above.
 'use strict';
@@ -52,6 +52,7 @@ async function main() {
   await warm.close();
   process.stdout.write('READY\n');
   await waitGo();
+  const cpu0 = process.cpuUsage();
   const t0 = nowMs();
   if (cfg.mode === 'add') {
     for (let i = 0; i < n; i++) await queue.add('j', { i });
@@ -66,7 +67,11 @@ async function main() {
     throw new Error('unknown producer mode ' + cfg.mode);
   }
   const elapsed = (nowMs() - t0) / 1000;
-  process.stdout.write(JSON.stringify({ n, elapsed_s: elapsed }) + '\n');
+  const cpu = process.cpuUsage(cpu0);
+  process.stdout.write(JSON.stringify({
+    n, elapsed_s: elapsed, cpu_s: (cpu.user + cpu.system) / 1e6,
+    maxrss_mb: process.resourceUsage().maxRSS / 1024,
+  }) + '\n');
   await queue.close();
 }
 

@@ -5,6 +5,7 @@ from gevent import monkey
 monkey.patch_all()
 
 import json  # noqa: E402
+import resource  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -28,6 +29,7 @@ def main(cfg: Dict[str, Any]) -> None:
         pass
     n = int(cfg["n"])
     chunk = int(cfg.get("chunk") or 1000)
+    cpu0 = os.times()
     t0 = time.perf_counter()
     if cfg["mode"] == "add":
         for i in range(n):
@@ -38,7 +40,10 @@ def main(cfg: Dict[str, Any]) -> None:
     else:
         raise SystemExit(f"ours_producer: unknown mode {cfg['mode']!r} (use add or bulk)")
     elapsed = time.perf_counter() - t0
-    sys.stdout.write(json.dumps({"n": n, "elapsed_s": elapsed}) + "\n")
+    cpu1 = os.times()
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    sys.stdout.write(json.dumps({"n": n, "elapsed_s": elapsed, "cpu_s": cpu_s, "maxrss_mb": maxrss_mb}) + "\n")
     sys.stdout.flush()
     queue.close()
 

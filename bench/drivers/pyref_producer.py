@@ -2,12 +2,14 @@
 
 ``python bench/drivers/pyref_producer.py '<json>'`` with mode ``add`` (one awaited ``add``
 per job) or ``bulk`` (``addBulk`` in chunks). Prints ``READY`` after a warm-up, waits for
-``GO`` on stdin, then prints ``{"n", "elapsed_s"}`` and exits.
+``GO`` on stdin, then prints ``{"n", "elapsed_s", "cpu_s", "maxrss_mb"}`` and exits.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import resource
 import sys
 import time
 from typing import Any, Dict
@@ -30,6 +32,7 @@ async def main(cfg: Dict[str, Any]) -> None:
         pass
     n = int(cfg["n"])
     chunk = int(cfg.get("chunk") or 1000)
+    cpu0 = os.times()
     t0 = time.perf_counter()
     if cfg["mode"] == "add":
         for i in range(n):
@@ -40,7 +43,10 @@ async def main(cfg: Dict[str, Any]) -> None:
     else:
         raise SystemExit(f"pyref_producer: unknown mode {cfg['mode']!r} (use add or bulk)")
     elapsed = time.perf_counter() - t0
-    sys.stdout.write(json.dumps({"n": n, "elapsed_s": elapsed}) + "\n")
+    cpu1 = os.times()
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    sys.stdout.write(json.dumps({"n": n, "elapsed_s": elapsed, "cpu_s": cpu_s, "maxrss_mb": maxrss_mb}) + "\n")
     sys.stdout.flush()
     await queue.close()
 
