@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import NodeToolError
+from interop_node import NodeToolError
 
 pytestmark = pytest.mark.interop
 

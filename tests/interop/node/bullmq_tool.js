@@ -203,14 +203,21 @@ async function runOne(queue, cmd) {
       }
     }
     case 'batch': {
+      // Steps may name another queue (same connection settings); one Queue per name.
+      const queues = new Map([[cmd.queue, queue]]);
       const out = [];
-      for (const step of cmd.steps) {
-        const full = Object.assign({}, cmd, { steps: undefined }, step);
-        try {
-          out.push({ ok: true, result: await runOne(queue, full) });
-        } catch (err) {
-          out.push(Object.assign({ ok: false }, errorView(err)));
+      try {
+        for (const step of cmd.steps) {
+          const full = Object.assign({}, cmd, { steps: undefined }, step);
+          if (!queues.has(full.queue)) queues.set(full.queue, new Queue(full.queue, baseOpts(full)));
+          try {
+            out.push({ ok: true, result: await runOne(queues.get(full.queue), full) });
+          } catch (err) {
+            out.push(Object.assign({ ok: false }, errorView(err)));
+          }
         }
+      } finally {
+        for (const [name, other] of queues) if (name !== cmd.queue) await other.close();
       }
       return out;
     }
