@@ -1,0 +1,563 @@
+"""The ``echomq-gevent`` command.
+
+::
+
+    echomq-gevent -c conf/worker.yaml            run every queue of the file (one process, one hub)
+    echomq-gevent -c conf/worker.yaml --check    validate, resolve processors and plugins, ping Redis
+    echomq-gevent -c conf/worker.yaml --demo     also enqueue demo jobs every second
+    echomq-gevent -c FILE add QUEUE NAME JSON [--opts JSON]
+    echomq-gevent -c FILE status [--json]
+    echomq-gevent --version
+
+gevent's ``monkey.patch_all()`` runs at the top of this module, before it imports
+anything that imports ``socket``, ``ssl``, ``threading`` users or ``redis``; the
+package's ``__init__`` loads its redis-using names lazily for that reason.
+
+Exit codes: 0 success (also after a SIGTERM/SIGINT drain), 1 a runtime failure,
+2 a configuration error, 3 Redis cannot be reached.
+"""
+from __future__ import annotations
+
+import sys
+
+#: Modules that were already imported when the patch ran (should be none of these).
+PREIMPORTED = tuple(m for m in ("ssl", "redis", "urllib3", "requests") if m in sys.modules)
+
+from gevent import monkey  # noqa: E402
+
+if not monkey.is_module_patched("socket"):
+    monkey.patch_all()
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
+import time  # noqa: E402
+from typing import Any, Dict, List, Optional, Sequence  # noqa: E402
+
+import gevent  # noqa: E402
+import gevent.event  # noqa: E402
+
+from . import __version__  # noqa: E402
+from .config import Config, build_plugin_host, load_config  # noqa: E402
+from .errors import ConfigError  # noqa: E402
+from .hookspecs import hookimpl  # noqa: E402
+
+log = logging.getLogger("echomq_gevent.cli")
+
+EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_REDIS = 0, 1, 2, 3
+DEFAULT_CONFIG = "conf/worker.yaml"
+STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
+
+
+# --- logging ---------------------------------------------------------------------------------
+_STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record: ``ts``, ``level``, ``logger``, ``msg`` and every ``extra``
+    field (the structured fields of the ``echomq_logging`` plugin)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: Dict[str, Any] = {
+            "ts": round(record.created, 3),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        for key, value in record.__dict__.items():
+            if key not in _STD_ATTRS and not key.startswith("_"):
+                out[key] = value
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, default=str)
+
+
+class _TtyHandler(logging.StreamHandler):
+    """On a terminal, clear the progress line before each record."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.stream.write("\r\x1b[K")
+        except Exception:
+            pass
+        super().emit(record)
+
+
+def setup_logging(level: str = "info", fmt: str = "text", stream: Any = None) -> None:
+    """Configure the root logger (called once by :func:`main`, main greenlet)."""
+    stream = stream or sys.stderr
+    tty = _isatty(stream)
+    handler: logging.Handler = _TtyHandler(stream) if tty else logging.StreamHandler(stream)
+    if fmt == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper(), logging.INFO))
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:
+        return False
+
+
+# --- the progress line -------------------------------------------------------------------------
+class ProgressPlugin:
+    """Telemetry plugin the CLI registers: counts job events for the progress line and the
+    final summary. Hooks run on job greenlets; they only bump counters."""
+
+    def __init__(self) -> None:
+        self.__name__ = "echomq_gevent.cli.progress"  # the name pluggy lists it under
+        self.running = 0
+        self.completed = 0
+        self.failed = 0
+        self.retried = 0
+        self.handed_back = 0
+        self.started_at = time.monotonic()
+        self._last = (self.started_at, 0)
+        self.rate = 0.0
+
+    @hookimpl
+    def echomq_job_active(self, worker: Any, job: Any) -> None:
+        self.running += 1
+
+    def _done(self) -> None:
+        self.running = max(0, self.running - 1)
+
+    @hookimpl
+    def echomq_job_completed(self, worker: Any, job: Any, result: Any, duration_ms: float) -> None:
+        self._done()
+        self.completed += 1
+
+    @hookimpl
+    def echomq_job_failed(self, worker: Any, job: Any, error: BaseException) -> None:
+        self._done()
+        self.failed += 1
+
+    @hookimpl
+    def echomq_job_retried(self, worker: Any, job: Any, error: BaseException, delay_ms: int) -> None:
+        self._done()
+        self.retried += 1
+
+    @hookimpl
+    def echomq_job_lock_lost(self, worker: Any, job: Any) -> None:
+        self._done()
+
+    @hookimpl
+    def echomq_job_handed_back(self, worker: Any, job: Any) -> None:
+        self._done()
+        self.handed_back += 1
+
+    def line(self, queues: Sequence[str], state: str = "") -> str:
+        now = time.monotonic()
+        then, done_then = self._last
+        done = self.completed + self.failed
+        if now - then >= 1.0:
+            self.rate = (done - done_then) / (now - then)
+            self._last = (now, done)
+        names = ", ".join(queues)
+        text = (f"[echomq] {names}: {self.running} running | {self.completed} completed | "
+                f"{self.failed} failed | {self.retried} retried | {self.rate:.1f} jobs/s")
+        return text + (f" | {state}" if state else "")
+
+    def summary(self) -> str:
+        return (f"{self.completed} completed, {self.failed} failed, {self.retried} retried, "
+                f"{self.handed_back} handed back in {time.monotonic() - self.started_at:.1f} s")
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+def _redis_url(cfg: Optional[Config], override: Optional[str]) -> str:
+    if override:
+        return override
+    if cfg is None:
+        from .config import DEFAULT_REDIS_URL
+
+        return DEFAULT_REDIS_URL
+    return cfg.redis.url
+
+
+def _embedded_for(cfg: Config) -> Any:
+    from .embedded import EmbeddedRedis
+
+    return EmbeddedRedis(directory=cfg.redis.embedded_dir, port=cfg.redis.embedded_port,
+                         persist=cfg.redis.embedded_persist)
+
+
+class _Connection:
+    """Where Redis is for this command: a URL, plus the embedded server when this process
+    started one (stopped by :meth:`close`)."""
+
+    def __init__(self, cfg: Optional[Config], override: Optional[str]) -> None:
+        self.embedded: Any = None
+        url = _redis_url(cfg, override)
+        if url == "embedded":
+            assert cfg is not None
+            self.embedded = _embedded_for(cfg).start()
+            url = self.embedded.url
+            if self.embedded.owned:
+                log.info("started the embedded Redis at %s (data in %s)", url, self.embedded.directory)
+            else:
+                log.info("using the embedded Redis already running at %s", url)
+        self.url = url
+
+    def ping(self) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=5, socket_timeout=5)
+        try:
+            client.ping()
+        finally:
+            client.close()
+
+    def close(self) -> None:
+        if self.embedded is not None and self.embedded.owned:
+            self.embedded.stop()
+            log.info("stopped the embedded Redis")
+
+
+def _load(args: argparse.Namespace, required: bool = True) -> Optional[Config]:
+    path = args.config or os.environ.get("ECHOMQ_CONFIG")
+    if not path:
+        if os.path.exists(DEFAULT_CONFIG) or required:
+            path = DEFAULT_CONFIG
+        else:
+            return None
+    cfg = load_config(path)
+    cfg.activate_paths()
+    return cfg
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its password, for messages."""
+    import re
+
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+# --- commands --------------------------------------------------------------------------------------
+def cmd_add(args: argparse.Namespace) -> int:
+    """``add QUEUE NAME JSON [--opts JSON]``: add one job; prints its id."""
+    from .errors import EchoMQError
+    from .queue import Queue
+
+    try:
+        data = json.loads(args.data)
+    except ValueError as exc:
+        print(f"echomq-gevent add: JSON data is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        opts = json.loads(args.opts) if args.opts else None
+    except ValueError as exc:
+        print(f"echomq-gevent add: --opts is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if opts is not None and not isinstance(opts, dict):
+        print("echomq-gevent add: --opts must be a JSON object of BullMQ job options", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = _load(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    conn = _Connection(cfg, args.redis)
+    try:
+        queue = Queue(args.queue, connection=conn.url, prefix=prefix)
+        try:
+            job = queue.add(args.name, data, opts)
+        except (EchoMQError, ValueError, TypeError) as exc:
+            print(f"echomq-gevent add: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        finally:
+            queue.close()
+        print(job.id)
+        return EXIT_OK
+    finally:
+        conn.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``status [QUEUE...] [--json]``: job counts per queue and the workers seen."""
+    from .queue import Queue
+
+    cfg = _load(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
+    if not names:
+        print("echomq-gevent status: name the queues, or give -c FILE", file=sys.stderr)
+        return EXIT_CONFIG
+    conn = _Connection(cfg, args.redis)
+    report: Dict[str, Any] = {}
+    try:
+        for name in names:
+            queue = Queue(name, connection=conn.url, prefix=prefix)
+            try:
+                counts = queue.get_job_counts(*STATUS_TYPES)
+                workers = queue.get_workers()
+                report[name] = {"counts": counts, "paused": queue.is_paused(),
+                                "workers": [w.get("name") or w.get("addr") for w in workers]}
+            finally:
+                queue.close()
+    finally:
+        conn.close()
+    if args.json:
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return EXIT_OK
+    width = max(len(n) for n in names)
+    header = f"{'queue':<{width}}  " + "  ".join(f"{t:>9}" for t in ("waiting", "prioritzd", "active",
+                                                                        "delayed", "w-child", "completed",
+                                                                        "failed")) + "  workers"
+    print(header)
+    for name, info in report.items():
+        c = info["counts"]
+        row = f"{name:<{width}}  " + "  ".join(f"{c.get(t, 0):>9}" for t in STATUS_TYPES)
+        row += f"  {len(info['workers'])}" + ("  (paused)" if info["paused"] else "")
+        print(row)
+    return EXIT_OK
+
+
+def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
+    """``--check``: config and plugins resolved (done by the caller); now Redis."""
+    plugins = [name for name, _p in host.pm.list_name_plugin()]
+    print(f"{cfg.filename}: OK")
+    print(f"  plugins: {', '.join(plugins)}")
+    for name, q in cfg.queues.items():
+        proc = q.processor or "plugins"
+        print(f"  queue {name}: processor {proc}, concurrency {q.options['concurrency']}")
+    try:
+        conn = _Connection(cfg, None)
+    except Exception as exc:
+        print(f"{cfg.filename}: the embedded Redis cannot start: {exc}", file=sys.stderr)
+        return EXIT_REDIS
+    try:
+        conn.ping()
+    except Exception as exc:
+        print(f"{cfg.filename}: Redis at {_safe_url(conn.url)} does not answer: {exc}", file=sys.stderr)
+        return EXIT_REDIS
+    finally:
+        conn.close()
+    print(f"  redis: {_safe_url(conn.url) if cfg.redis.url != 'embedded' else 'embedded'} answers PING")
+    return EXIT_OK
+
+
+class Runner:
+    """Runs every queue of a config in this process: one Worker per queue, all sharing one
+    PluginHost, on the main hub. Signals: the first SIGTERM/SIGINT closes all workers
+    (drain: in-flight jobs finish or are handed back after ``shutdown_timeout``); a second
+    one hands the unfinished jobs back at once."""
+
+    def __init__(self, cfg: Config, host: Any, processors: Dict[str, Any], url: str,
+                 demo: bool = False, progress: Optional[ProgressPlugin] = None,
+                 progress_stream: Any = None) -> None:
+        self.cfg = cfg
+        self.host = host
+        self.processors = processors
+        self.url = url
+        self.demo = demo
+        self.progress = progress
+        self.progress_stream = progress_stream
+        self.workers: List[Any] = []
+        self.stopping = gevent.event.Event()
+        self.done = gevent.event.Event()
+        self.signals = 0
+        self.failed = False
+        self._greenlets: List[gevent.Greenlet] = []
+
+    def build(self) -> None:
+        from .worker import Worker
+
+        for name, q in self.cfg.queues.items():
+            self.workers.append(Worker(name, processor=self.processors.get(name), connection=self.url,
+                                       prefix=self.cfg.prefix, plugins=self.host, **q.options))
+
+    def on_signal(self, signum: int) -> None:
+        self.signals += 1
+        signame = signal.Signals(signum).name
+        if self.signals == 1:
+            log.info("%s: stopping; in-flight jobs finish or are handed back to wait", signame)
+            self.stopping.set()
+            gevent.spawn(self._close_all, None)
+        else:
+            log.warning("%s again: handing unfinished jobs back now", signame)
+            gevent.spawn(self._close_all, 0)
+
+    def _close_all(self, timeout: Optional[float]) -> None:
+        jobs = [gevent.spawn(self._close_one, w, timeout) for w in self.workers]
+        gevent.joinall(jobs)
+
+    @staticmethod
+    def _close_one(worker: Any, timeout: Optional[float]) -> None:
+        try:
+            worker.close(timeout=timeout)
+        except Exception:
+            log.exception("closing the worker of %s failed", getattr(worker, "queue_name", "?"))
+
+    def _run_one(self, worker: Any) -> None:
+        try:
+            worker.run()
+        except Exception:
+            self.failed = True
+            log.exception("the worker of %s stopped with an error", getattr(worker, "queue_name", "?"))
+            if not self.stopping.is_set():
+                self.stopping.set()
+                gevent.spawn(self._close_all, None)
+
+    def _demo_loop(self) -> None:
+        from .queue import Queue
+
+        import demo  # plugins/demo.py, on sys.path through plugin_paths
+
+        queue = Queue(demo.QUEUE, connection=self.url, prefix=self.cfg.prefix)
+        try:
+            while not self.stopping.wait(1.0):
+                try:
+                    demo.enqueue_demo_jobs(queue, 5)
+                except Exception as exc:
+                    log.warning("demo: could not enqueue jobs: %s", exc)
+        finally:
+            queue.close()
+
+    def _progress_loop(self) -> None:
+        stream = self.progress_stream
+        names = list(self.cfg.queues)
+        assert self.progress is not None
+        while not self.done.wait(0.5):
+            state = "draining" if self.stopping.is_set() else ""
+            try:
+                stream.write("\r\x1b[K" + self.progress.line(names, state))
+                stream.flush()
+            except Exception:
+                return
+        try:
+            stream.write("\r\x1b[K")
+            stream.flush()
+        except Exception:
+            pass
+
+    def run(self) -> int:
+        """Start every worker, wait until all have stopped; returns the exit code."""
+        self.build()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            gevent.signal_handler(sig, self.on_signal, sig)
+        runs = [gevent.spawn(self._run_one, w) for w in self.workers]
+        if self.demo:
+            self._greenlets.append(gevent.spawn(self._demo_loop))
+        if self.progress is not None and self.progress_stream is not None:
+            self._greenlets.append(gevent.spawn(self._progress_loop))
+        log.info("echomq-gevent %s: %d queue(s) (%s), prefix %r", __version__, len(self.workers),
+                 ", ".join(self.cfg.queues), self.cfg.prefix)
+        gevent.joinall(runs)
+        self.stopping.set()
+        self.done.set()
+        gevent.joinall(self._greenlets, timeout=5)
+        if self.progress is not None:
+            log.info("stopped: %s", self.progress.summary())
+        return EXIT_FAILURE if self.failed else EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """Run (or ``--check``) the file."""
+    cfg = _load(args)
+    assert cfg is not None
+    if args.log_level is None and args.log_format is None:
+        setup_logging(cfg.log_level, cfg.log_format)
+    else:
+        setup_logging(args.log_level or cfg.log_level, args.log_format or cfg.log_format)
+    if PREIMPORTED:
+        log.warning("these modules were imported before gevent patched the standard library: %s",
+                    ", ".join(PREIMPORTED))
+    extra: List[Any] = []
+    if args.demo:
+        if "demo" not in cfg.queues:
+            raise cfg.error(("queues",), "--demo needs a queue named 'demo' (served by the demo plugin)")
+        if "demo" not in cfg.plugins:
+            extra.append("demo")
+    progress = ProgressPlugin()
+    extra.append(progress)
+    host, processors = build_plugin_host(cfg, tuple(extra))
+    if args.check:
+        return cmd_check(cfg, host, processors)
+    try:
+        conn = _Connection(cfg, None)
+        conn.ping()
+    except Exception as exc:
+        log.error("Redis cannot be reached (%s): %s", _safe_url(cfg.redis.url), exc)
+        return EXIT_REDIS
+    try:
+        stream = sys.stderr if (_isatty(sys.stderr) and not args.no_progress) else None
+        runner = Runner(cfg, host, processors, conn.url, demo=args.demo, progress=progress,
+                        progress_stream=stream)
+        return runner.run()
+    finally:
+        conn.close()
+
+
+# --- argument parsing ---------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="echomq-gevent",
+        description="Run BullMQ-compatible gevent workers for the queues of a YAML file.",
+        epilog="Without a command: run the workers (Ctrl-C / SIGTERM drains and exits 0).",
+    )
+    p.add_argument("-c", "--config", help=f"YAML file (default: $ECHOMQ_CONFIG or {DEFAULT_CONFIG})")
+    p.add_argument("--check", action="store_true",
+                   help="validate the file, resolve processors and plugins, ping Redis; exit 0 if all is well")
+    p.add_argument("--demo", action="store_true", help="also enqueue demo jobs every second (queue 'demo')")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"],
+                   help="overrides logging.level of the file")
+    p.add_argument("--log-format", choices=["text", "json"], help="overrides logging.format of the file")
+    p.add_argument("--no-progress", action="store_true", help="no progress line, even on a terminal")
+    p.add_argument("--redis", help="Redis URL for add/status (overrides the file's redis.url)")
+    p.add_argument("--prefix", help="key prefix for add/status (overrides the file's prefix)")
+    p.add_argument("--version", action="version",
+                   version=f"echomq-gevent {__version__} (BullMQ 6.7.0 protocol)")
+    sub = p.add_subparsers(dest="command")
+    a = sub.add_parser("add", help="add one job: add QUEUE NAME JSON [--opts JSON]; prints the job id")
+    a.add_argument("queue")
+    a.add_argument("name")
+    a.add_argument("data", help="job data as JSON, e.g. '{\"to\": \"ada@example.com\"}'")
+    a.add_argument("--opts", help="BullMQ job options as JSON, e.g. '{\"attempts\": 3}'")
+    s = sub.add_parser("status", help="job counts per queue and the workers seen")
+    s.add_argument("queues", nargs="*", help="queue names (default: the file's queues)")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    for sp in (a, s):
+        sp.add_argument("--redis", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        sp.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        sp.add_argument("-c", "--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of the ``echomq-gevent`` console script and ``python -m echomq_gevent``."""
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "add":
+            setup_logging(args.log_level or "warning", args.log_format or "text")
+            return cmd_add(args)
+        if args.command == "status":
+            setup_logging(args.log_level or "warning", args.log_format or "text")
+            return cmd_status(args)
+        return cmd_run(args)
+    except ConfigError as exc:
+        print(f"echomq-gevent: configuration error: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except KeyboardInterrupt:
+        return EXIT_OK
+    except Exception as exc:
+        from .embedded import EmbeddedRedisError
+
+        if isinstance(exc, EmbeddedRedisError):
+            print(f"echomq-gevent: {exc}", file=sys.stderr)
+            return EXIT_REDIS
+        import redis
+
+        if isinstance(exc, redis.ConnectionError):
+            print(f"echomq-gevent: Redis cannot be reached: {exc}", file=sys.stderr)
+            return EXIT_REDIS
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Example echomq-gevent processor plugin (a template to copy)."""
