@@ -217,6 +217,16 @@ def test_change_priority_lifo_goes_in_front_of_its_band(r, sc, k):
     assert r.zrange(k.prioritized, 0, -1) == ["b", "a"]
 
 
+def test_change_priority_within_prioritized_takes_a_fresh_counter(r, sc, k):
+    put_job(r, k, "a", "prioritized", score=1 * PRIO + 1, priority=1)
+    put_job(r, k, "b", "prioritized", score=3 * PRIO + 2, priority=3)
+    r.set(k.pc, 2)
+    sc.change_priority("a", 3)
+    assert r.zscore(k.prioritized, "a") == 3 * PRIO + 3
+    assert r.zrange(k.prioritized, 0, -1) == ["b", "a"]  # behind the job that had it first
+    assert r.get(k.pc) == "3"
+
+
 def test_change_priority_to_zero_goes_to_wait_fifo_or_lifo(r, sc, k):
     put_job(r, k, "w", "wait")
     put_job(r, k, "a", "prioritized", score=2 * PRIO + 1, priority=2)
@@ -657,6 +667,8 @@ def test_obliterate_everything_in_one_call(r, sc, k, prefix):
                   "waiting-children"):
         put_job(r, k, state[:3], state)
     r.rpush(k.logs("wai"), "x")
+    r.hset(k.job("wai"), "deid", "dd")
+    r.set(k.dedup("dd"), "wai")
     r.zadd(k.repeat, {"s": TS})
     r.hset(k.scheduler("s"), mapping={"name": "n", "every": 1000})
     for key in (k.id, k.pc, k.stalled_check, k.limiter, k.base + "delay"):
