@@ -5,7 +5,8 @@ Starts a private redis-server, then for every case runs each available implement
 rotating their order each round, and writes ``results.md``, ``results.json`` and
 ``throughput.png`` into ``--out`` (default ``bench/results``). ``--quick`` shrinks every N
 and runs one round (a smoke run, well under a minute). ``--trace`` instead records the exact
-Redis command sequence per job of each worker with MONITOR (``trace.md``).
+Redis command sequence per job of each worker with MONITOR (``trace.md``); ``--profile``
+samples the Python workers with py-spy (``profile-<impl>.md``).
 
 Exit status: 0 when every requested run was measured, 1 when some failed (they are
 reported on stderr and left out of the tables), 2 for bad arguments.
@@ -100,6 +101,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
     p.add_argument("--trace", action="store_true",
                    help="record each worker's Redis command sequence per job (MONITOR) into trace.md")
+    p.add_argument("--profile", action="store_true",
+                   help="profile the Python workers with py-spy on W1 c=100 into profile-<impl>.md")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
@@ -138,6 +141,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         sys.stderr.write(f"bench: wrote {path}\n")
+        return 0
+
+    if args.profile:
+        from .profile import profile_all
+
+        with Bench(verbose=not args.quiet) as bench:
+            text = profile_all(bench, impls, args.out)
+        if not args.quiet:
+            sys.stdout.write(text)
         return 0
 
     selected = [c for c in cases(args.quick) if not args.only or c.group in args.only.split(",")]
