@@ -1,0 +1,11 @@
+"""Integrations with the servers legacy WSGI apps run on.
+
+- :mod:`echomq_gevent.contrib.gunicorn`: ``install(globals(), config=...)`` in a gunicorn
+  config file runs the YAML's job workers inside every ``-k gevent`` worker process,
+  beside the WSGI app, on the same hub, with a drain on shutdown that loses nothing.
+- :mod:`echomq_gevent.contrib.wsgi`: a middleware serving ``/_echomq/live``,
+  ``/_echomq/ready`` and ``/_echomq/metrics``, and :func:`~echomq_gevent.contrib.wsgi.get_queue`,
+  the one shared ``Queue`` per process that request handlers enqueue with.
+
+See ``docs/gunicorn.md``.
+"""

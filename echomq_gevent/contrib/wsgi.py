@@ -1,0 +1,217 @@
+"""WSGI side of the gunicorn co-hosting: health and metrics endpoints, and the shared
+``Queue`` request handlers enqueue with.
+
+Wrap any WSGI app (Flask, Django, Pyramid, a bare function)::
+
+    from echomq_gevent.contrib.wsgi import EchoMQMiddleware, get_queue
+    application = EchoMQMiddleware(application)
+
+    def handler(...):
+        get_queue("mail").add("welcome", {"to": "a@example.com"})
+
+The middleware answers three paths itself and passes everything else to the app:
+
+``/_echomq/live``
+    200 while the hub turns (a heartbeat greenlet ticked recently) and every running
+    job worker's lock-renewal thread is alive; else 503. Restart the process on 503.
+``/_echomq/ready``
+    200 while Redis answers PING, every job worker's fetch loop runs and the process
+    is not draining (gunicorn decided to stop it); else 503. Take it out of rotation
+    on 503.
+``/_echomq/metrics``
+    Prometheus text. With ``PROMETHEUS_MULTIPROC_DIR`` set (``install()`` sets it) the
+    counters of every gunicorn worker process, live or recycled, are summed, so any
+    worker answers for the whole pool.
+
+Bodies of ``live`` and ``ready`` are JSON with the details (state, per-queue
+``active``/``concurrency``, hub lag, counts).
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+
+__all__ = ["EchoMQMiddleware", "get_queue", "close_queues", "render_metrics", "DEFAULT_POOL_SIZE"]
+
+#: Connections in each process's shared pool for enqueueing (see :func:`get_queue`).
+DEFAULT_POOL_SIZE = 50
+
+#: A hub whose heartbeat has not ticked for this long is reported not live.
+LIVE_HUB_STALL_S = 5.0
+
+StartResponse = Callable[..., Any]
+
+
+class EchoMQMiddleware:
+    """WSGI middleware serving ``{path_prefix}/live``, ``/ready`` and ``/metrics``.
+
+    Runs on request greenlets; every answer is computed from in-process state except
+    ``ready``'s Redis PING (1 s timeout). ``cohost`` defaults to this gunicorn worker
+    process's :func:`echomq_gevent.contrib.gunicorn.current` (looked up per request, so
+    the middleware can wrap the app before the workers start, e.g. with ``preload_app``).
+    Without job workers in the process, ``live`` and ``ready`` answer 503 and say why.
+    """
+
+    def __init__(self, app: Callable[..., Iterable[bytes]], path_prefix: str = "/_echomq",
+                 cohost: Any = None) -> None:
+        self.app = app
+        self.path_prefix = path_prefix.rstrip("/")
+        self._cohost = cohost
+        self._routes: Dict[str, Callable[[], Tuple[str, List[Tuple[str, str]], bytes]]] = {
+            self.path_prefix + "/live": self.live,
+            self.path_prefix + "/ready": self.ready,
+            self.path_prefix + "/metrics": self.metrics,
+        }
+
+    def __call__(self, environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        route = self._routes.get(environ.get("PATH_INFO", ""))
+        if route is None:
+            return self.app(environ, start_response)
+        status, headers, body = route()
+        headers = headers + [("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
+        start_response(status, headers)
+        return [body] if environ.get("REQUEST_METHOD", "GET") != "HEAD" else [b""]
+
+    def cohost(self) -> Any:
+        if self._cohost is not None:
+            return self._cohost
+        from .gunicorn import current
+
+        return current()
+
+    # -- endpoints ----------------------------------------------------------------------
+    def live(self) -> Tuple[str, List[Tuple[str, str]], bytes]:
+        """200 when the hub turns and lock renewal runs for every running worker."""
+        host = self.cohost()
+        if host is None:
+            return _json(503, {"live": False, "reason": "no job workers in this process "
+                                                        "(install() did not run or post_worker_init failed)"})
+        status = host.status()
+        problems = []
+        if status["hub"]["last_tick_age_ms"] > LIVE_HUB_STALL_S * 1000:
+            problems.append("hub heartbeat stalled for %.1f s" % (status["hub"]["last_tick_age_ms"] / 1000))
+        for name, q in status["queues"].items():
+            if q["running"] and not q["closing"] and q["lock_renewal_alive"] is False:
+                problems.append(f"queue {name}: lock-renewal thread is dead")
+        status["live"] = not problems
+        if problems:
+            status["reason"] = "; ".join(problems)
+        return _json(200 if not problems else 503, status)
+
+    def ready(self) -> Tuple[str, List[Tuple[str, str]], bytes]:
+        """200 when Redis answers, every fetch loop runs and the process is not draining."""
+        host = self.cohost()
+        if host is None:
+            return _json(503, {"ready": False, "reason": "no job workers in this process"})
+        status = host.status()
+        problems = []
+        if status["draining"]:
+            problems.append(f"draining ({status['state']}): gunicorn is stopping this worker")
+        else:
+            err = host.redis_ok()
+            if err:
+                problems.append(f"Redis unreachable: {err}")
+            for name, q in status["queues"].items():
+                if not q["running"] or q["closing"]:
+                    problems.append(f"queue {name}: worker not running")
+                elif q["fetch_loop_alive"] is False:
+                    problems.append(f"queue {name}: fetch loop is dead")
+        status["ready"] = not problems
+        if problems:
+            status["reason"] = "; ".join(problems)
+        return _json(200 if not problems else 503, status)
+
+    def metrics(self) -> Tuple[str, List[Tuple[str, str]], bytes]:
+        body, content_type = render_metrics()
+        return "200 OK", [("Content-Type", content_type)], body
+
+
+def render_metrics() -> Tuple[bytes, str]:
+    """Prometheus exposition of this process tree's metrics.
+
+    With ``PROMETHEUS_MULTIPROC_DIR`` set, every process's files are merged
+    (prometheus_client's multiprocess collector), so the answer is the same whichever
+    gunicorn worker serves it; without it, this process's default registry.
+    """
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        from prometheus_client import multiprocess
+
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def _json(code: int, payload: Dict[str, Any]) -> Tuple[str, List[Tuple[str, str]], bytes]:
+    status = "200 OK" if code == 200 else "503 Service Unavailable"
+    return status, [("Content-Type", "application/json")], json.dumps(payload, default=str).encode()
+
+
+# --- the shared queue ------------------------------------------------------------------------
+_queues: Dict[Tuple[str, str, str], Any] = {}
+_queues_pid: Optional[int] = None
+
+
+def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str] = None,
+              pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = 5.0) -> Any:
+    """The one :class:`~echomq_gevent.queue.Queue` for ``name`` in this process, shared by
+    every request greenlet.
+
+    ``connection`` and ``prefix`` default to the YAML that ``install()`` loaded, so the
+    app enqueues where the job workers fetch. The queue's client uses a
+    ``BlockingConnectionPool`` of ``pool_size`` connections: each request greenlet that
+    enqueues borrows one for a round trip; when all are busy the next greenlet waits up
+    to ``pool_timeout`` seconds instead of opening connection after connection (a plain
+    pool grows to one connection per concurrent greenlet, thousands under
+    ``worker_connections``). Safe with ``preload_app``: a queue made before the fork is
+    never reused in a child (each process builds its own).
+    """
+    global _queues_pid
+    pid = os.getpid()
+    if _queues_pid != pid:
+        _queues.clear()  # inherited across fork: the sockets belong to the parent
+        _queues_pid = pid
+    url, prefix = _defaults(connection, prefix)
+    key = (name, url, prefix)
+    queue = _queues.get(key)
+    if queue is None:
+        import redis
+
+        from ..queue import Queue
+
+        pool = redis.BlockingConnectionPool.from_url(
+            url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True)
+        queue = Queue(name, connection=redis.Redis(connection_pool=pool), prefix=prefix)
+        _queues[key] = queue
+    return queue
+
+
+def _defaults(connection: Optional[str], prefix: Optional[str]) -> Tuple[str, str]:
+    from .gunicorn import settings
+
+    s = settings()
+    if connection is None:
+        if s is None:
+            raise ValueError("get_queue: pass connection='redis://...' (no install() has loaded a "
+                             "YAML file in this process to take the Redis URL from)")
+        connection = s.redis_url
+    if prefix is None:
+        prefix = s.prefix if s is not None else "bull"
+    return connection, prefix
+
+
+def close_queues() -> None:
+    """Close this process's shared queues (``worker_exit`` calls it)."""
+    if _queues_pid != os.getpid():
+        _queues.clear()
+        return
+    for q in list(_queues.values()):
+        try:
+            q.close()
+            q.client.connection_pool.disconnect()  # the pool is ours, not the Queue's
+        except Exception:
+            pass
+    _queues.clear()
