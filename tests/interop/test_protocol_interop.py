@@ -472,3 +472,134 @@ def test_counts_and_states_agree_across_states(node, queue):
         assert node_counts == {"active": 1, "completed": 1, "delayed": 2, "failed": 1,
                                "prioritized": 2, "waiting": 1, "waiting-children": 0}
     assert queue.get_job_state("no-such-job") == node.run("getState", jobId="no-such-job")
+
+
+def test_node_queue_events_sees_our_worker_side_events(node, queue, r, prefix, qname):
+    """Retry, backoff delay, hand-back and stall recovery, as written by our scripts."""
+    keys = QueueKeys(qname, prefix)
+    job = queue.add("w", {"n": 1}, {"attempts": 5})
+    events = node.events()
+    start = events.mark()
+
+    jid, tok = take(queue, expect_id=job.id)                                   # active
+    fields = ["failedReason", "try again", "stacktrace", json.dumps(["Error: try again"])]
+    queue.scripts.retry_job(jid, now_ms(), tok, fields_to_update=fields)       # waiting prev active
+    jid, tok = take(queue, expect_id=job.id)                                   # active
+    before = now_ms()
+    queue.scripts.move_to_delayed(jid, before, tok, 60000,
+                                  fields_to_update=fields)                     # delayed (due)
+    queue.promote_job(jid)                                                     # waiting prev delayed
+    jid, tok = take(queue, expect_id=job.id)                                   # active
+    queue.scripts.move_job_from_active_to_wait(jid, tok)                       # waiting prev active
+    jid, _tok = take(queue, expect_id=job.id)                                  # active
+    # The lock "expires" (the worker died); two stall checks find it.
+    r.delete(keys.lock(jid))
+    queue.scripts.move_stalled_jobs_to_wait(1, now_ms(), 30000)
+    r.delete(keys.stalled_check)
+    stalled = queue.scripts.move_stalled_jobs_to_wait(1, now_ms(), 30000)     # waiting, stalled
+    assert stalled == [jid]
+
+    last = events.wait_event("stalled", timeout=10, start=start)
+    lines = [ln for ln in events.snapshot()[start:] if ln["event"] != "ready"]
+    assert "error" not in event_names(lines), events.describe()
+    got = [(ln["event"], ln.get("args")) for ln in lines]
+    delayed_args = got[3][1]
+    assert before + 60000 <= delayed_args["delay"] <= now_ms() + 60000
+    assert got == [
+        ("active", {"jobId": jid, "prev": "waiting"}),
+        ("waiting", {"jobId": jid, "prev": "active"}),
+        ("active", {"jobId": jid, "prev": "waiting"}),
+        ("delayed", {"jobId": jid, "delay": delayed_args["delay"]}),
+        ("waiting", {"jobId": jid, "prev": "delayed"}),
+        ("active", {"jobId": jid, "prev": "waiting"}),
+        ("waiting", {"jobId": jid, "prev": "active"}),
+        ("active", {"jobId": jid, "prev": "waiting"}),
+        ("waiting", {"jobId": jid, "prev": "active"}),
+        ("stalled", {"jobId": jid}),
+    ], last
+    # What Node's Job now sees of all this.
+    theirs = node.run("getJob", jobId=jid)
+    assert theirs["attemptsMade"] == 2 and theirs["attemptsStarted"] == 4
+    assert theirs["stalledCounter"] == 1 and theirs["failedReason"] == "try again"
+    assert theirs["stacktrace"] == ["Error: try again"]
+    assert_same_job(queue.get_job(jid), theirs)
+
+
+# ---------------------------------------------------------------------------------------
+# Bulk adds, global concurrency and global rate limits across
+# ---------------------------------------------------------------------------------------
+
+def test_our_add_bulk_keys_equal_node_add_bulk(node, r, redis_url, prefix, qname):
+    jobs = [("a", {"i": 1}, {"timestamp": TS}),
+            ("b", {"i": 2}, {"timestamp": TS, "priority": 3}),
+            ("c", {"i": 3}, {"timestamp": TS, "delay": 700}),
+            ("d", {"i": 4}, {"timestamp": TS, "jobId": "bulk-d", "lifo": True}),
+            ("e", {"i": 5}, {"timestamp": TS, "attempts": 2, "backoff": 10})]
+    node_q, our_q = qname + "n", qname + "p"
+    node.run("addBulk", queue=node_q,
+             jobs=[{"name": n, "data": d, "opts": o} for n, d, o in jobs])
+    ours = Queue(our_q, connection=redis_url, prefix=prefix)
+    try:
+        added = ours.add_bulk([(n, d, dict(o)) for n, d, o in jobs])
+    finally:
+        ours.close()
+    assert [j.id for j in added] == ["1", "2", "3", "bulk-d", "5"]
+    assert dump_queue(r, QueueKeys(our_q, prefix)) == dump_queue(r, QueueKeys(node_q, prefix))
+
+
+def test_global_concurrency_set_by_node_limits_our_fetch(node, queue):
+    node.run("setGlobalConcurrency", concurrency=1)
+    assert queue.get_meta().get("concurrency") == "1"
+    a, b = queue.add("a", {}), queue.add("b", {})
+    take(queue, expect_id=a.id)
+    res = queue.scripts.move_to_active("t:1", 30000, now_ms())
+    assert res[1] in (0, "0", None), f"global concurrency 1 set by Node, but we took job {res[1]}"
+    assert queue.get_job_state(b.id) == "waiting"
+
+
+def test_global_concurrency_set_by_us_limits_a_node_worker(node, queue):
+    queue.set_global_concurrency(1)
+    meta = node.run("getMeta")
+    assert meta.get("concurrency") == 1
+    for i in range(4):
+        queue.add("j", {"i": i})
+    worker = node.worker(workerOpts={"drainDelay": 1, "concurrency": 4}, stopAfter=4,
+                         behaviour={"sleepMs": 150, "return": 1})
+    worker.wait_event("exit", timeout=20)
+    # With global concurrency 1 the jobs run one after another: each starts after the
+    # previous one completed, although the worker itself allows 4 at a time.
+    spans = {}
+    for ln in worker.snapshot():
+        if ln.get("event") == "process":
+            spans.setdefault(ln["jobId"], [ln["t"], None])
+        elif ln.get("event") == "completed":
+            spans[ln["jobId"]][1] = ln["t"]
+    ordered = sorted(spans.values())
+    assert len(ordered) == 4
+    for (_s1, end1), (start2, _e2) in zip(ordered, ordered[1:]):
+        assert start2 >= end1, f"two jobs ran at once under global concurrency 1: {ordered}"
+
+
+def test_global_rate_limit_set_by_node_limits_our_fetch(node, queue):
+    node.run("setGlobalRateLimit", max=1, duration=5000)
+    meta = queue.get_meta()
+    assert (meta.get("max"), meta.get("duration")) == ("1", "5000")
+    a, b = queue.add("a", {}), queue.add("b", {})
+    take(queue, expect_id=a.id)
+    res = queue.scripts.move_to_active("t:1", 30000, now_ms())
+    assert res[1] in (0, "0", None) and 0 < int(res[2]) <= 5000, (
+        f"global rate limit 1/5s set by Node: expected [0, 0, ttl, 0], got {res!r}")
+    assert queue.get_job_state(b.id) == "waiting"
+
+
+def test_global_rate_limit_set_by_us_limits_a_node_worker(node, queue):
+    queue.set_global_rate_limit(1, 1500)
+    meta = node.run("getMeta")
+    assert (meta.get("max"), meta.get("duration")) == (1, 1500)
+    a, b = queue.add("a", {}), queue.add("b", {})
+    worker = node.worker(workerOpts={"drainDelay": 1, "concurrency": 2}, stopAfter=2,
+                         behaviour={"return": 1})
+    first = worker.wait_event("process", timeout=10, jobId=a.id)
+    second = worker.wait_event("process", timeout=10, jobId=b.id)
+    gap = second["t"] - first["t"]
+    assert gap >= 1300, f"the Node worker ran 2 jobs {gap} ms apart under our limit 1 per 1500 ms"
