@@ -1,0 +1,49 @@
+"""docs/configuration.md lists exactly the worker options of the one table, with their
+defaults, and every top-level key the loader accepts."""
+from __future__ import annotations
+
+import os
+import re
+
+import yaml
+
+from echomq_gevent.config import EMBEDDED_KEYS, LOGGING_KEYS, REDIS_KEYS, TOP_LEVEL_KEYS
+from echomq_gevent.worker_options import WORKER_OPTIONS
+
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+                   "configuration.md")
+
+
+def read_doc() -> str:
+    with open(DOC, encoding="utf-8") as fh:
+        return fh.read()
+
+
+def option_rows() -> list:
+    text = read_doc()
+    m = re.search(r"<!-- queue-options:.*?-->(.*?)<!-- /queue-options -->", text, re.S)
+    assert m, "docs/configuration.md lost its queue-options table markers"
+    rows = []
+    for line in m.group(1).splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and cells[0].startswith("`"):
+            rows.append((cells[0].strip("`"), cells[1].strip("`"), cells[2]))
+    return rows
+
+
+def test_queue_options_section_lists_exactly_the_table():
+    rows = option_rows()
+    assert [r[0] for r in rows] == list(WORKER_OPTIONS), "options differ from worker_options.WORKER_OPTIONS"
+
+
+def test_queue_option_defaults_and_units_match():
+    for name, default, unit in option_rows():
+        opt = WORKER_OPTIONS[name]
+        assert yaml.safe_load(default) == opt.default, f"{name}: the doc says {default}, the table {opt.default!r}"
+        assert unit == opt.unit, f"{name}: the doc's unit {unit!r}, the table's {opt.unit!r}"
+
+
+def test_every_config_key_is_documented():
+    text = read_doc()
+    for key in TOP_LEVEL_KEYS + REDIS_KEYS + EMBEDDED_KEYS + LOGGING_KEYS + ("processor",):
+        assert f"`{key}`" in text, f"docs/configuration.md does not describe `{key}`"
