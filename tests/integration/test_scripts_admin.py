@@ -730,3 +730,207 @@ def test_obliterate_force_deletes_active_jobs_and_locks_in_batches(r, sc, k):
     assert r.llen(k.active) == 1
     assert sc.obliterate(count=2, force=True) == 0
     assert r.keys(k.base + "*") == []
+
+
+# -- getState-8 (no LPOS) -----------------------------------------------------------------
+
+@pytest.mark.parametrize("state,expected", [
+    ("completed", "completed"), ("failed", "failed"), ("delayed", "delayed"),
+    ("prioritized", "prioritized"), ("active", "active"), ("wait", "waiting"),
+    ("paused", "waiting"), ("waiting-children", "waiting-children"), (None, "unknown"),
+])
+def test_get_state_without_lpos_agrees(r, sc, k, state, expected):
+    r.lpush(k.wait, "other")
+    r.lpush(k.active, "other2")
+    put_job(r, k, "1", state)
+    assert sc.get_state_without_lpos("1") == expected
+    assert sc.get_state("1") == expected
+
+
+# -- changeDelay-4 ------------------------------------------------------------------------
+
+def test_change_delay_rescores_and_emits(r, sc, k):
+    put_job(r, k, "1", "delayed", score=(TS + 60000) * 4096, delay=60000)
+    put_job(r, k, "2", "delayed", score=(TS + 9000) * 4096, delay=9000)
+    r.zadd(k.marker, {"1": TS + 9000})
+    assert sc.change_delay("1", 5000, TS) == 0
+    assert r.zscore(k.delayed, "1") == (TS + 5000) * 4096
+    assert r.hget(k.job("1"), "delay") == "5000"
+    assert r.zscore(k.marker, "1") == TS + 5000
+    assert events(r, k) == [{"event": "delayed", "jobId": "1", "delay": str(TS + 5000)}]
+
+
+def test_change_delay_keeps_fifo_within_a_millisecond(r, sc, k):
+    put_job(r, k, "a", "delayed", score=(TS + 100) * 4096)
+    put_job(r, k, "b", "delayed", score=(TS + 999) * 4096)
+    sc.change_delay("b", 100, TS)
+    assert r.zscore(k.delayed, "b") == (TS + 100) * 4096 + 1
+    assert r.zrange(k.delayed, 0, -1) == ["a", "b"]
+
+
+def test_change_delay_errors(r, sc, k):
+    with pytest.raises(JobNotExist):
+        sc.change_delay("nope", 10, TS)
+    put_job(r, k, "w", "wait")
+    with pytest.raises(JobNotInState):
+        sc.change_delay("w", 10, TS)
+    assert not r.exists(k.delayed, k.events)
+
+
+# -- reprocessJob-9 -----------------------------------------------------------------------
+
+def test_reprocess_failed_job(r, sc, k):
+    put_job(r, k, "1", "failed", failedReason="boom", finishedOn=TS, processedOn=TS - 5,
+            atm=3, ats=3, stacktrace=["e"])
+    put_job(r, k, "0", "wait")
+    assert sc.reprocess_job("1", "failed", reset_attempts_made=True, reset_attempts_started=True) == 1
+    h = r.hgetall(k.job("1"))
+    for gone in ("failedReason", "finishedOn", "processedOn", "atm", "ats"):
+        assert gone not in h
+    assert h["stacktrace"] == '["e"]'
+    assert r.lrange(k.wait, 0, -1) == ["1", "0"]
+    assert r.zcard(k.failed) == 0
+    assert r.zscore(k.marker, "0") == 0
+    assert events(r, k) == [{"event": "waiting", "jobId": "1", "prev": "failed"}]
+
+
+def test_reprocess_completed_job_keeps_attempts_lifo_and_priority(r, sc, k):
+    put_job(r, k, "1", "completed", returnvalue='"ok"', finishedOn=TS, atm=1, ats=1)
+    put_job(r, k, "2", "completed", returnvalue='"ok"', priority=2)
+    put_job(r, k, "0", "wait")
+    r.hset(k.meta, "paused", "1")
+    sc.reprocess_job("1", "completed", lifo=True)
+    sc.reprocess_job("2", "completed")
+    h = r.hgetall(k.job("1"))
+    assert "returnvalue" not in h and h["atm"] == "1" and h["ats"] == "1"
+    assert wait_ids(r, k) == ["1", "0"]
+    assert r.zscore(k.prioritized, "2") == 2 * PRIO + 1
+    assert not r.exists(k.marker)
+
+
+def test_reprocess_errors(r, sc, k):
+    with pytest.raises(JobNotExist):
+        sc.reprocess_job("nope", "failed")
+    put_job(r, k, "1", "completed")
+    with pytest.raises(JobNotInState):
+        sc.reprocess_job("1", "failed")
+    assert r.zscore(k.completed, "1") is not None
+
+
+def test_reprocess_child_becomes_pending_again(r, sc, k, prefix):
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "waiting-children")
+    done = put_job(r, k, "done", "completed", returnvalue='"r"', parentKey=parent)
+    bad = put_job(r, k, "bad", "failed", failedReason="x", parentKey=parent)
+    worse = put_job(r, k, "worse", "failed", failedReason="y", parentKey=parent)
+    r.hset(parent + ":processed", done, '"r"')
+    r.hset(parent + ":failed", bad, "x")
+    r.zadd(parent + ":unsuccessful", {worse: TS})
+    sc.reprocess_job("done", "completed")
+    sc.reprocess_job("bad", "failed")
+    sc.reprocess_job("worse", "failed")
+    assert r.smembers(parent + ":dependencies") == {done, bad, worse}
+    assert not r.exists(parent + ":processed", parent + ":failed", parent + ":unsuccessful")
+
+
+# -- moveJobsToWait-8 ---------------------------------------------------------------------
+
+def test_retry_failed_jobs_in_batches(r, sc, k):
+    for i in range(3):
+        put_job(r, k, f"f{i}", "failed", score=TS + i, failedReason="x", finishedOn=TS + i,
+                processedOn=TS)
+    assert sc.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 1
+    assert wait_ids(r, k) == ["f0", "f1"]
+    assert "failedReason" not in r.hgetall(k.job("f0"))
+    assert sc.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 0
+    assert wait_ids(r, k) == ["f0", "f1", "f2"]
+    assert r.zcard(k.failed) == 0
+    assert [(e["jobId"], e["prev"]) for e in events(r, k)] == [("f0", "failed"), ("f1", "failed"),
+                                                               ("f2", "failed")]
+    assert r.zscore(k.marker, "0") == 0
+    assert sc.move_jobs_to_wait("failed") == 0
+
+
+def test_retry_completed_jobs_up_to_a_finish_time(r, sc, k, prefix):
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "completed")
+    put_job(r, k, "old", "completed", score=TS - 10, returnvalue="1", finishedOn=TS - 10,
+            parentKey=parent)
+    r.hset(parent + ":processed", k.job("old"), "1")
+    put_job(r, k, "new", "completed", score=TS + 10, returnvalue="2", finishedOn=TS + 10)
+    assert sc.move_jobs_to_wait("completed", max_score=TS) == 0
+    assert r.zrange(k.completed, 0, -1) == ["new"]
+    assert wait_ids(r, k) == ["old"]
+    assert "returnvalue" not in r.hgetall(k.job("old"))
+    assert r.smembers(parent + ":dependencies") == {k.job("old")}
+
+
+def test_promote_all_delayed_jobs(r, sc, k):
+    put_job(r, k, "d1", "delayed", score=(TS + 5) * 4096, delay=5)
+    put_job(r, k, "d2", "delayed", score=(TS + 9) * 4096, delay=9, priority=3)
+    r.hset(k.meta, "paused", "1")
+    assert sc.move_jobs_to_wait("delayed") == 0
+    assert r.zcard(k.delayed) == 0
+    assert wait_ids(r, k) == ["d1"]
+    assert r.zscore(k.prioritized, "d2") == 3 * PRIO + 1
+    assert r.hget(k.job("d1"), "delay") == "0"
+    assert not r.exists(k.marker)
+    assert [e["prev"] for e in events(r, k)] == ["delayed", "delayed"]
+
+
+# -- cleanJobsInSet-3 ---------------------------------------------------------------------
+
+def test_clean_finished_jobs_by_finish_time_and_limit(r, sc, k):
+    for i in range(4):
+        put_job(r, k, f"c{i}", "completed", score=TS + i, finishedOn=TS + i)
+        r.rpush(k.logs(f"c{i}"), "x")
+    assert sc.clean_jobs_in_set("completed", TS + 2, limit=2) == ["c0", "c1"]
+    assert r.zrange(k.completed, 0, -1) == ["c2", "c3"]
+    assert not r.exists(k.job("c0"), k.logs("c0"))
+    assert sc.clean_jobs_in_set("completed", TS + 2) == ["c2"]
+    assert [e for e in events(r, k)] == [{"event": "cleaned", "count": "2"},
+                                         {"event": "cleaned", "count": "1"}]
+
+
+def test_clean_wait_by_timestamp_keeps_order_of_the_rest(r, sc, k):
+    put_job(r, k, "old1", "wait", timestamp=TS - 100)
+    put_job(r, k, "new1", "wait", timestamp=TS + 100)
+    put_job(r, k, "old2", "wait", timestamp=TS - 50)
+    put_job(r, k, "new2", "wait", timestamp=TS + 50)
+    assert sorted(sc.clean_jobs_in_set("waiting", TS)) == ["old1", "old2"]
+    assert wait_ids(r, k) == ["new1", "new2"]
+    assert not r.exists(k.job("old1"), k.job("old2"))
+
+
+def test_clean_wait_with_limit_looks_at_the_oldest_end(r, sc, k):
+    for j in ("a", "b", "c"):
+        put_job(r, k, j, "wait", timestamp=TS - 1)
+    assert sc.clean_jobs_in_set("wait", TS, limit=2) == ["b", "a"]
+    assert wait_ids(r, k) == ["c"]
+
+
+def test_clean_active_skips_locked_jobs(r, sc, k):
+    put_job(r, k, "free", "active", processedOn=TS - 10, timestamp=TS - 100)
+    locked = put_job(r, k, "locked", "active", processedOn=TS - 10)
+    r.set(locked + ":lock", "tok")
+    put_job(r, k, "recent", "active", processedOn=TS + 10, timestamp=TS - 100)
+    assert sc.clean_jobs_in_set("active", TS) == ["free"]
+    assert sorted(r.lrange(k.active, 0, -1)) == ["locked", "recent"]
+
+
+def test_clean_delayed_spares_scheduler_job_and_prioritized_uses_timestamp(r, sc, k):
+    r.zadd(k.repeat, {"s": TS})
+    cur = f"repeat:s:{TS}"
+    put_job(r, k, cur, "delayed", score=TS * 4096, rjk="s", timestamp=TS - 100)
+    put_job(r, k, "d", "delayed", score=(TS + 1) * 4096, timestamp=TS - 100)
+    put_job(r, k, "p-old", "prioritized", score=PRIO + 1, timestamp=TS - 1)
+    put_job(r, k, "p-new", "prioritized", score=PRIO + 2, timestamp=TS + 1)
+    assert sc.clean_jobs_in_set("delayed", TS) == ["d"]
+    assert r.zrange(k.delayed, 0, -1) == [cur]
+    assert sc.clean_jobs_in_set("prioritized", TS) == ["p-old"]
+    assert r.zrange(k.prioritized, 0, -1) == ["p-new"]
+
+
+def test_clean_nothing_still_reports(r, sc, k):
+    assert sc.clean_jobs_in_set("failed", TS) == []
+    assert events(r, k) == [{"event": "cleaned", "count": "0"}]
