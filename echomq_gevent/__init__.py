@@ -29,6 +29,7 @@ _LAZY = {
     "Job": ".job",
     "Queue": ".queue",
     "Worker": ".worker",
+    "JobTimeoutError": ".runtime",
 }
 
 
@@ -47,6 +48,8 @@ __all__ = [
     "QueueKeys",
     "Queue",
     "Job",
+    "Worker",
+    "JobTimeoutError",
     "hookimpl",
     "FailureDecision",
     "EchoMQError",

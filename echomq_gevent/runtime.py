@@ -1,0 +1,193 @@
+"""How a worker runs things: the choice between greenlets and native threads, made once.
+
+Two questions have a greenlet answer and a thread answer, and the worker picks one
+per question when it starts, never ``if gevent`` in its body:
+
+* **where a processor runs** (:func:`make_runtime`): :class:`GreenletRuntime` calls it
+  on the job's greenlet (cooperative code, the default); :class:`ThreadRuntime`
+  (``offload="thread"``) runs it in a gevent native thread pool, so blocking C calls
+  and CPU-heavy code leave the hub free.
+* **where the idle worker blocks on the marker** (:class:`MarkerWaiter`): when the
+  process is monkey-patched, ``BZPOPMIN`` runs on a greenlet (its socket yields to the
+  hub); when it is not, it runs in a pool thread, so an unpatched process (a test,
+  a script) still keeps its hub free while idle.
+
+Also the native-thread primitives the lock renewal thread and the hub watchdog use:
+the *original* ``_thread`` functions, which stay OS-level after ``patch_all()``.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Optional, Tuple
+
+import gevent
+import gevent.monkey
+from gevent.threadpool import ThreadPool
+
+from .errors import EchoMQError
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = [
+    "JobTimeoutError", "GreenletRuntime", "ThreadRuntime", "make_runtime", "sockets_patched",
+    "MarkerWaiter", "start_native_thread", "native_lock", "MAX_BLOCK_S", "MIN_BLOCK_S",
+]
+
+#: Longest single BZPOPMIN; the loop re-issues it (as BullMQ caps its block at 10 s).
+MAX_BLOCK_S = 10.0
+#: Shortest BZPOPMIN timeout Redis >= 7.0.8 honours (1 ms).
+MIN_BLOCK_S = 0.001
+
+
+class JobTimeoutError(EchoMQError):
+    """A processor ran longer than the worker's ``job_timeout``; the attempt failed
+    (retries apply)."""
+
+
+def start_native_thread(fn: Callable[[], None]) -> int:
+    """Start ``fn`` on a real OS thread, even after ``gevent.monkey.patch_all()``."""
+    start = gevent.monkey.get_original("_thread", "start_new_thread")
+    return start(fn, ())
+
+
+def native_lock() -> Any:
+    """An OS-level lock (``_thread.allocate_lock``), safe between native threads."""
+    return gevent.monkey.get_original("_thread", "allocate_lock")()
+
+
+def sockets_patched() -> bool:
+    """True when ``socket`` is monkey-patched, i.e. Redis I/O yields to the hub."""
+    return bool(gevent.monkey.is_module_patched("socket"))
+
+
+class GreenletRuntime:
+    """Runs the processor on the job's own greenlet.
+
+    ``job_timeout`` is a ``gevent.Timeout``: it fires at the processor's next
+    cooperative switch (I/O, ``gevent.sleep``); pure CPU work is not interrupted.
+    """
+
+    name = "greenlet"
+
+    def call(self, fn: Callable[[Any], Any], job: Any, timeout_s: Optional[float]) -> Any:
+        """Called on the job's greenlet; returns what ``fn(job)`` returns or raises what
+        it raises; :class:`JobTimeoutError` after ``timeout_s`` seconds."""
+        if timeout_s is None:
+            return fn(job)
+        timer = gevent.Timeout(timeout_s)
+        timer.start()
+        try:
+            return fn(job)
+        except gevent.Timeout as exc:
+            if exc is not timer:
+                raise
+            raise JobTimeoutError(
+                f"job {job.id} ({job.name!r}) ran longer than job_timeout ({int(timeout_s * 1000)} ms)"
+            ) from None
+        finally:
+            timer.close()
+
+    def close(self) -> None:
+        pass
+
+
+class ThreadRuntime:
+    """Runs the processor in a gevent ``ThreadPool`` of ``size`` native threads.
+
+    The job's greenlet waits for the thread without blocking the hub. On
+    ``job_timeout`` the attempt fails at once but **the thread runs on** until the
+    processor returns (Python threads cannot be stopped); its result is discarded.
+    """
+
+    name = "thread"
+
+    def __init__(self, size: int) -> None:
+        self.pool = ThreadPool(max(1, size))
+
+    def call(self, fn: Callable[[Any], Any], job: Any, timeout_s: Optional[float]) -> Any:
+        result = self.pool.spawn(fn, job)
+        result.wait(timeout_s)
+        if not result.ready():
+            raise JobTimeoutError(
+                f"job {job.id} ({job.name!r}) ran longer than job_timeout ({int((timeout_s or 0) * 1000)} ms); "
+                f"it was failed, but its thread runs on until the processor returns"
+            )
+        return result.get()
+
+    def close(self) -> None:
+        try:
+            self.pool.kill()
+        except Exception:  # pragma: no cover - best effort at shutdown
+            log.debug("thread pool did not stop cleanly", exc_info=True)
+
+
+def make_runtime(offload: Optional[str], concurrency: int) -> Any:
+    """The processor runtime for the ``offload`` option (``None`` or ``"thread"``)."""
+    if offload == "thread":
+        return ThreadRuntime(concurrency)
+    if offload is None:
+        return GreenletRuntime()
+    raise ValueError(f"offload must be 'thread' or None, got {offload!r}")
+
+
+class MarkerWaiter:
+    """Blocks on the queue's marker ZSET (``BZPOPMIN``) for the fetch loop.
+
+    One ``BZPOPMIN`` is in flight at a time, on the worker's dedicated blocking
+    client. The fetch loop waits for it *or* for its own wake-up event, whichever
+    comes first; a command still pending when the loop was woken is reused by the
+    next wait instead of issuing another. Only the fetch-loop greenlet calls
+    :meth:`wait`; :meth:`cancel` is called by ``close``.
+    """
+
+    def __init__(self, client: Any, marker_key: str, use_thread: Optional[bool] = None) -> None:
+        self.client = client
+        self.key = marker_key
+        self.use_thread = (not sockets_patched()) if use_thread is None else use_thread
+        self.connection_id: Optional[int] = None  # set by the blocking client's connect hook
+        self._pending: Any = None
+
+    def _pop(self, timeout: float) -> Any:
+        return self.client.bzpopmin(self.key, timeout)
+
+    def _spawn(self, timeout: float) -> Any:
+        if self.use_thread:
+            return gevent.get_hub().threadpool.spawn(self._pop, timeout)
+        return gevent.spawn(self._pop, timeout)
+
+    def wait(self, timeout: float, wake: Any) -> Tuple[str, float]:
+        """Wait up to ``timeout`` s. Returns ``("marker", score)`` when a marker was
+        popped, ``("timeout", 0)`` when the time ran out (or BZPOPMIN timed out), and
+        ``("woken", 0)`` when ``wake`` (a gevent Event) was set first. Redis errors
+        of the BZPOPMIN are raised here."""
+        timeout = min(max(timeout, MIN_BLOCK_S), MAX_BLOCK_S)
+        if self._pending is None:
+            self._pending = self._spawn(timeout)
+        gevent.wait([self._pending, wake], timeout=timeout, count=1)
+        if self._pending.ready():
+            pending, self._pending = self._pending, None
+            res = pending.get()
+            if not res:
+                return "timeout", 0.0
+            return "marker", float(res[2])
+        if wake.is_set():
+            return "woken", 0.0
+        return "timeout", 0.0
+
+    def cancel(self, unblock_client: Any = None) -> None:
+        """Abandon the pending BZPOPMIN so it pops no marker meant for other workers:
+        ``CLIENT UNBLOCK`` it (through ``unblock_client``) and, on a greenlet, kill it."""
+        pending, self._pending = self._pending, None
+        if pending is None or pending.ready():
+            return
+        if unblock_client is not None and self.connection_id is not None:
+            try:
+                unblock_client.execute_command("CLIENT", "UNBLOCK", self.connection_id)
+            except Exception:
+                log.debug("CLIENT UNBLOCK of the marker wait failed", exc_info=True)
+        try:
+            gevent.wait([pending], timeout=1.0)
+        except Exception:  # pragma: no cover
+            pass
+        if not pending.ready() and not self.use_thread:
+            pending.kill(block=False)
