@@ -610,3 +610,74 @@ def test_global_rate_limit_set_by_us_limits_a_node_worker(node, queue):
     second = worker.wait_event("process", timeout=10, jobId=b.id)
     gap = second["t"] - first["t"]
     assert gap >= 1300, f"the Node worker ran 2 jobs {gap} ms apart under our limit 1 per 1500 ms"
+
+
+# ---------------------------------------------------------------------------------------
+# Job and queue administration across
+# ---------------------------------------------------------------------------------------
+
+def test_we_update_node_jobs_and_node_updates_ours(node, queue):
+    theirs = node.run("add", name="n", data={"v": 1}, opts={"keepLogs": 2, "delay": 60000})
+    job = queue.get_job(theirs["id"])
+    for line in ("one", "two", "three"):
+        job.log(line)
+    job.update_progress({"pct": 50})
+    job.update_data({"v": 2, "s": "é"})
+    logs, seen = node.batch({"cmd": "getJobLogs", "jobId": job.id},
+                            {"cmd": "getJob", "jobId": job.id})
+    assert logs == {"logs": ["two", "three"], "count": 2}
+    assert seen["data"] == {"v": 2, "s": "é"} and seen["progress"] == {"pct": 50}
+    queue.promote_job(job.id)
+    state, seen = node.batch({"cmd": "getState", "jobId": job.id},
+                             {"cmd": "getJob", "jobId": job.id})
+    assert state == "waiting" and seen["delay"] == 0
+
+    ours = queue.add("o", {"v": 1}, {"delay": 60000, "keepLogs": 1})
+    node.batch({"cmd": "log", "jobId": ours.id, "line": "a"},
+               {"cmd": "log", "jobId": ours.id, "line": "b"},
+               {"cmd": "updateProgress", "jobId": ours.id, "progress": 7},
+               {"cmd": "updateData", "jobId": ours.id, "data": {"v": 3}},
+               {"cmd": "promote", "jobId": ours.id})
+    back = queue.get_job(ours.id)
+    assert (back.data, back.progress, back.delay) == ({"v": 3}, 7, 0)
+    assert queue.get_job_logs(ours.id) == {"logs": ["b"], "count": 1}
+    assert queue.get_job_state(ours.id) == "waiting"
+
+
+def test_remove_drain_obliterate_across(node, queue, r, prefix, qname):
+    keys = QueueKeys(qname, prefix)
+    n1 = node.run("add", name="n1", data={}, opts={"keepLogs": 5})
+    node.run("log", jobId=n1["id"], line="x")
+    o1 = queue.add("o1", {})
+    assert queue.remove_job(n1["id"]) == 1
+    assert node.run("getJob", jobId=n1["id"]) is None
+    assert not r.exists(keys.job(n1["id"]), keys.logs(n1["id"]))
+    node.run("remove", jobId=o1.id)
+    assert queue.get_job(o1.id) is None
+
+    # Drain: we drain what Node added (waiting, prioritized; delayed only when asked).
+    node.batch({"cmd": "add", "name": "w", "data": {}},
+               {"cmd": "add", "name": "p", "data": {}, "opts": {"priority": 2}},
+               {"cmd": "add", "name": "d", "data": {}, "opts": {"delay": 60000}})
+    queue.drain()
+    counts = node.run("counts", types=COUNT_TYPES)
+    assert (counts["waiting"], counts["prioritized"], counts["delayed"]) == (0, 0, 1)
+    queue.drain(delayed=True)
+    assert node.run("counts", types=["delayed"]) == {"delayed": 0}
+
+    # Node drains what we added.
+    queue.add("w", {})
+    queue.add("p", {}, {"priority": 2})
+    node.run("drain")
+    assert _our_counts(queue) == dict.fromkeys(COUNT_TYPES, 0)
+
+    # Obliterate both ways: nothing of the queue is left.
+    queue.add("a", {})
+    node.run("add", name="b", data={})
+    queue.obliterate()
+    assert list(r.scan_iter(match=keys.base + "*")) == []
+    queue.add("c", {}, {"delay": 1000})
+    node.run("add", name="d", data={}, opts={"priority": 1})
+    node.run("obliterate")
+    leftover = list(r.scan_iter(match=keys.base + "*"))
+    assert leftover == [], f"Node obliterate left keys of our jobs: {leftover}"

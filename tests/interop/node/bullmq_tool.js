@@ -29,6 +29,7 @@
  *   getMeta     -> Queue.getMeta() (paused, concurrency, max, duration, version, ...)
  *   updateProgress {jobId, progress}  /  log {jobId, line}
  *   remove      {jobId}                             -> Queue.remove result
+ *   promote {jobId} / updateData {jobId, data} / drain {delayed} / obliterate {force}
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                                     (all steps share one Queue connection)
@@ -190,6 +191,24 @@ async function runOne(queue, cmd) {
     }
     case 'remove':
       return queue.remove(cmd.jobId);
+    case 'promote': {
+      const job = await Job.fromId(queue, cmd.jobId);
+      if (!job) throw new Error(`job ${cmd.jobId} not found`);
+      await job.promote();
+      return true;
+    }
+    case 'updateData': {
+      const job = await Job.fromId(queue, cmd.jobId);
+      if (!job) throw new Error(`job ${cmd.jobId} not found`);
+      await job.updateData(cmd.data);
+      return true;
+    }
+    case 'drain':
+      await queue.drain(!!cmd.delayed);
+      return true;
+    case 'obliterate':
+      await queue.obliterate({ force: !!cmd.force });
+      return true;
     case 'waitUntilFinished': {
       const events = new QueueEvents(cmd.queue, baseOpts(cmd));
       try {
