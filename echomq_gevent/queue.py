@@ -15,7 +15,7 @@ import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .connection import DEFAULT_URL, ConnectionLike, make_client
-from .errors import EchoMQError, error_for_code
+from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
@@ -148,9 +148,24 @@ class Queue:
         ParentJobNotExist when ``opts.parent`` names a missing job.
         """
         prepared = self._prepare(name, data, opts)
-        job_id = self.scripts.add_job(prepared.job_id, prepared.name, prepared.timestamp,
-                                      prepared.data_json, prepared.encoded, **prepared.script_kwargs)
+        try:
+            job_id = self.scripts.add_job(prepared.job_id, prepared.name, prepared.timestamp,
+                                          prepared.data_json, prepared.encoded, **prepared.script_kwargs)
+        except ScriptError as exc:
+            raise self._explain(exc, prepared) from None
         return self._job_from_prepared(prepared, str(job_id))
+
+    @staticmethod
+    def _explain(exc: ScriptError, prepared: _PreparedJob) -> ScriptError:
+        """The same error, with the job name and the parent key in the message."""
+        detail = f"job name {prepared.name!r}"
+        parent_key = prepared.script_kwargs.get("parent_key")
+        if parent_key:
+            detail += f", parent {parent_key!r}"
+            if exc.code == -5:
+                detail += ": add the parent first (or check opts.parent.queue, '<prefix>:<queue>')"
+        err = error_for_code(exc.code, exc.script, exc.job_id, detail)
+        return err
 
     def _ensure_add_scripts(self) -> None:
         if self._add_scripts_loaded:
@@ -195,8 +210,8 @@ class Queue:
                 failure = failure or res
                 continue
             if isinstance(res, int) and res < 0:
-                failure = failure or error_for_code(res, "add_bulk", p.job_id or None,
-                                                    f"job name {p.name!r}")
+                script = self.scripts.add_script_for(p.encoded)[0]
+                failure = failure or self._explain(error_for_code(res, script, p.job_id or None), p)
                 continue
             out.append(self._job_from_prepared(p, str(res)))
         if failure is not None:

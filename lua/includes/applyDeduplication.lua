@@ -66,6 +66,9 @@ local function applyDeduplication(de, jobId, base, dedupKey, delayedKey, eventsK
     if takeOverStaleDedupKey(dedupKey, base, ownerId, jobId, dedupId, ttl) then
       return nil
     end
+    -- The owner already runs (or ran): the new job is dropped. BullMQ emits no
+    -- "deduplicated" event on this path, and neither do we.
+    return ownerId
   elseif ttl and ttl > 0 and de["extend"] then
     ownerId = redis.call("GET", dedupKey)
     if not ownerId then
@@ -99,7 +102,7 @@ local function applyDeduplication(de, jobId, base, dedupKey, delayedKey, eventsK
 
   emitDeduplicated(eventsKey, maxEvents, ownerId, dedupId, jobId)
 
-  if de["reschedule"] and not de["replace"] and redis.call("ZSCORE", delayedKey, ownerId) then
+  if de["reschedule"] and redis.call("ZSCORE", delayedKey, ownerId) then
     -- Push the waiting owner out to the new job's due time.
     local d = tonumber(delay) or 0
     redis.call("HSET", base .. ownerId, "delay", d)

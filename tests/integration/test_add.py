@@ -175,8 +175,11 @@ def parent_opts(r, prefix, pname="parents", pid="p1", **flags):
 
 
 def test_missing_parent_is_refused(r, q, prefix):
-    with pytest.raises(ParentJobNotExist, match="parent job does not exist"):
+    with pytest.raises(ParentJobNotExist) as info:
         q.add("child", 1, {"parent": {"id": "nope", "queue": f"{prefix}:parents"}})
+    assert str(info.value) == (
+        f"addStandardJob-9: parent job does not exist (the queue, code -5): job name 'child', "
+        f"parent '{prefix}:parents:nope': add the parent first (or check opts.parent.queue, '<prefix>:<queue>')")
     assert r.exists(q.keys.id) == 0
     assert r.exists(q.keys.job("1")) == 0
 
@@ -195,7 +198,7 @@ def test_child_is_linked_to_its_parent(r, q, prefix, opts):
 
 def test_duplicate_with_another_live_parent_is_refused(r, q, prefix):
     q.add("child", 1, dict(parent_opts(r, prefix, pid="p1"), jobId="c"))
-    with pytest.raises(ParentJobCannotBeReplaced):
+    with pytest.raises(ParentJobCannotBeReplaced, match=f"job 'c'.*parent '{prefix}:parents:p2'"):
         q.add("child", 1, dict(parent_opts(r, prefix, pid="p2"), jobId="c"))
     assert r.hget(q.keys.job("c"), "parentKey") == f"{prefix}:parents:p1"
 
@@ -287,6 +290,8 @@ def test_replace_keeps_an_owner_that_is_not_delayed(r, q):
     q.add("a", 1, {"deduplication": {"id": "d1", "replace": True}})
     assert q.add("a", 2, {"deduplication": {"id": "d1", "replace": True}}).id == "1"
     assert r.exists(q.keys.job("2")) == 0
+    # as BullMQ: no "deduplicated" event on this path
+    assert [e["event"] for e in events(r, q)] == ["added", "waiting"]
 
 
 def test_reschedule_pushes_the_owner_out(r, q):
@@ -336,7 +341,7 @@ def test_add_bulk_validates_everything_first(r, q):
 
 
 def test_add_bulk_reports_a_script_error(r, q, prefix):
-    with pytest.raises(ParentJobNotExist):
+    with pytest.raises(ParentJobNotExist, match=f"job name 'b', parent '{prefix}:nope:x'"):
         q.add_bulk([("a", 1), ("b", 2, {"parent": {"id": "x", "queue": f"{prefix}:nope"}}), ("c", 3)])
     # the refused add stopped before the id counter, so "c" got id 2
     assert r.lrange(q.keys.wait, 0, -1) == ["2", "1"]
