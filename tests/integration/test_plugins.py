@@ -1,0 +1,329 @@
+"""Plugins change what the worker does, on real Redis: processors by job name, failure
+policies, custom backoff, telemetry in order, and a raising telemetry plugin that never
+fails a job."""
+from __future__ import annotations
+
+import time
+from typing import Any, List, Tuple
+
+import gevent
+import pytest
+
+from echomq_gevent import FailureDecision, hookimpl
+from echomq_gevent.plugins import PluginHost, make_plugin_manager
+from echomq_gevent.queue import Queue
+
+
+
+def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll ``predicate`` (yielding to the hub) until it returns something truthy."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        gevent.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+class Recorder:
+    """Telemetry plugin that records every event as (event, job id, extra)."""
+
+    def __init__(self) -> None:
+        self.__name__ = "test-recorder"
+        self.events: List[Tuple[str, Any, Any]] = []
+
+    def of(self, job_id: str) -> List[str]:
+        return [e for e, j, _x in self.events if j == job_id]
+
+    @hookimpl
+    def echomq_worker_started(self, worker):
+        self.events.append(("worker_started", None, worker.queue_name))
+
+    @hookimpl
+    def echomq_worker_stopping(self, worker, reason):
+        self.events.append(("worker_stopping", None, reason))
+
+    @hookimpl
+    def echomq_job_active(self, job):
+        self.events.append(("active", job.id, job.attempts_made))
+
+    @hookimpl
+    def echomq_job_completed(self, job, result, duration_ms):
+        assert duration_ms >= 0
+        self.events.append(("completed", job.id, result))
+
+    @hookimpl
+    def echomq_job_retried(self, job, error, delay_ms):
+        self.events.append(("retried", job.id, delay_ms))
+
+    @hookimpl
+    def echomq_job_failed(self, job, error):
+        self.events.append(("failed", job.id, str(error)))
+
+
+class Exploding:
+    """Telemetry plugin whose every hook raises."""
+
+    __name__ = "test-exploding"
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def _boom(self) -> None:
+        self.calls += 1
+        raise RuntimeError("telemetry is broken")
+
+    @hookimpl
+    def echomq_worker_started(self):
+        self._boom()
+
+    @hookimpl
+    def echomq_job_active(self):
+        self._boom()
+
+    @hookimpl
+    def echomq_job_completed(self):
+        self._boom()
+
+    @hookimpl
+    def echomq_job_retried(self):
+        self._boom()
+
+    @hookimpl
+    def echomq_job_failed(self):
+        self._boom()
+
+
+@pytest.fixture
+def queue(redis_url, prefix, qname):
+    q = Queue(qname, connection=redis_url, prefix=prefix)
+    yield q
+    q.close()
+
+
+@pytest.fixture
+def run_worker(redis_url, prefix, qname):
+    """Start a Worker on the test queue with the given plugins; closed afterwards."""
+    from echomq_gevent.worker import Worker
+
+    started = []
+
+    def start(*plugins, processor=None, **options):
+        host = PluginHost(make_plugin_manager(list(plugins)))
+        options.setdefault("drain_delay", 0.2)
+        options.setdefault("stalled_interval", 5000)
+        w = Worker(qname, processor=processor, connection=redis_url, prefix=prefix, plugins=host, **options)
+        w.start()
+        started.append(w)
+        return w
+
+    yield start
+    for w in started:
+        w.close(timeout=5)
+
+
+def state_is(queue: Queue, job_id: str, *states: str):
+    return lambda: queue.get_job_state(job_id) in states
+
+
+class Processors:
+    """Routes job names of the test queue to small functions."""
+
+    __name__ = "test-processors"
+
+    def __init__(self, qname: str) -> None:
+        self.qname = qname
+        self.failures_left = {}
+
+    def ok(self, job):
+        return {"ok": job.data}
+
+    def flaky(self, job):
+        left = self.failures_left.get(job.id, 1)
+        if left > 0:
+            self.failures_left[job.id] = left - 1
+            raise RuntimeError(f"flaky failure of job {job.id}")
+        return "recovered"
+
+    def broken(self, job):
+        raise ValueError(f"job {job.id} is broken")
+
+    @hookimpl
+    def echomq_register_processors(self, registry):
+        registry.add(self.qname, "ok", self.ok)
+        registry.add(self.qname, "flaky", self.flaky)
+
+    @hookimpl
+    def echomq_get_processor(self, queue, job_name):
+        if queue == self.qname and job_name == "broken":
+            return self.broken
+        return None
+
+
+# --- processors ------------------------------------------------------------------------------------------
+def test_plugin_processors_serve_by_name_and_unknown_names_fail_clearly(queue, run_worker, qname):
+    rec = Recorder()
+    run_worker(Processors(qname), rec, concurrency=2)
+    unknown = queue.add("no-such-job", {})
+    ok = queue.add("ok", {"n": 1})
+    wait_for(state_is(queue, ok.id, "completed"), what="the routed job to complete")
+    wait_for(state_is(queue, unknown.id, "failed"), what="the unknown job to fail")
+    assert queue.get_job(ok.id).returnvalue == {"ok": {"n": 1}}
+    reason = queue.get_job(unknown.id).failed_reason
+    assert "no-such-job" in reason and qname in reason, reason
+    # the worker carries on after the unknown name
+    later = queue.add("ok", {"n": 2})
+    wait_for(state_is(queue, later.id, "completed"), what="a later job to complete")
+
+
+# --- telemetry -----------------------------------------------------------------------------------------------
+def test_telemetry_sees_every_lifecycle_event_in_order(queue, run_worker, qname):
+    rec = Recorder()
+    w = run_worker(Processors(qname), rec, concurrency=1)
+    good = queue.add("ok", {"x": 1})
+    flaky = queue.add("flaky", {}, {"attempts": 2})
+    bad = queue.add("broken", {}, {"attempts": 1})
+    for j in (good, flaky, bad):
+        wait_for(state_is(queue, j.id, "completed", "failed"), what=f"job {j.id} to finish")
+    wait_for(lambda: len(rec.of(bad.id)) >= 2, what="the failure event")
+    w.close(timeout=5)
+    assert rec.events[0][0] == "worker_started"
+    assert rec.of(good.id) == ["active", "completed"]
+    assert rec.of(flaky.id) == ["active", "retried", "active", "completed"]
+    assert rec.of(bad.id) == ["active", "failed"]
+    assert rec.events[-1][0] == "worker_stopping"
+    attempts = [x for e, j, x in rec.events if j == flaky.id and e == "active"]
+    assert attempts == [0, 1]
+
+
+def test_a_raising_telemetry_plugin_never_fails_a_job(queue, run_worker, qname):
+    boom, rec = Exploding(), Recorder()
+    run_worker(Processors(qname), boom, rec)
+    job = queue.add("ok", {"y": 2})
+    wait_for(state_is(queue, job.id, "completed", "failed"), what="the job to finish")
+    assert queue.get_job_state(job.id) == "completed"
+    assert queue.get_job(job.id).returnvalue == {"ok": {"y": 2}}
+    assert boom.calls >= 2  # it was called, and raised, for active and completed
+    wait_for(lambda: rec.of(job.id) == ["active", "completed"], what="the other plugin's events")
+
+
+# --- failure policy ------------------------------------------------------------------------------------------
+class Policy:
+    __name__ = "test-policy"
+
+    def __init__(self, decide) -> None:
+        self.decide = decide
+
+    @hookimpl
+    def echomq_failure_decision(self, worker, job, error):
+        return self.decide(job, error)
+
+
+def test_policy_fail_stops_retries_that_attempts_would_allow(queue, run_worker, qname):
+    run_worker(Processors(qname), Policy(lambda job, err: FailureDecision.fail()))
+    job = queue.add("broken", {}, {"attempts": 5})
+    wait_for(state_is(queue, job.id, "failed"), what="the job to fail")
+    assert queue.get_job(job.id).attempts_made == 1
+
+
+def test_policy_retry_retries_beyond_attempts_with_its_delay(queue, run_worker, qname):
+    procs = Processors(qname)
+    decided = []
+
+    def decide(job, err):
+        decided.append(job.attempts_made)
+        return FailureDecision.retry(delay=300)
+
+    run_worker(procs, Policy(decide))
+    job = queue.add("flaky", {}, {"attempts": 1})  # BullMQ's rule would fail it at once
+    wait_for(lambda: queue.get_job_state(job.id) == "delayed", what="the job to be delayed")
+    wait_for(state_is(queue, job.id, "completed"), what="the retried job to complete")
+    done = queue.get_job(job.id)
+    assert done.returnvalue == "recovered" and done.attempts_made == 2
+    assert decided == [0]
+
+
+def test_policy_unrecoverable_and_default(queue, run_worker, qname):
+    def decide(job, err):
+        if job.data.get("fatal"):
+            return FailureDecision.unrecoverable()
+        return None  # BullMQ's rule
+
+    procs = Processors(qname)
+    procs.failures_left = {}
+    run_worker(procs, Policy(decide), concurrency=2)
+    fatal = queue.add("broken", {"fatal": True}, {"attempts": 3})
+    normal = queue.add("flaky", {}, {"attempts": 3})
+    wait_for(state_is(queue, fatal.id, "failed"), what="the fatal job to fail")
+    wait_for(state_is(queue, normal.id, "completed"), what="the normal job to complete after a retry")
+    assert queue.get_job(fatal.id).attempts_made == 1
+    assert queue.get_job(normal.id).attempts_made == 2
+
+
+def test_policy_move_sends_a_copy_to_another_queue(queue, run_worker, qname, redis_url, prefix):
+    dlq_name = qname + "-dlq"
+    run_worker(Processors(qname), Policy(lambda job, err: FailureDecision.move_to(dlq_name)))
+    job = queue.add("broken", {"payload": 7}, {"attempts": 4})
+    wait_for(state_is(queue, job.id, "failed"), what="the job to fail here")
+    dlq = Queue(dlq_name, connection=redis_url, prefix=prefix)
+    try:
+        waiting = wait_for(lambda: dlq.get_jobs(["waiting"]), what="the copy in the other queue")
+        assert [(j.name, j.data) for j in waiting] == [("broken", {"payload": 7})]
+        assert waiting[0].attempts_made == 0
+    finally:
+        dlq.obliterate(force=True)
+        dlq.close()
+
+
+def test_a_raising_policy_falls_back_to_the_default_rule(queue, run_worker, qname):
+    def decide(job, err):
+        raise RuntimeError("policy bug")
+
+    run_worker(Processors(qname), Policy(decide))
+    job = queue.add("flaky", {}, {"attempts": 2})
+    wait_for(state_is(queue, job.id, "completed"), what="the job to complete by the default retry")
+
+
+# --- custom backoff -----------------------------------------------------------------------------------------
+class Linear:
+    __name__ = "test-linear-backoff"
+
+    def __init__(self) -> None:
+        self.asked: List[Tuple[str, int, int]] = []
+
+    @hookimpl
+    def echomq_backoff_delay(self, backoff_type, attempts_made, delay, error, job):
+        if backoff_type == "linear":
+            self.asked.append((backoff_type, attempts_made, delay))
+            return 5000 * attempts_made
+        if backoff_type == "never":
+            return -1
+        return None
+
+
+def test_custom_backoff_type_sets_the_delay(queue, run_worker, qname, r, prefix):
+    lin = Linear()
+    run_worker(Processors(qname), lin)
+    before = int(time.time() * 1000)
+    job = queue.add("broken", {}, {"attempts": 3, "backoff": {"type": "linear", "delay": 10}})
+    wait_for(state_is(queue, job.id, "delayed"), what="the job to be delayed by the custom backoff")
+    score = r.zscore(f"{prefix}:{qname}:delayed", job.id)
+    due = int(score) >> 12
+    assert before + 5000 <= due <= int(time.time() * 1000) + 5000
+    assert lin.asked == [("linear", 1, 10)]
+
+
+def test_custom_backoff_minus_one_fails_the_job(queue, run_worker, qname):
+    run_worker(Processors(qname), Linear())
+    job = queue.add("broken", {}, {"attempts": 3, "backoff": {"type": "never"}})
+    wait_for(state_is(queue, job.id, "failed"), what="the job to fail without retry")
+    assert queue.get_job(job.id).attempts_made == 1
+
+
+def test_unknown_backoff_type_fails_the_job_and_logs_the_type(queue, run_worker, qname, caplog):
+    run_worker(Processors(qname))
+    job = queue.add("broken", {}, {"attempts": 3, "backoff": {"type": "nobody-knows"}})
+    wait_for(state_is(queue, job.id, "failed"), what="the job to fail")
+    assert queue.get_job(job.id).attempts_made == 1
+    assert any("nobody-knows" in rec.getMessage() for rec in caplog.records)
