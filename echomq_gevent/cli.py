@@ -390,7 +390,7 @@ class Runner:
     @staticmethod
     def _close_one(worker: Any, timeout: Optional[float]) -> None:
         try:
-            worker.close(timeout=timeout)
+            worker.close(timeout=timeout, reason="signal")
         except Exception:
             log.exception("closing the worker of %s failed", getattr(worker, "queue_name", "?"))
 

@@ -1,0 +1,289 @@
+"""``echomq-gevent -c FILE`` end to end, in a subprocess: jobs added by Node
+``bullmq@6.7.0`` and by ``echomq-gevent add`` are processed by a processor from a
+plugin module named in the YAML and by one from an installed entry point; SIGTERM
+mid-run exits 0 and loses nothing; the embedded default starts and stops cleanly."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import pytest
+
+from echomq_gevent.queue import Queue
+
+from test_cli_embedded import redis_pids_in
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NODE_TOOL = os.path.join(ROOT, "tests", "interop", "node", "bullmq_tool.js")
+EXAMPLE_PKG = os.path.join(ROOT, "plugins", "example-processor-package")
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition", proc: Optional["Cli"] = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if proc is not None and proc.proc.poll() is not None:
+            raise AssertionError(f"the command exited ({proc.proc.returncode}) while waiting for {what}:\n"
+                                 f"{proc.output()}")
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}" +
+                         (f"\n{proc.output()}" if proc else ""))
+
+
+@pytest.fixture(scope="session")
+def example_plugin_path(tmp_path_factory):
+    """``pip install`` the example processor package once, into a folder the command's
+    PYTHONPATH includes (its entry point is then visible to that process only)."""
+    target = str(tmp_path_factory.mktemp("example-plugin-site"))
+    base = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
+            "--target", target]
+    fast = subprocess.run(base + ["--no-build-isolation", EXAMPLE_PKG], capture_output=True, text=True)
+    if fast.returncode != 0:  # no `wheel` beside setuptools: build in an isolated environment
+        shutil.rmtree(target, ignore_errors=True)
+        os.makedirs(target)
+        slow = subprocess.run(base + [EXAMPLE_PKG], capture_output=True, text=True)
+        assert slow.returncode == 0, f"pip install of the example plugin package failed:\n{slow.stderr}"
+    assert any(n.endswith(".dist-info") for n in os.listdir(target))
+    return target
+
+
+class Cli:
+    """A running ``python -m echomq_gevent`` with its output collected."""
+
+    def __init__(self, args: List[str], cwd: str, extra_path: str = "", env: Optional[Dict[str, str]] = None):
+        full_env = dict(os.environ)
+        full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, extra_path) if p)
+        full_env.pop("ECHOMQ_CONFIG", None)
+        full_env.update(env or {})
+        self.proc = subprocess.Popen([sys.executable, "-m", "echomq_gevent", *args], cwd=cwd, env=full_env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        self.proc.send_signal(sig)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"the command did not exit within {timeout} s of {sig!r}:\n{self.output()}")
+        self._reader.join(5)
+        return code
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def node_add_bulk(redis_url: str, prefix: str, queue: str, jobs: List[Dict[str, Any]]) -> List[str]:
+    """Add jobs with the real Node bullmq 6.7.0 Queue; returns their ids."""
+    cmd = {"redis": redis_url, "prefix": prefix, "queue": queue, "cmd": "addBulk", "jobs": jobs}
+    out = subprocess.run(["node", NODE_TOOL, json.dumps(cmd)], capture_output=True, text=True, timeout=60,
+                         cwd=os.path.join(ROOT, "tests"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert line["ok"], line
+    return [str(j["id"]) for j in line["result"]]
+
+
+def cli_add(cwd: str, conf: str, queue: str, name: str, data: Any, extra_path: str = "") -> str:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, extra_path) if p))
+    out = subprocess.run([sys.executable, "-m", "echomq_gevent", "-c", conf, "add", queue, name, json.dumps(data)],
+                         cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+PLUGIN_MODULE = '''
+"""Test plugin: serves queue {q1!r}: 'greet' (quick) and 'slow' (longer than the drain deadline)."""
+import gevent
+from echomq_gevent import hookimpl
+
+
+def greet(job):
+    gevent.sleep(0.05)
+    return {{"hello": job.data.get("who"), "by": "e2eplugin"}}
+
+
+def slow(job):
+    gevent.sleep(float(job.data.get("seconds", 3)))
+    return {{"slow": job.data.get("n"), "attempt": job.attempts_started}}
+
+
+@hookimpl
+def echomq_register_processors(registry):
+    registry.add({q1!r}, "greet", greet)
+    registry.add({q1!r}, "slow", slow)
+'''
+
+
+@pytest.mark.interop
+def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_loses_nothing(
+        tmp_path, redis_url, prefix, qname, example_plugin_path):
+    q1, q2 = qname + "a", qname + "b"
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "e2eplugin.py").write_text(PLUGIN_MODULE.format(q1=q1))
+    conf = tmp_path / "worker.yaml"
+    conf.write_text(textwrap.dedent(f"""
+        redis: {{url: "{redis_url}"}}
+        prefix: {prefix}
+        plugin_paths: [plugins]
+        plugins: [e2eplugin]
+        entry_points: true
+        logging: {{level: info, format: json}}
+        defaults:
+          drain_delay: 1
+          shutdown_timeout: 1
+        queues:
+          {q1}: {{concurrency: 5}}
+          {q2}: {{concurrency: 3}}
+    """))
+    cwd = str(tmp_path)
+    node_ids = node_add_bulk(redis_url, prefix, q1, [{"name": "greet", "data": {"who": f"node{i}"}} for i in range(5)])
+    node_ids2 = node_add_bulk(redis_url, prefix, q2, [{"name": "example.wordcount",
+                                                        "data": {"text": "one two three"}}])
+    cli_id = cli_add(cwd, str(conf), q1, "greet", {"who": "cli"})
+    cli_id2 = cli_add(cwd, str(conf), q2, "example.echo", {"x": [1, 2]})
+
+    queue1 = Queue(q1, connection=redis_url, prefix=prefix)
+    queue2 = Queue(q2, connection=redis_url, prefix=prefix)
+    cli = Cli(["-c", str(conf), "--no-progress"], cwd=cwd, extra_path=example_plugin_path)
+    try:
+        for jid in node_ids + [cli_id]:
+            wait_until(lambda: queue1.get_job_state(jid) == "completed", what=f"{q1} job {jid}", proc=cli)
+        for jid in node_ids2 + [cli_id2]:
+            wait_until(lambda: queue2.get_job_state(jid) == "completed", what=f"{q2} job {jid}", proc=cli)
+        assert queue1.get_job(node_ids[0]).returnvalue == {"hello": "node0", "by": "e2eplugin"}
+        assert queue1.get_job(cli_id).returnvalue == {"hello": "cli", "by": "e2eplugin"}
+        assert queue2.get_job(node_ids2[0]).returnvalue == {"words": 3, "chars": 13}  # entry point
+        assert queue2.get_job(cli_id2).returnvalue == {"x": [1, 2]}
+
+        # mid-run: quick jobs finish, slow ones outlive the 1 s drain and go back to wait
+        slow_ids = node_add_bulk(redis_url, prefix, q1, [{"name": "slow", "data": {"n": i, "seconds": 4}}
+                                                          for i in range(3)])
+        quick_ids = [cli_add(cwd, str(conf), q1, "greet", {"who": f"late{i}"}) for i in range(2)]
+        wait_until(lambda: all(queue1.get_job_state(j) == "active" for j in slow_ids), what="slow jobs active",
+                   proc=cli)
+        wait_until(lambda: all(queue1.get_job_state(j) == "completed" for j in quick_ids), what="quick jobs",
+                   proc=cli)
+        t0 = time.monotonic()
+        code = cli.stop(signal.SIGTERM)
+        assert code == 0, cli.output()
+        assert time.monotonic() - t0 < 10
+        states = {j: queue1.get_job_state(j) for j in slow_ids}
+        assert set(states.values()) == {"waiting"}, states  # handed back, none lost
+        assert queue1.get_job_counts("active")["active"] == 0
+
+        # JSON log lines with the structured event fields of the built-in logging path
+        events = []
+        for line in cli.lines:
+            if line.startswith("{"):
+                events.append(json.loads(line))
+        assert any(e.get("msg", "").startswith("SIGTERM") for e in events), cli.output()
+
+        # a second run finishes the handed-back jobs
+        cli2 = Cli(["-c", str(conf), "--no-progress"], cwd=cwd, extra_path=example_plugin_path)
+        try:
+            for jid in slow_ids:
+                wait_until(lambda: queue1.get_job_state(jid) == "completed", what=f"slow job {jid}", proc=cli2)
+            assert sorted(queue1.get_job(j).returnvalue["slow"] for j in slow_ids) == [0, 1, 2]
+            assert cli2.stop(signal.SIGINT) == 0, cli2.output()
+        finally:
+            cli2.kill()
+        assert queue1.get_job_counts("failed")["failed"] == 0
+        assert queue2.get_job_counts("failed")["failed"] == 0
+    finally:
+        cli.kill()
+        queue1.close()
+        queue2.close()
+
+
+def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path):
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (plugins / "embjobs.py").write_text("def double(job):\n    return job.data['n'] * 2\n")
+    conf = tmp_path / "conf" / "worker.yaml"
+    conf.parent.mkdir()
+    conf.write_text(textwrap.dedent("""
+        redis:
+          url: embedded
+        plugin_paths: [../plugins]
+        entry_points: false
+        logging: {format: json}
+        queues:
+          numbers:
+            processor: "embjobs:double"
+            drain_delay: 1
+    """))
+    cwd = str(tmp_path)
+    var = str(tmp_path / "var")
+    cli = Cli(["-c", str(conf)], cwd=cwd)
+    try:
+        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        assert len(redis_pids_in(var)) == 1
+        ids = [cli_add(cwd, str(conf), "numbers", "double", {"n": n}) for n in range(3)]
+        url = f"unix://{var}/redis.sock?db=0"
+        queue = Queue("numbers", connection=url)
+        try:
+            for jid in ids:
+                wait_until(lambda: queue.get_job_state(jid) == "completed", what=f"job {jid}", proc=cli)
+            assert sorted(queue.get_job(j).returnvalue for j in ids) == [0, 2, 4]
+        finally:
+            queue.close()
+        assert cli.stop(signal.SIGTERM) == 0, cli.output()
+    finally:
+        cli.kill()
+    assert redis_pids_in(var) == [], "the embedded redis-server outlived the command"
+    assert os.path.exists(os.path.join(var, "appendonly.aof"))
+    assert not os.path.exists(os.path.join(var, "redis.sock"))
+
+
+def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path):
+    conf = tmp_path / "worker.yaml"
+    (tmp_path / "killjobs.py").write_text("def run(job):\n    return 1\n")
+    conf.write_text("redis: {url: embedded}\nplugin_paths: ['.']\nentry_points: false\n"
+                    "queues:\n  k: {processor: 'killjobs:run'}\n")
+    var = str(tmp_path / "var")
+    cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
+    try:
+        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        assert len(redis_pids_in(var)) == 1
+        cli.proc.kill()
+        cli.proc.wait(10)
+        wait_until(lambda: not redis_pids_in(var), timeout=15, what="redis-server to exit after a kill -9")
+    finally:
+        cli.kill()
+
+
+def test_check_on_the_shipped_conf_with_embedded_redis(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    env.pop("REDIS_URL", None)
+    out = subprocess.run([sys.executable, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
+                          "--check"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "queue demo" in out.stdout and "demo" in out.stdout
+    assert redis_pids_in(str(tmp_path / "var")) == []
