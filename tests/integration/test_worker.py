@@ -1,0 +1,301 @@
+"""The Worker against a real Redis: the slot bound, results, events, keep-jobs, pause,
+markers and delayed jobs, missing processors, bad data and return values."""
+from __future__ import annotations
+
+import json
+import time
+from contextlib import contextmanager
+from typing import Any, Callable, List
+
+import gevent
+import pytest
+
+from echomq_gevent import Queue, Worker
+from echomq_gevent.errors import ConfigError
+from echomq_gevent.hookspecs import hookimpl
+from echomq_gevent.plugins import PluginHost, make_plugin_manager
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        gevent.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@contextmanager
+def running(worker: Worker):
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.close(timeout=5)
+
+
+class Recorder:
+    """A telemetry plugin that records every lifecycle hook."""
+
+    def __init__(self) -> None:
+        self.calls: List[tuple] = []
+
+    def names(self, hook: str) -> List[str]:
+        return [c[1] for c in self.calls if c[0] == hook]
+
+    @hookimpl
+    def echomq_job_active(self, worker, job):
+        self.calls.append(("active", job.id))
+
+    @hookimpl
+    def echomq_job_completed(self, worker, job, result, duration_ms):
+        self.calls.append(("completed", job.id, result))
+
+    @hookimpl
+    def echomq_job_failed(self, worker, job, error):
+        self.calls.append(("failed", job.id, str(error)))
+
+    @hookimpl
+    def echomq_job_retried(self, worker, job, error, delay_ms):
+        self.calls.append(("retried", job.id, delay_ms))
+
+    @hookimpl
+    def echomq_job_stalled(self, worker, queue, job_id):
+        self.calls.append(("stalled", job_id))
+
+    @hookimpl
+    def echomq_job_lock_lost(self, worker, job):
+        self.calls.append(("lock_lost", job.id))
+
+    @hookimpl
+    def echomq_job_handed_back(self, worker, job):
+        self.calls.append(("handed_back", job.id))
+
+    @hookimpl
+    def echomq_worker_started(self, worker):
+        self.calls.append(("started", None))
+
+    @hookimpl
+    def echomq_worker_stopping(self, worker, reason):
+        self.calls.append(("stopping", reason))
+
+
+def host_with(*plugins: Any) -> PluginHost:
+    return PluginHost(make_plugin_manager(list(plugins)))
+
+
+def events(r, prefix: str, qname: str) -> List[dict]:
+    return [fields for _id, fields in r.xrange(f"{prefix}:{qname}:events")]
+
+
+@pytest.fixture
+def queue(redis_url, prefix, qname):
+    q = Queue(qname, connection=redis_url, prefix=prefix)
+    yield q
+    q.close()
+
+
+def make_worker(redis_url, prefix, qname, processor=None, **opts) -> Worker:
+    opts.setdefault("drain_delay", 0.5)
+    opts.setdefault("lock_duration", 2000)
+    opts.setdefault("stalled_interval", 2000)
+    return Worker(qname, processor, connection=redis_url, prefix=prefix, **opts)
+
+
+# --------------------------------------------------------------------------- the bound
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_in_flight_never_exceeds_concurrency_and_reaches_it(redis_url, prefix, qname, queue, concurrency):
+    queue.add_bulk([("work", {"i": i}, None) for i in range(6 * concurrency + 3)])
+    state = {"now": 0, "max": 0, "intervals": []}
+
+    def proc(job):
+        state["now"] += 1
+        state["max"] = max(state["max"], state["now"])
+        start = time.monotonic()
+        gevent.sleep(0.03)
+        state["intervals"].append((start, time.monotonic()))
+        state["now"] -= 1
+        return job.data["i"]
+
+    w = make_worker(redis_url, prefix, qname, proc, concurrency=concurrency)
+    with running(w):
+        wait_for(lambda: w.completed_count == 6 * concurrency + 3, what="all jobs")
+        assert len(w.active_jobs) == 0
+    assert state["max"] == concurrency
+    if concurrency == 1:
+        spans = sorted(state["intervals"])
+        assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), "jobs overlapped at concurrency 1"
+    counts = queue.get_job_counts("completed", "active")
+    assert counts["completed"] == 6 * concurrency + 3 and counts["active"] == 0
+
+
+def test_active_jobs_view_is_read_only_and_shows_running_jobs(redis_url, prefix, qname, queue):
+    gate = gevent.event.Event()
+    queue.add("a", {})
+    w = make_worker(redis_url, prefix, qname, lambda job: gate.wait(5) and None, concurrency=2)
+    with running(w):
+        wait_for(lambda: len(w.active_jobs) == 1, what="job in flight")
+        jid = next(iter(w.active_jobs))
+        assert w.active_jobs[jid].name == "a"
+        with pytest.raises(TypeError):
+            w.active_jobs["x"] = None  # type: ignore[index]
+        assert w.last_fetch_at is not None and w.lock_thread_alive()
+        gate.set()
+        wait_for(lambda: w.completed_count == 1, what="completion")
+
+
+# --------------------------------------------------------------------------- results
+def test_completed_job_fields_and_events(redis_url, prefix, qname, queue, r):
+    job = queue.add("sum", {"a": 2, "b": 3})
+    rec = Recorder()
+    w = make_worker(redis_url, prefix, qname, lambda j: {"sum": j.data["a"] + j.data["b"], "txt": "é/x"},
+                    plugins=host_with(rec), name="w1")
+    with running(w):
+        wait_for(lambda: w.completed_count == 1, what="completion")
+    h = r.hgetall(f"{prefix}:{qname}:{job.id}")
+    assert json.loads(h["returnvalue"]) == {"sum": 5, "txt": "é/x"}
+    assert h["atm"] == "1" and h["ats"] == "1" and h["pb"] == "w1"
+    assert int(h["finishedOn"]) >= int(h["processedOn"]) >= int(h["timestamp"])
+    assert not r.exists(f"{prefix}:{qname}:{job.id}:lock")
+    evs = [e["event"] for e in events(r, prefix, qname) if e.get("jobId") == job.id]
+    assert evs == ["added", "waiting", "active", "completed"]
+    assert rec.names("active") == [job.id] and rec.names("completed") == [job.id]
+    assert ("started", None) in rec.calls and ("stopping", "close") in rec.calls
+
+
+def test_none_return_value_is_stored_as_null(redis_url, prefix, qname, queue, r):
+    job = queue.add("n", {})
+    w = make_worker(redis_url, prefix, qname, lambda j: None)
+    with running(w):
+        wait_for(lambda: w.completed_count == 1, what="completion")
+    assert r.hget(f"{prefix}:{qname}:{job.id}", "returnvalue") == "null"
+
+
+def test_non_serialisable_return_value_fails_the_job(redis_url, prefix, qname, queue, r):
+    job = queue.add("bad", {})
+    w = make_worker(redis_url, prefix, qname, lambda j: {"when": object()})
+    with running(w):
+        wait_for(lambda: w.failed_count == 1, what="failure")
+    reason = r.hget(f"{prefix}:{qname}:{job.id}", "failedReason")
+    assert "not JSON-serialisable" in reason and job.id in reason
+
+
+def test_nan_return_value_is_refused(redis_url, prefix, qname, queue, r):
+    job = queue.add("nan", {})
+    w = make_worker(redis_url, prefix, qname, lambda j: float("nan"))
+    with running(w):
+        wait_for(lambda: w.failed_count == 1, what="failure")
+    assert "not JSON-serialisable" in r.hget(f"{prefix}:{qname}:{job.id}", "failedReason")
+
+
+def test_invalid_json_data_fails_unrecoverably_without_running(redis_url, prefix, qname, queue, r):
+    queue.pause()
+    job = queue.add("broken", {}, {"attempts": 5})
+    r.hset(f"{prefix}:{qname}:{job.id}", "data", "{not json")
+    ran = []
+    w = make_worker(redis_url, prefix, qname, lambda j: ran.append(j.id))
+    with running(w):
+        queue.resume()
+        wait_for(lambda: w.failed_count == 1, what="failure")
+    assert ran == []
+    h = r.hgetall(f"{prefix}:{qname}:{job.id}")
+    assert "data" in h["failedReason"] and h["atm"] == "1"
+    assert r.zscore(f"{prefix}:{qname}:failed", job.id) is not None
+
+
+def test_missing_processor_fails_with_queue_and_name_and_worker_goes_on(redis_url, prefix, qname, queue, r):
+    class Routes:
+        @hookimpl
+        def echomq_register_processors(self, registry):
+            registry.add(qname, "known", lambda job: "ok")
+
+    unknown = queue.add("unknown-name", {})
+    known = queue.add("known", {})
+    w = make_worker(redis_url, prefix, qname, None, plugins=host_with(Routes()))
+    with running(w):
+        wait_for(lambda: w.completed_count == 1 and w.failed_count == 1, what="both jobs")
+    reason = r.hget(f"{prefix}:{qname}:{unknown.id}", "failedReason")
+    assert "unknown-name" in reason and qname in reason
+    assert r.hget(f"{prefix}:{qname}:{known.id}", "returnvalue") == '"ok"'
+
+
+# --------------------------------------------------------------------------- keep jobs
+def test_remove_on_complete_job_option_wins_over_worker(redis_url, prefix, qname, queue, r):
+    removed = queue.add("x", {}, {"removeOnComplete": True})
+    kept = [queue.add("x", {}) for _ in range(4)]
+    w = make_worker(redis_url, prefix, qname, lambda j: 1, remove_on_complete=2)
+    with running(w):
+        wait_for(lambda: w.completed_count == 5, what="completions")
+    assert not r.exists(f"{prefix}:{qname}:{removed.id}")
+    ids = r.zrange(f"{prefix}:{qname}:completed", 0, -1)
+    assert len(ids) == 2 and set(ids) <= {k.id for k in kept}
+    # the completed event is still emitted for the removed job
+    assert any(e.get("jobId") == removed.id and e["event"] == "completed" for e in events(r, prefix, qname))
+
+
+def test_remove_on_fail_worker_option(redis_url, prefix, qname, queue, r):
+    jobs = [queue.add("x", {}) for _ in range(3)]
+
+    def boom(job):
+        raise ValueError("nope")
+
+    w = make_worker(redis_url, prefix, qname, boom, remove_on_fail=True)
+    with running(w):
+        wait_for(lambda: w.failed_count == 3, what="failures")
+    assert r.zcard(f"{prefix}:{qname}:failed") == 0
+    assert not any(r.exists(f"{prefix}:{qname}:{j.id}") for j in jobs)
+
+
+# --------------------------------------------------------------------------- waiting
+def test_delayed_job_starts_at_its_due_time_not_at_drain_delay(redis_url, prefix, qname, queue):
+    started = []
+    w = make_worker(redis_url, prefix, qname, lambda j: started.append(time.time()), drain_delay=5)
+    with running(w):
+        wait_for(lambda: w.last_fetch_at is not None, what="first fetch")
+        gevent.sleep(0.1)  # the worker is now blocked on the marker
+        t0 = time.time()
+        queue.add("later", {}, {"delay": 400})
+        wait_for(lambda: started, timeout=5, what="delayed job start")
+    assert started[0] - t0 >= 0.39
+    assert started[0] - t0 < 3.0, "the delay marker did not wake the blocked worker"
+
+
+def test_new_job_wakes_an_idle_worker(redis_url, prefix, qname, queue):
+    started = []
+    w = make_worker(redis_url, prefix, qname, lambda j: started.append(time.time()), drain_delay=5)
+    with running(w):
+        wait_for(lambda: w.last_fetch_at is not None, what="first fetch")
+        gevent.sleep(0.2)
+        t0 = time.time()
+        queue.add("now", {})
+        wait_for(lambda: started, timeout=4, what="job start")
+    assert started[0] - t0 < 3.0, "the base marker did not wake the blocked worker"
+
+
+def test_local_pause_and_resume(redis_url, prefix, qname, queue):
+    w = make_worker(redis_url, prefix, qname, lambda j: j.id)
+    with running(w):
+        w.pause()
+        queue.add("p", {})
+        gevent.sleep(0.6)
+        assert w.completed_count == 0 and w.paused
+        w.resume()
+        wait_for(lambda: w.completed_count == 1, what="completion after resume")
+
+
+def test_worker_name_is_visible_as_blocking_client_name(redis_url, prefix, qname, queue, r):
+    w = make_worker(redis_url, prefix, qname, lambda j: 1, name="alpha")
+    with running(w):
+        wait_for(lambda: w.last_fetch_at is not None, what="first fetch")
+        names = [c.get("name") for c in r.client_list()]
+        assert any(n and n.startswith(f"{prefix}:") and n.endswith(":w:alpha") for n in names)
+
+
+def test_bad_options_are_refused_with_their_name(redis_url, prefix, qname):
+    with pytest.raises(ConfigError, match="concurency"):
+        Worker(qname, lambda j: 1, connection=redis_url, prefix=prefix, concurency=3)
+    with pytest.raises(ConfigError, match="lock_renew_time"):
+        Worker(qname, lambda j: 1, connection=redis_url, prefix=prefix, lock_duration=1000, lock_renew_time=1000)
+    with pytest.raises(TypeError, match="callable"):
+        Worker(qname, "not callable", connection=redis_url, prefix=prefix)  # type: ignore[arg-type]
