@@ -43,69 +43,14 @@ from . import __version__  # noqa: E402
 from .config import Config, build_plugin_host, load_config  # noqa: E402
 from .errors import ConfigError  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
+from .logfmt import JsonFormatter, setup_logging  # noqa: E402,F401
+from .logfmt import isatty as _isatty  # noqa: E402
 
 log = logging.getLogger("echomq_gevent.cli")
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_REDIS = 0, 1, 2, 3
 DEFAULT_CONFIG = "conf/worker.yaml"
 STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
-
-
-# --- logging ---------------------------------------------------------------------------------
-_STD_ATTRS = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per record: ``ts``, ``level``, ``logger``, ``msg`` and every ``extra``
-    field (the structured fields of the ``echomq_logging`` plugin)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: Dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in record.__dict__.items():
-            if key not in _STD_ATTRS and not key.startswith("_"):
-                out[key] = value
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-class _TtyHandler(logging.StreamHandler):
-    """On a terminal, clear the progress line before each record."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.stream.write("\r\x1b[K")
-        except Exception:
-            pass
-        super().emit(record)
-
-
-def setup_logging(level: str = "info", fmt: str = "text", stream: Any = None) -> None:
-    """Configure the root logger (called once by :func:`main`, main greenlet)."""
-    stream = stream or sys.stderr
-    tty = _isatty(stream)
-    handler: logging.Handler = _TtyHandler(stream) if tty else logging.StreamHandler(stream)
-    if fmt == "json":
-        handler.setFormatter(JsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    root.addHandler(handler)
-    root.setLevel(getattr(logging, level.upper(), logging.INFO))
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except Exception:
-        return False
 
 
 # --- the progress line -------------------------------------------------------------------------

@@ -27,7 +27,8 @@ def _job_fields(job: Any) -> Dict[str, Any]:
         "queue": getattr(job, "queue_name", None),
         "job_id": getattr(job, "id", None),
         "job_name": getattr(job, "name", None),
-        "attempt": (getattr(job, "attempts_made", 0) or 0) + 1,
+        # ats counts this start (moveToActive increments it); atm moves at the finish
+        "attempt": getattr(job, "attempts_started", 0) or (getattr(job, "attempts_made", 0) or 0) + 1,
     }
 
 
