@@ -287,3 +287,93 @@ def test_check_on_the_shipped_conf_with_embedded_redis(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert "queue demo" in out.stdout and "demo" in out.stdout
     assert redis_pids_in(str(tmp_path / "var")) == []
+
+
+def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_terminal(tmp_path):
+    """What ``make demo`` runs: the shipped file, embedded Redis, demo jobs enqueued every
+    second; on a terminal a progress line is drawn. SIGINT (Ctrl-C) drains and exits 0."""
+    import pty
+
+    master, slave = pty.openpty()
+    env = dict(os.environ, PYTHONPATH=ROOT, DEMO_CONCURRENCY="10")
+    env.pop("REDIS_URL", None)
+    proc = subprocess.Popen([sys.executable, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
+                             "--demo"], cwd=str(tmp_path), env=env, stdin=subprocess.DEVNULL,
+                            stdout=slave, stderr=slave)
+    os.close(slave)
+    chunks: List[bytes] = []
+
+    def read() -> None:
+        while True:
+            try:
+                data = os.read(master, 4096)
+            except OSError:
+                return
+            if not data:
+                return
+            chunks.append(data)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    text = lambda: b"".join(chunks).decode(errors="replace")  # noqa: E731
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if "completed in" in text() and "[echomq] demo:" in text():
+                break
+            time.sleep(0.1)
+        out = text()
+        assert "completed in" in out, out[-3000:]
+        assert "\r\x1b[K[echomq] demo:" in out and "jobs/s" in out, out[-3000:]
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(30) == 0, text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert "stopped the embedded Redis" in text()
+    assert redis_pids_in(str(tmp_path / "var")) == []
+
+
+def test_second_signal_hands_jobs_back_at_once(tmp_path, redis_url, prefix, qname):
+    (tmp_path / "sleepy.py").write_text("import gevent\ndef run(job):\n    gevent.sleep(30)\n    return 1\n")
+    conf = tmp_path / "worker.yaml"
+    conf.write_text(textwrap.dedent(f"""
+        redis: {{url: "{redis_url}"}}
+        prefix: {prefix}
+        plugin_paths: ["."]
+        entry_points: false
+        queues:
+          {qname}: {{processor: "sleepy:run", concurrency: 2, shutdown_timeout: 60, drain_delay: 1}}
+    """))
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
+    try:
+        ids = [queue.add("nap", {}).id for _ in range(2)]
+        wait_until(lambda: all(queue.get_job_state(j) == "active" for j in ids), what="jobs active", proc=cli)
+        cli.proc.send_signal(signal.SIGTERM)
+        wait_until(lambda: cli.saw("stopping"), what="the drain to start", proc=cli)
+        t0 = time.monotonic()
+        assert cli.stop(signal.SIGTERM) == 0, cli.output()
+        assert time.monotonic() - t0 < 10, "the second signal did not cut the 60 s drain short"
+        assert {queue.get_job_state(j) for j in ids} == {"waiting"}
+    finally:
+        cli.kill()
+        queue.close()
+
+
+def test_run_exits_3_when_redis_is_unreachable(tmp_path):
+    from redis_server import free_port
+
+    (tmp_path / "j.py").write_text("def run(job):\n    return 1\n")
+    conf = tmp_path / "worker.yaml"
+    conf.write_text(f"redis: {{url: 'redis://127.0.0.1:{free_port()}/0'}}\nplugin_paths: ['.']\n"
+                    "entry_points: false\nqueues:\n  q: {processor: 'j:run'}\n")
+    cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
+    try:
+        assert cli.proc.wait(30) == 3, cli.output()
+        cli._reader.join(5)
+        assert cli.saw("Redis cannot be reached"), cli.output()
+    finally:
+        cli.kill()
