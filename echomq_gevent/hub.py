@@ -20,13 +20,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 import time
 import traceback
 import weakref
 from typing import Any, Callable, Dict, List, Optional
 
 import gevent
+import gevent.monkey
 import greenlet
 
 from .runtime import native_lock, start_native_thread
@@ -47,7 +47,8 @@ class HubMonitor:
 
     def __init__(self, hub: Any) -> None:
         self.hub = hub
-        self.thread_ident = threading.get_ident()
+        # the OS thread id (threading.get_ident is a greenlet id once patched)
+        self.thread_ident = gevent.monkey.get_original("_thread", "get_ident")()
         self.threshold: Optional[float] = None
         self._users = 0
         self._greenlets: Dict[Any, Describe] = {}
