@@ -199,7 +199,7 @@ class Job:
         Raises InvalidJobDataError when ``value`` is not JSON-serialisable, JobNotExist
         when the job is gone.
         """
-        text = encode_job_data(value, self.name)
+        text = encode_job_data(value, self.name, what="progress")
         self.scripts.update_progress(self.id, text)
         self.progress = value
 

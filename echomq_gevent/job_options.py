@@ -329,8 +329,9 @@ def keep_jobs(value: Any) -> Dict[str, Any]:
         f"removeOnComplete/removeOnFail must be true, false, a count or {{age, count, limit}}, got {value!r}")
 
 
-def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None) -> str:
-    """JSON text of job data exactly as Node's ``JSON.stringify`` writes it (compact).
+def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None, what: str = "data") -> str:
+    """JSON text of job data (or of a progress value: ``what``) exactly as Node's
+    ``JSON.stringify`` writes it (compact).
 
     Raises :class:`InvalidJobDataError` naming the job when the data is not
     JSON-serialisable (NaN and Infinity included: Node's ``JSON.parse`` rejects them),
@@ -340,7 +341,7 @@ def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None) 
         text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidJobDataError(
-            f"data of job {job_name!r} cannot be stored as JSON ({exc}); pass dicts, lists, str, "
+            f"{what} of job {job_name!r} cannot be stored as JSON ({exc}); pass dicts, lists, str, "
             f"int, float (finite), bool or None") from None
     if size_limit and len(text.encode("utf-8")) > size_limit:
         raise InvalidJobDataError(

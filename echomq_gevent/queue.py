@@ -99,9 +99,12 @@ class Queue:
     def _prepare(self, name: Any, data: Any, opts: Optional[Mapping[str, Any]]) -> _PreparedJob:
         if not isinstance(name, str):
             raise EchoMQError(f"job name must be a string, got {name!r}")
-        merged: Dict[str, Any] = dict(self.default_job_options)
-        merged.update(validate_job_options(opts, name))
-        clean = validate_job_options(merged, name)
+        clean = validate_job_options(opts, name)
+        if self.default_job_options:
+            # as Node: defaults under the job's own options, never a default jobId
+            merged = {k: v for k, v in self.default_job_options.items() if k != "jobId"}
+            merged.update(clean)
+            clean = validate_job_options(merged, name)
         data_json = encode_job_data(data, name, clean.get("sizeLimit"))
         timestamp = clean.get("timestamp") or _now_ms()
         encoded = encode_job_options(clean)

@@ -118,7 +118,7 @@ def test_update_progress_number_and_object(q, r):
     evs = [f for _, f in r.xrange(q.keys.events)][-2:]
     assert evs == [{"event": "progress", "jobId": job.id, "data": "42"},
                    {"event": "progress", "jobId": job.id, "data": '{"step":"b/c","pct":0.5}'}]
-    with pytest.raises(InvalidJobDataError, match="job 'a'"):
+    with pytest.raises(InvalidJobDataError, match="progress of job 'a' cannot be stored as JSON"):
         job.update_progress(float("nan"))
     r.delete(q.keys.job(job.id))
     with pytest.raises(JobNotExist):

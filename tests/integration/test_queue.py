@@ -68,10 +68,13 @@ def test_bad_queue_name():
 
 
 def test_default_job_options_are_merged_under_job_options(r, redis_url, prefix, qname):
-    q = Queue(qname, redis_url, prefix=prefix, default_job_options={"attempts": 4, "removeOnComplete": True})
+    q = Queue(qname, redis_url, prefix=prefix,
+              default_job_options={"attempts": 4, "removeOnComplete": True, "jobId": "never"})
     job = q.add("a", 1, {"attempts": 2})
+    assert job.id == "1"
     assert job.opts == {"attempts": 2, "removeOnComplete": True}
     assert q.get_job(job.id).opts == {"attempts": 2, "removeOnComplete": True}
+    assert q.add("b", 1).opts == {"attempts": 4, "removeOnComplete": True}
     with pytest.raises(EchoMQError, match="'atempts'"):
         Queue(qname, redis_url, prefix=prefix, default_job_options={"atempts": 4})
     q.close()
@@ -266,6 +269,10 @@ def test_get_workers_from_client_names(q, redis_url):
     finally:
         for c in clients:
             c.close()
+    # the server drops closed connections asynchronously: poll with a deadline
+    deadline = time.monotonic() + 5
+    while q.get_workers() and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert q.get_workers() == []
 
 
