@@ -17,7 +17,7 @@ from .hookspecs import PROJECT, FailureDecision, ProcessorRegistry
 
 log = logging.getLogger("echomq_gevent.plugins")
 
-__all__ = ["PluginHost", "make_plugin_manager"]
+__all__ = ["PluginHost", "make_plugin_manager", "load_entry_points"]
 
 
 def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
@@ -35,7 +35,7 @@ def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
 
         pm.register(builtin, name="echomq_gevent.builtin")
     if entry_points:
-        pm.load_setuptools_entrypoints(PROJECT)
+        load_entry_points(pm)
     for mod in modules:
         if isinstance(mod, str):
             try:
@@ -49,6 +49,31 @@ def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
             pm.register(mod)
     pm.check_pending()
     return pm
+
+
+def load_entry_points(pm: pluggy.PluginManager, group: str = PROJECT) -> None:
+    """Register every plugin of the ``group`` entry points of the installed packages.
+
+    Like pluggy's ``load_setuptools_entrypoints`` (a name seen twice, e.g. a package on
+    two ``sys.path`` entries, loads once), but a plugin that fails to import raises an
+    ``ImportError`` naming the entry point and its package, so the command can say
+    which installed plugin is broken.
+    """
+    from importlib import metadata
+
+    for dist in list(metadata.distributions()):
+        for ep in dist.entry_points:
+            if ep.group != group or pm.get_plugin(ep.name) is not None or pm.is_blocked(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                package = dist.metadata["name"] if dist.metadata else "?"
+                raise ImportError(
+                    f"entry point {ep.name!r} ({ep.value}) of the installed package {package!r} cannot be "
+                    f"loaded: {type(exc).__name__}: {exc}; fix or uninstall that package"
+                ) from exc
+            pm.register(plugin, name=ep.name)
 
 
 class PluginHost:

@@ -365,3 +365,42 @@ def test_shipped_conf_is_valid():
     cfg = load_config(os.path.join(root, "conf", "worker.yaml"), env={})
     assert cfg.redis.embedded
     assert cfg.queues
+
+
+def _fake_distribution(site, name: str, module: str, source: str) -> None:
+    """An installed package (dist-info with an echomq_gevent entry point) in folder ``site``."""
+    info = site / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[echomq_gevent]\n{name} = {module}\n")
+    (site / f"{module}.py").write_text(textwrap.dedent(source))
+
+
+def test_entry_point_plugins_load_unless_turned_off(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    _fake_distribution(site, "cfgtest-ep", "cfgtest_ep_plugin", """
+        from echomq_gevent import hookimpl
+
+        def run(job):
+            return 'from entry point'
+
+        @hookimpl
+        def echomq_register_processors(registry):
+            registry.add('epq', '*', run)
+    """)
+    monkeypatch.syspath_prepend(str(site))
+    host, processors = build_plugin_host(parse("queues: {epq: {}}"))
+    assert host.get_processor("epq", "anything").__name__ == "run"
+    assert "cfgtest-ep" in dict(host.pm.list_name_plugin())
+    with pytest.raises(ConfigError, match="has no processor"):
+        build_plugin_host(parse("entry_points: false\nqueues: {epq: {}}"))
+
+
+def test_broken_entry_point_plugin_is_named(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    _fake_distribution(site, "cfgtest-broken", "cfgtest_broken_plugin", "raise RuntimeError('boom at import')\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(parse("queues: {q: {processor: 'os.path:join'}}"))
+    msg = str(info.value)
+    assert "key entry_points" in msg and "'cfgtest-broken'" in msg and "boom at import" in msg, msg
