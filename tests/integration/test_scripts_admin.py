@@ -626,6 +626,20 @@ def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent
     assert r.zcard(k.waiting_children) == 0
 
 
+def test_drain_purged_parent_releases_its_own_parent(r, sc, k, prefix):
+    gq = QueueKeys("grand", prefix)
+    grand = put_job(r, gq, "g", "waiting-children")
+    parent = put_job(r, k, "p", "waiting-children", parentKey=grand, deid="pd")
+    r.set(k.dedup("pd"), "p")
+    r.sadd(grand + ":dependencies", parent)
+    child = put_job(r, k, "c", "wait", parentKey=parent)
+    r.sadd(parent + ":dependencies", child)
+    sc.drain()
+    assert not r.exists(child, parent, k.dedup("pd"))
+    assert r.lrange(gq.wait, 0, -1) == ["g"]
+    assert not r.exists(grand + ":dependencies")
+
+
 def test_drain_frees_dedup_keys(r, sc, k):
     put_job(r, k, "1", "wait", deid="d")
     r.set(k.dedup("d"), "1")
