@@ -34,9 +34,21 @@ def sleep(job: Any) -> Dict[str, Any]:
     return {"pid": os.getpid(), "ms": data.get("ms", 10)}
 
 
+def spin(job: Any) -> Dict[str, Any]:
+    """What NOT to do beside a web app: pure-Python CPU work for ``data.seconds`` that
+    never yields, so requests (and gunicorn's heartbeat) wait for it. Kept to show what
+    ``timeout`` and ``worker_abort`` do with such a job (docs/gunicorn.md)."""
+    end = time.monotonic() + float((job.data or {}).get("seconds", 1))
+    n = 0
+    while time.monotonic() < end:
+        n += 1
+    return {"pid": os.getpid(), "loops": n}
+
+
 ROUTES: Dict[str, Callable[[Any], Any]] = {
     "welcome": send_welcome,
     "sleep": sleep,
+    "spin": spin,
 }
 
 

@@ -48,7 +48,6 @@ from typing import Any, Callable, Dict, List, MutableMapping, Optional
 
 from ..config import Config, load_config
 from ..errors import ConfigError
-from ..hookspecs import hookimpl
 
 __all__ = ["install", "current", "CoHost", "Settings", "settings"]
 
@@ -323,7 +322,6 @@ class CoHost:
         self.started_at = time.time()
         self.drain_started: Optional[float] = None
         self.deadline: Optional[float] = None
-        self.counts: Dict[str, int] = {"completed": 0, "failed": 0, "handed_back": 0, "stalled": 0}
         self.last_tick = time.monotonic()
         self.max_lag = 0.0
         self._lag_window_start = time.monotonic()
@@ -333,6 +331,7 @@ class CoHost:
         self._health_client: Any = None
         self._thread_ident: Optional[int] = None
         self._hub: Any = None
+        self._abort_snapshot: List[Any] = []
 
     # -- start ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -361,7 +360,7 @@ class CoHost:
         from ..config import build_plugin_host
         from ..worker import Worker
 
-        host, processors = build_plugin_host(cfg, extra=(_Telemetry(self),) + self.settings.extra_plugins)
+        host, processors = build_plugin_host(cfg, extra=self.settings.extra_plugins)
         url = self.settings.redis_url
         for name, qcfg in cfg.queues.items():
             self.workers.append(Worker(name, processor=processors.get(name), connection=url,
@@ -460,7 +459,7 @@ class CoHost:
         """``worker_exit``: the HTTP side has stopped. Wait for the drain until the
         deadline, hand back what is left, release connections. Main greenlet."""
         if self.state == "aborted":
-            self._hand_back(limit=1.0)
+            self._hand_back_after_abort()
         elif self.state == "running":
             self.begin_drain("gunicorn worker exiting")
         if self._drain is not None and self.deadline is not None:
@@ -480,8 +479,22 @@ class CoHost:
             except Exception:
                 pass
         left = self.in_flight()
+        counts = self.counts()
         log.info("gunicorn worker %s: job workers stopped (%d completed, %d handed back, %d still "
-                 "in flight)", self.pid, self.counts["completed"], self.counts["handed_back"], left)
+                 "in flight)", self.pid, counts.get("completed", 0), counts.get("handed_back", 0), left)
+
+    def _hand_back_after_abort(self) -> None:
+        """After SIGABRT: hand back the jobs the workers still track. The job that held
+        the hub was unwound by gunicorn's SystemExit and is no longer tracked; it is left
+        active on purpose, so the stalled check recovers it once its lock expires and
+        counts the stall: a job that always hogs the hub is failed after
+        ``max_stalled_count`` instead of killing worker after worker."""
+        self._hand_back(limit=1.0)
+        for w, job in self._abort_snapshot:
+            if job.id not in (getattr(w, "active_jobs", None) or {}):
+                log.warning("gunicorn worker %s: job %s of queue %r was running when the hub got "
+                            "stuck; it stays active and a stalled check will recover it (or fail it "
+                            "after max_stalled_count)", self.pid, job.id, getattr(w, "queue_name", "?"))
 
     def _hand_back(self, limit: float) -> None:
         import gevent
@@ -533,6 +546,8 @@ class CoHost:
         from gevent.util import format_run_info
 
         self.state = "aborted"
+        self._abort_snapshot = [(w, job) for w in self.workers
+                                for job in list((getattr(w, "active_jobs", None) or {}).values())]
         jobs = {getattr(w, "queue_name", "?"): sorted(map(str, _active_ids(w))) for w in self.workers}
         try:
             info = "\n".join(format_run_info())
@@ -543,6 +558,15 @@ class CoHost:
                      getattr(getattr(self.gworker, "cfg", None), "timeout", "?"), jobs, info)
 
     # -- health ----------------------------------------------------------------------------
+    def counts(self) -> Dict[str, int]:
+        """The workers' counters (completed, failed, retried, stalled, lock_lost,
+        handed_back) summed over this process's queues."""
+        total: Dict[str, int] = {}
+        for w in self.workers:
+            for k, v in (getattr(w, "counters", None) or {}).items():
+                total[k] = total.get(k, 0) + int(v)
+        return total
+
     def in_flight(self) -> int:
         return sum(len(_active_ids(w)) for w in self.workers)
 
@@ -593,10 +617,11 @@ class CoHost:
             "state": self.state,
             "draining": self.draining,
             "hub": {"last_tick_age_ms": round((time.monotonic() - self.last_tick) * 1000, 1),
-                    "max_lag_ms_60s": round(self.max_lag * 1000, 1)},
+                    "max_lag_ms_60s": round(self.max_lag * 1000, 1),
+                    "blocked_for_s": max([_hub_blocked_for(w) for w in self.workers] or [0.0])},
             "queues": {getattr(w, "queue_name", str(i)): self.worker_status(w)
                        for i, w in enumerate(self.workers)},
-            "counts": dict(self.counts),
+            "counts": self.counts(),
         }
 
 
@@ -606,6 +631,14 @@ def _active_ids(w: Any) -> List[Any]:
         return list(jobs)
     except Exception:
         return []
+
+
+def _hub_blocked_for(w: Any) -> float:
+    fn = getattr(w, "hub_blocked_for", None)
+    try:
+        return round(float(fn()), 3) if callable(fn) else 0.0
+    except Exception:
+        return 0.0
 
 
 def _loop_alive(w: Any) -> Optional[bool]:
@@ -641,27 +674,3 @@ def _close_shared_queues() -> None:
     from . import wsgi
 
     wsgi.close_queues()
-
-
-class _Telemetry:
-    """Plugin the co-host adds to the shared plugin host: counts for the health bodies
-    and the shutdown log line. Called on job greenlets."""
-
-    def __init__(self, cohost: CoHost) -> None:
-        self.cohost = cohost
-
-    @hookimpl
-    def echomq_job_completed(self, worker: Any, job: Any, result: Any, duration_ms: float) -> None:
-        self.cohost.counts["completed"] += 1
-
-    @hookimpl
-    def echomq_job_failed(self, worker: Any, job: Any, error: BaseException) -> None:
-        self.cohost.counts["failed"] += 1
-
-    @hookimpl
-    def echomq_job_handed_back(self, worker: Any, job: Any) -> None:
-        self.cohost.counts["handed_back"] += 1
-
-    @hookimpl
-    def echomq_job_stalled(self, worker: Any, queue: str, job_id: str) -> None:
-        self.cohost.counts["stalled"] += 1
