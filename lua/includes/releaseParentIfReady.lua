@@ -1,11 +1,11 @@
 --- @include "includes/addBaseMarkerIfNeeded"
 --- @include "includes/addDelayMarkerIfNeeded"
 --- @include "includes/addJobWithPriority"
---- @include "includes/getDelayedScore"
 --- @include "includes/isQueuePausedOrMaxed"
 -- A parent waits in its queue's waiting-children ZSET until its dependencies set is
 -- empty. When that happens, move it to where a worker will find it: delayed (its
--- "delay" field > 0, due at timestamp + delay), prioritized, or the front of wait,
+-- "delay" field > 0, due at timestamp + delay, scored due * 4096 with no sequence
+-- number, as BullMQ does here), prioritized, or the front of wait,
 -- with the matching event in the parent queue's stream. Does nothing while children
 -- are pending, or when the parent is gone or not in waiting-children.
 -- parentQueueKey is "<prefix>:<queue>" (no trailing colon).
@@ -26,8 +26,8 @@ local function releaseParentIfReady(parentQueueKey, parentKey, parentId, timesta
   local eventsKey = base .. "events"
   if delay > 0 then
     local delayedKey = base .. "delayed"
-    local score, due = getDelayedScore(delayedKey, timestamp, delay)
-    redis.call("ZADD", delayedKey, score, parentId)
+    local due = tonumber(timestamp) + delay
+    redis.call("ZADD", delayedKey, due * 0x1000, parentId)
     redis.call("XADD", eventsKey, "*", "event", "delayed", "jobId", parentId, "delay", due)
     addDelayMarkerIfNeeded(base .. "marker", delayedKey)
     return

@@ -353,3 +353,40 @@ def test_scripts_reload_after_flush(r, q):
     assert q.add("b", 1).id == "2"
     r.script_flush()
     assert [j.id for j in q.add_bulk([("c", 1), ("d", 1)])] == ["3", "4"]
+
+
+@pytest.mark.parametrize("priority,delay", [(3, 0), (0, 250)])
+def test_released_parent_goes_to_prioritized_or_delayed(r, q, prefix, priority, delay):
+    ts = 1795965485000
+    q.add("child", 1, {"jobId": "c"})
+    r.lrem(q.keys.wait, 0, "c")
+    r.zadd(q.keys.completed, {"c": 1})
+    pk = f"{prefix}:parents"
+    opts = parent_opts(r, prefix, pid="p1", jobId="c", timestamp=ts)
+    r.hset(f"{pk}:p1", mapping={"priority": priority, "delay": delay})
+    r.zadd(f"{pk}:waiting-children", {"p1": 1})
+    q.add("child", 1, opts)
+    # no returnvalue stored on the child: recorded as JSON null
+    assert r.hgetall(f"{pk}:p1:processed") == {q.keys.job("c"): "null"}
+    if delay:
+        assert r.zrange(f"{pk}:delayed", 0, -1, withscores=True) == [("p1", (ts + delay) * 4096.0)]
+        assert r.zrange(f"{pk}:marker", 0, -1, withscores=True) == [("1", float(ts + delay))]
+        assert [f for _, f in r.xrange(f"{pk}:events")] == [
+            {"event": "delayed", "jobId": "p1", "delay": str(ts + delay)}]
+    else:
+        assert r.zrange(f"{pk}:prioritized", 0, -1, withscores=True) == [("p1", 3 * TWO32 + 1)]
+        assert r.zrange(f"{pk}:marker", 0, -1, withscores=True) == [("0", 0.0)]
+    assert r.llen(f"{pk}:wait") == 0
+
+
+def test_parent_with_pending_children_stays_waiting(r, q, prefix):
+    q.add("child", 1, {"jobId": "c"})
+    r.lrem(q.keys.wait, 0, "c")
+    r.zadd(q.keys.completed, {"c": 1})
+    pk = f"{prefix}:parents"
+    opts = parent_opts(r, prefix, pid="p1", jobId="c")
+    r.sadd(f"{pk}:p1:dependencies", "other-child")
+    r.zadd(f"{pk}:waiting-children", {"p1": 1})
+    q.add("child", 1, opts)
+    assert r.zrange(f"{pk}:waiting-children", 0, -1) == ["p1"]
+    assert r.exists(f"{pk}:events", f"{pk}:wait") == 0
