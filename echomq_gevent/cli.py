@@ -250,15 +250,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report, indent=2, sort_keys=True))
         return EXIT_OK
-    width = max(len(n) for n in names)
-    header = f"{'queue':<{width}}  " + "  ".join(f"{t:>9}" for t in ("waiting", "prioritzd", "active",
-                                                                        "delayed", "w-child", "completed",
-                                                                        "failed")) + "  workers"
-    print(header)
+    width = max([len(n) for n in names] + [5])
+    cols = [(t, max(len(t), 7)) for t in STATUS_TYPES]
+    print(f"{'queue':<{width}}  " + "  ".join(f"{t:>{w}}" for t, w in cols) + "  workers")
     for name, info in report.items():
         c = info["counts"]
-        row = f"{name:<{width}}  " + "  ".join(f"{c.get(t, 0):>9}" for t in STATUS_TYPES)
-        row += f"  {len(info['workers'])}" + ("  (paused)" if info["paused"] else "")
+        row = f"{name:<{width}}  " + "  ".join(f"{c.get(t, 0):>{w}}" for t, w in cols)
+        row += f"  {len(info['workers']):>7}" + ("  (paused)" if info["paused"] else "")
         print(row)
     return EXIT_OK
 
