@@ -253,6 +253,12 @@ class EmbeddedRedis:
         except OSError:
             pass
         try:
+            # forked children (gunicorn workers) may still hold copies of the pipe's write
+            # end, so tell the watchdog directly too; it stops the server the same way
+            proc.terminate()
+        except OSError:
+            pass
+        try:
             proc.wait(timeout if timeout is not None else self.stop_grace + 5)
         except subprocess.TimeoutExpired:
             proc.kill()
