@@ -41,9 +41,9 @@ _WATCHDOG = r"""
 import os, select, signal, subprocess, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 grace = float(sys.argv[1])
-child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
+child = None
 def _stop(*_):
-    if child.poll() is None:
+    if child is not None and child.poll() is None:
         child.terminate()
         try:
             child.wait(grace)
@@ -53,6 +53,7 @@ def _stop(*_):
     os._exit(0)
 signal.signal(signal.SIGTERM, _stop)
 signal.signal(signal.SIGHUP, _stop)
+child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
 while True:
     try:
         ready, _, _ = select.select([0], [], [], 0.5)
