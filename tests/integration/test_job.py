@@ -179,3 +179,19 @@ def test_state_helpers_and_remove(q, r):
     assert active.is_active()
     with pytest.raises(RuntimeError, match="locked by a worker"):
         active.remove()
+
+
+@pytest.mark.parametrize("raw,data,error", [
+    (' {"a":1} ', {"a": 1}, None),          # white space is fine for JSON.parse too
+    ('{"a":1}x', None, "Extra data"),
+    ("-Infinity", None, "-Infinity is not JSON"),
+    ('"text"', "text", None),
+    ("", {}, None),                          # Node reads a missing/empty data as {}
+])
+def test_json_edge_cases(q, raw, data, error):
+    job = Job.from_fields(q.scripts, "5", {"name": "a", "data": raw})
+    assert job.data == data
+    if error is None:
+        assert job.decode_error is None
+    else:
+        assert error in job.decode_error
