@@ -89,7 +89,9 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         f"Run {meta.get('date', '?')} on {meta.get('machine', '?')}; Redis {meta.get('redis', '?')}, "
         f"Python {meta.get('python', '?')}, Node {meta.get('node', '?')}; "
         f"{meta.get('rounds', '?')} round(s) per case, implementations alternating"
-        + (" (quick mode: tiny N, not representative)" if meta.get("quick") else "") + ".",
+        + (" (quick mode: tiny N, not representative)" if meta.get("quick") else "") + "."
+        + (f" Load average (1 min) {meta['load1_min']:.1f}–{meta['load1_max']:.1f} during the runs "
+           "(other work on the machine makes the spread wider)." if meta.get("load1_max") is not None else ""),
         "",
         "Jobs/s: N / (last `finishedOn` − first `processedOn`). Ratios: this row's median over the "
         "reference's median from the same run. Redis commands count every call, including those "

@@ -67,6 +67,8 @@ def cases(quick: bool) -> List[Case]:
 
 
 def measure(bench: Bench, impl: Impl, case: Case) -> Dict[str, Any]:
+    """One run of ``case`` for ``impl``; raises BenchError when jobs went missing."""
+    load = _loadavg()
     if case.kind == "worker":
         row = bench.run_worker(impl, case.n, case.concurrency, case.mode, case.sleep_ms)
         if row["completed"] != case.n or row["failed"]:
@@ -80,7 +82,16 @@ def measure(bench: Bench, impl: Impl, case: Case) -> Dict[str, Any]:
         row = bench.run_latency(impl, case.n, case.interval_ms, case.concurrency)
     row["case"] = case.name
     row["kind"] = case.kind
+    row["load1_before"] = load
     return row
+
+
+def _loadavg() -> Optional[float]:
+    """1-minute load average of the machine (other work on it skews every number)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):
+        return None
 
 
 def _version(cmd: List[str]) -> str:
@@ -161,7 +172,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
             "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
             "redis": bench.redis_version, "rounds": rounds, "quick": args.quick,
-            "implementations": [i.key for i in impls],
+            "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
         }
         for case in selected:
             for rnd in range(rounds):
@@ -186,6 +197,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                     bench.log(_progress(row))
     summary = report.summarize(runs)
     meta["failures"] = failures
+    loads = [r["load1_before"] for r in runs if r.get("load1_before") is not None]
+    if loads:
+        meta["load1_min"], meta["load1_max"] = min(loads), max(loads)
     md = report.markdown(summary, meta)
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as fh:
         fh.write(md)
