@@ -251,11 +251,29 @@ def test_node_bullmq_producer_jobs_are_processed_by_the_gunicorn_workers(gunicor
 
 
 # --- latency of the web side while jobs run -----------------------------------------------------
-def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queue, r, prefix):
+_PRODUCER = r"""
+import sys, time
+from echomq_gevent import Queue
+url, prefix, queue = sys.argv[1:4]
+q = Queue(queue, connection=url, prefix=prefix)
+batch = [("sleep", {"ms": 10}) for _ in range(500)]
+q.add_bulk(batch)
+print("ready", flush=True)
+while True:  # keep 500+ waiting until the test closes our stdin (then we die on SIGTERM)
+    if q.client.llen(q.keys.wait) < 500:
+        q.add_bulk(batch)
+    time.sleep(0.02)
+"""
+
+
+def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queue, r, redis_url, prefix):
     g = gunicorn(workers=1, concurrency=100)
     conn = g.connection()
 
-    def measure(seconds: float) -> List[float]:
+    def completed() -> int:
+        return g.get_json("/_echomq/ready")[1]["counts"].get("completed", 0)
+
+    def measure(seconds: float, active: Optional[List[int]] = None) -> List[float]:
         """One request every ~5 ms for ``seconds`` (at least 300 samples); latencies in ms."""
         out: List[float] = []
         end = time.monotonic() + seconds
@@ -264,6 +282,8 @@ def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queu
             status, _ = g.get("/", conn=conn)
             out.append((time.perf_counter() - t0) * 1000)
             assert status == 200
+            if active is not None and len(out) % 20 == 0:
+                active.append(r.llen(queue.keys.active))
             time.sleep(0.005)
         return out
 
@@ -271,42 +291,32 @@ def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queu
     idle = measure(1.5)
 
     # Load: 500 jobs of 10 ms cooperative sleep at concurrency 100, topped up by 500 more
-    # whenever the backlog runs low, so the pool is busy for the whole measurement.
-    stop = threading.Event()
-    added = [0]
+    # whenever the backlog runs low, so the pool is busy for the whole measurement. The
+    # producer is its own process so it never competes with the measuring client.
+    producer = subprocess.Popen([sys.executable, "-c", _PRODUCER, redis_url, prefix, QUEUE],
+                                cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)),
+                                stdout=subprocess.PIPE, text=True)
     active_seen: List[int] = []
-    wait_key, active_key = queue.keys.wait, queue.keys.active
-    producer_q = type(queue)(QUEUE, connection=r, prefix=prefix)
-
-    def produce() -> None:
-        while not stop.is_set():
-            if r.llen(wait_key) < 500:
-                producer_q.add_bulk([("sleep", {"ms": 10}) for _ in range(500)])
-                added[0] += 500
-            active_seen.append(r.llen(active_key))
-            stop.wait(0.02)
-
-    producer_q.add_bulk([("sleep", {"ms": 10}) for _ in range(500)])
-    added[0] += 500
-    t = threading.Thread(target=produce, daemon=True)
-    t.start()
     try:
+        assert producer.stdout.readline().strip() == "ready"
         # in flight = min(100, throughput x 10 ms): wait until the pool is clearly busy
-        wait_for(lambda: r.llen(active_key) >= 10, 10, what="jobs in flight")
-        done_before = queue.get_job_counts("completed")["completed"]
+        wait_for(lambda: r.llen(queue.keys.active) >= 10, 10, what="jobs in flight")
+        done_before = completed()
         t0 = time.monotonic()
-        loaded = measure(2.5)
+        loaded = measure(2.5, active_seen)
         elapsed = time.monotonic() - t0
-        done_during = queue.get_job_counts("completed")["completed"] - done_before
+        done_during = completed() - done_before
     finally:
-        stop.set()
-        t.join(5)
+        producer.kill()
+        producer.wait(10)
         conn.close()
     report = {
         "idle_p50_ms": round(percentile(idle, 50), 2), "idle_p99_ms": round(percentile(idle, 99), 2),
         "loaded_p50_ms": round(percentile(loaded, 50), 2), "loaded_p99_ms": round(percentile(loaded, 99), 2),
+        "samples": [len(idle), len(loaded)],
         "jobs_completed_while_measuring": done_during, "jobs_per_s": round(done_during / elapsed),
         "median_active": sorted(active_seen)[len(active_seen) // 2] if active_seen else 0,
+        "load_average": round(os.getloadavg()[0], 2),
     }
     print("\nHTTP latency, 1 gunicorn gevent worker, I/O-bound jobs (10 ms) at concurrency 100:",
           json.dumps(report))
@@ -478,3 +488,33 @@ def test_a_job_that_hogs_the_hub_gets_the_worker_aborted_with_a_report_and_ends_
     wait_for(lambda: queue.get_job_state(job.id) == "failed", 60, interval=0.2,
              what="the hogging job failed by the stalled check")
     assert "stalled more than allowable limit" in queue.get_job(job.id).failed_reason
+
+
+# --- embedded Redis: one server for the whole pool ------------------------------------------------
+def test_embedded_redis_is_started_once_by_the_master_and_stopped_with_it(tmp_path):
+    data = tmp_path / "var"
+    yaml_path = tmp_path / "embedded.yaml"
+    yaml_path.write_text(
+        "redis: {url: embedded, embedded: {dir: '%s'}}\n"
+        "prefix: emb\n"
+        "entry_points: false\n"
+        "queues:\n"
+        "  mail: {processor: 'examples.tasks:dispatch', concurrency: 3}\n" % data)
+    g = Gunicorn(tmp_path, "redis://unused", "emb", workers=2, env={"ECHOMQ_CONFIG": str(yaml_path)})
+    try:
+        g.start()
+        status, body = g.get_json("/signup?email=emb@example.com", method="POST")
+        assert status == 202
+        sock = data / "redis.sock"
+        import redis as redis_lib
+
+        client = redis_lib.Redis(unix_socket_path=str(sock), decode_responses=True)
+        wait_for(lambda: client.zscore("emb:mail:completed", body["job"]) is not None, 15,
+                 what="the job completed on the embedded Redis")
+        client.close()
+        server_pid = int((data / "redis.pid").read_text())
+        g.signal(signal.SIGTERM)
+        assert g.wait(30) == 0
+        wait_for(lambda: not os.path.exists(f"/proc/{server_pid}"), 25, what="the embedded Redis stopped")
+    finally:
+        g.kill_all()
