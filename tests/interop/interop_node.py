@@ -15,6 +15,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
@@ -24,6 +25,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS_DIR = os.path.dirname(HERE)
 TOOL = os.path.join(HERE, "node", "bullmq_tool.js")
+PY_WORKER = os.path.join(HERE, "py_worker.py")
 BULLMQ_DIR = os.path.join(TESTS_DIR, "node_modules", "bullmq")
 
 #: Upper bound for a one-shot tool run (start-up is ~0.2 s; this only catches hangs).
@@ -253,6 +255,16 @@ class NodeTool:
     def events(self, ready: bool = True, **fields: Any) -> NodeProcess:
         """Start a Node QueueEvents; once ``ready``, every later event is reported."""
         proc = self.spawn("events", **fields)
+        if ready:
+            proc.wait_ready()
+        return proc
+
+    def python_worker(self, ready: bool = True, **fields: Any) -> NodeProcess:
+        """Start OUR Worker in a gevent-patched subprocess (``py_worker.py``), streamed the
+        same way as a Node worker; wait for ``ready``."""
+        full = self.command("worker", **fields)
+        proc = NodeProcess([sys.executable, PY_WORKER, json.dumps(full)], full)
+        self.processes.append(proc)
         if ready:
             proc.wait_ready()
         return proc

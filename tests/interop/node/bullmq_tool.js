@@ -30,6 +30,7 @@
  *   updateProgress {jobId, progress}  /  log {jobId, line}
  *   remove      {jobId}                             -> Queue.remove result
  *   promote {jobId} / updateData {jobId, data} / drain {delayed} / obliterate {force}
+ *   stalledCheck {workerOpts}  -> ids a Node worker's stall check moved back (one check)
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                                     (all steps share one Queue connection)
@@ -202,6 +203,20 @@ async function runOne(queue, cmd) {
       if (!job) throw new Error(`job ${cmd.jobId} not found`);
       await job.updateData(cmd.data);
       return true;
+    }
+    case 'stalledCheck': {
+      // One stall check as a Node worker runs it (no processing): returns the stalled ids.
+      const opts = Object.assign(baseOpts(cmd), { autorun: false }, cmd.workerOpts || {});
+      const worker = new Worker(cmd.queue, async () => undefined, opts);
+      const stalled = [];
+      worker.on('stalled', jobId => stalled.push(jobId));
+      try {
+        await worker.waitUntilReady();
+        await worker.moveStalledJobsToWait();
+      } finally {
+        await worker.close();
+      }
+      return stalled;
     }
     case 'drain':
       await queue.drain(!!cmd.delayed);
@@ -459,10 +474,15 @@ async function main() {
   return runOneShot(cmd);
 }
 
+/** Exit once everything written to stdout has reached the pipe (large answers). */
+function exitAfterFlush(code) {
+  process.stdout.write('', () => process.exit(code));
+}
+
 main().then(
-  code => process.exit(code),
+  code => exitAfterFlush(code),
   err => {
     emitLine(Object.assign({ ok: false, event: 'fatal' }, errorView(err)));
-    process.exit(1);
+    exitAfterFlush(1);
   },
 );

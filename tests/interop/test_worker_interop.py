@@ -1,0 +1,259 @@
+"""Our ``Worker`` (in its own gevent-patched process) beside the real Node ``bullmq@6.7.0``.
+
+Node produces and watches, our worker processes; both workers share one queue; a worker
+of either kind that dies holding a job is recovered by the other's stalled check.
+"""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from echomq_gevent import Queue
+from echomq_gevent.keys import QueueKeys
+from interop_helpers import COUNT_TYPES, event_names, now_ms, wait_blocked_on_marker
+
+pytestmark = pytest.mark.interop
+
+
+@pytest.fixture
+def queue(redis_url, prefix, qname):
+    q = Queue(qname, connection=redis_url, prefix=prefix)
+    yield q
+    q.close()
+
+
+def test_node_producer_our_worker_node_observers(node):
+    events = node.events()
+    added = node.batch(
+        {"cmd": "add", "name": "echo", "data": {"v": 1, "s": "é"}, "opts": {"removeOnFail": 5}},
+        {"cmd": "add", "name": "flaky", "data": {"v": 2},
+         "opts": {"attempts": 3, "backoff": {"type": "fixed", "delay": 100}}},
+        {"cmd": "add", "name": "none", "data": {"v": 3}, "opts": {"priority": 2}},
+        {"cmd": "add", "name": "doomed", "data": {"v": 4}, "opts": {"attempts": 2}},
+    )
+    ids = {job["name"]: job["id"] for job in added}
+    ours = node.python_worker(
+        workerOpts={"concurrency": 2, "drain_delay": 1, "name": "py-w1"}, stopAfter=4,
+        behaviour={"returnData": True},
+        byName={"flaky": {"failTimes": 2, "return": {"third": "time"}},
+                "none": {"progress": [10, {"p": "x"}]},
+                "doomed": {"failTimes": 99, "failMessage": "always broken"}})
+    ours.wait_event("exit", timeout=30)
+    assert not ours.events("error"), ours.describe()
+
+    # Our processor saw the jobs exactly as Node's Job describes them.
+    for name, job_id in ids.items():
+        theirs = node.run("getJob", jobId=job_id)
+        first = next(ln for ln in ours.events("process") if ln["jobId"] == job_id)["job"]
+        for field in ("id", "name", "data", "opts", "timestamp", "delay", "priority"):
+            assert first[field] == theirs[field], f"job {name}: {field} differs"
+        assert first["attemptsMade"] == 0 and first["attemptsStarted"] == 1
+        assert theirs["processedBy"] == "py-w1"
+        assert theirs["finishedOn"] and theirs["finishedOn"] >= theirs["processedOn"]
+
+    echo, flaky, none, doomed = (node.run("getJob", jobId=ids[n])
+                                 for n in ("echo", "flaky", "none", "doomed"))
+    assert echo["returnvalue"] == {"v": 1, "s": "é"} and echo["attemptsMade"] == 1
+    assert flaky["returnvalue"] == {"third": "time"}
+    assert (flaky["attemptsMade"], flaky["attemptsStarted"]) == (3, 3)
+    assert flaky["failedReason"] == "planned failure 2" and len(flaky["stacktrace"]) == 2
+    assert none["returnvalue"] is None and none["progress"] == {"p": "x"}
+    assert doomed["failedReason"] == "always broken" and doomed["attemptsMade"] == 2
+    counts = node.run("counts", types=COUNT_TYPES)
+    assert (counts["completed"], counts["failed"], counts["waiting"]) == (3, 1, 0)
+
+    # Node's QueueEvents decoded the whole run without an error.
+    events.wait_event("drained", timeout=10)
+    events.wait_for(lambda ln: ln.get("event") == "retries-exhausted", timeout=10,
+                    what="retries-exhausted of the doomed job")
+    lines = events.snapshot()
+    assert "error" not in event_names(lines), events.describe()
+    completed = {ln["args"]["jobId"]: ln["args"]["returnvalue"] for ln in lines
+                 if ln["event"] == "completed"}
+    assert completed == {ids["echo"]: {"v": 1, "s": "é"}, ids["flaky"]: {"third": "time"},
+                         ids["none"]: None}
+    failed = [ln["args"] for ln in lines if ln["event"] == "failed"]
+    assert failed == [{"jobId": ids["doomed"], "failedReason": "always broken", "prev": "active"}]
+    progress = [ln["args"]["data"] for ln in lines if ln["event"] == "progress"]
+    assert progress == [10, {"p": "x"}]
+    # Retries with a backoff went through `delayed`, without one through `waiting`.
+    flaky_delays = [ln for ln in lines if ln["event"] == "delayed"
+                    and ln["args"]["jobId"] == ids["flaky"]]
+    assert len(flaky_delays) == 2
+
+
+def test_node_wait_until_finished_on_our_worker(node):
+    job = node.run("add", name="w", data={"x": 2})
+    waiter = node.spawn("waitUntilFinished", jobId=job["id"], ttl=20000)
+    node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=1,
+                       behaviour={"return": {"doubled": 4}})
+    line = waiter.wait_for(lambda ln: "ok" in ln, timeout=20, what="waitUntilFinished's answer")
+    assert line.get("ok") is True, waiter.describe()
+    assert line["result"] == {"returnvalue": {"doubled": 4}, "undefined": False}
+
+
+def test_our_blocked_worker_wakes_for_node_jobs(node, r, prefix, qname):
+    """Markers the other way: Node's add wakes our worker blocked with a long drain delay."""
+    ours = node.python_worker(workerOpts={"drain_delay": 8}, stopAfter=2,
+                              behaviour={"return": 1})
+    wait_blocked_on_marker(r, prefix, qname)
+    added_at = now_ms()
+    job = node.run("add", name="now", data={})
+    line = ours.wait_event("process", timeout=10, jobId=job["id"])
+    assert line["t"] - added_at < 1000, f"our worker took Node's job after {line['t'] - added_at} ms"
+    wait_blocked_on_marker(r, prefix, qname)
+    delayed = node.run("add", name="later", data={}, opts={"delay": 1500})
+    due = delayed["timestamp"] + 1500
+    line = ours.wait_event("process", timeout=12, jobId=delayed["id"])
+    processed_on = line["job"]["processedOn"]
+    assert due - 2 <= processed_on < due + 700, (
+        f"Node's delayed job ran at due{processed_on - due:+d} ms (drain delay 8000 ms)")
+
+
+def test_node_pause_stops_our_worker_and_resume_restarts_it(node, queue):
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=2, behaviour={"return": 1})
+    first = node.run("add", name="a", data={})
+    ours.wait_event("completed", timeout=10, jobId=first["id"])
+    node.run("pause")
+    held = node.run("add", name="b", data={})
+    # A negative needs time: more than two drain-delay cycles without taking the job.
+    with pytest.raises(AssertionError):
+        ours.wait_event("process", timeout=2.5, jobId=held["id"])
+    assert queue.get_job_state(held["id"]) == "waiting"
+    resumed_at = now_ms()
+    node.run("resume")
+    line = ours.wait_event("process", timeout=5, jobId=held["id"])
+    assert line["t"] - resumed_at < 1500
+
+
+def test_our_worker_and_a_node_worker_share_5000_jobs_exactly_once(node, queue, r, prefix, qname):
+    total = 5000
+    for start in range(0, total, 1000):
+        node.run("addBulk", jobs=[{"name": "n", "data": {"i": i}} for i in range(start, start + 1000)])
+    ours = node.python_worker(workerOpts={"concurrency": 50, "drain_delay": 1},
+                              behaviour={"returnData": True})
+    theirs = node.worker(workerOpts={"concurrency": 50, "drainDelay": 1},
+                         behaviour={"returnData": True})
+    deadline = time.monotonic() + 120
+    counts = {}
+    while time.monotonic() < deadline:
+        counts = queue.get_job_counts("completed", "waiting", "active", "failed")
+        if counts["completed"] == total:
+            break
+        time.sleep(0.1)
+    assert counts.get("completed") == total, f"not all {total} jobs completed in time: {counts}"
+    ours.stop()
+    theirs.stop()
+    by_us = [ln["jobId"] for ln in ours.events("process")]
+    by_node = [ln["jobId"] for ln in theirs.events("process")]
+    assert len(set(by_us)) == len(by_us), "our worker ran some job twice"
+    assert len(set(by_node)) == len(by_node), "the Node worker ran some job twice"
+    assert not set(by_us) & set(by_node), "a job ran in both workers"
+    assert len(by_us) + len(by_node) == total
+    assert by_us and by_node, f"one worker got nothing: ours {len(by_us)}, Node {len(by_node)}"
+    keys = QueueKeys(qname, prefix)
+    pipe = r.pipeline(transaction=False)
+    for i in range(1, total + 1):
+        pipe.hmget(keys.job(str(i)), "ats", "atm")
+    assert set(map(tuple, pipe.execute())) == {("1", "1")}
+    assert queue.get_job_counts("failed", "active", "waiting") == {"failed": 0, "active": 0,
+                                                                   "waiting": 0}
+
+
+def test_node_worker_crash_is_recovered_by_our_worker(node, queue, r, prefix, qname):
+    """A Node worker dies holding a job; our stalled check gives it back and we run it.
+
+    The dying workers skip stall checks: a check sets `stalled-check` for its own interval,
+    which would (correctly) keep the rescuer from checking for that long."""
+    events = node.events()
+    job = node.run("add", name="c", data={"c": 1})
+    dying = node.worker(workerOpts={"lockDuration": 1000, "drainDelay": 1,
+                                    "skipStalledCheck": True},
+                        behaviour={"crash": True})
+    dying.wait_event("process", timeout=10, jobId=job["id"])
+    dying.proc.wait(10)
+    ours = node.python_worker(workerOpts={"stalled_interval": 500, "lock_duration": 1000,
+                                          "drain_delay": 1},
+                              stopAfter=1, behaviour={"return": "recovered"})
+    done = ours.wait_event("completed", timeout=15, jobId=job["id"])
+    assert done["result"] == "recovered"
+    assert done["job"]["stalledCounter"] == 1
+    events.wait_event("stalled", timeout=10)
+    theirs = node.run("getJob", jobId=job["id"])
+    assert (theirs["stalledCounter"], theirs["attemptsStarted"]) == (1, 2)
+    assert theirs["returnvalue"] == "recovered"
+
+
+def test_our_worker_crash_is_recovered_by_a_node_worker(node, queue):
+    job = queue.add("c", {"c": 2})
+    dying = node.python_worker(workerOpts={"lock_duration": 1000, "drain_delay": 1,
+                                           "skip_stalled_check": True},
+                               behaviour={"crash": True}, ready=False)
+    dying.wait_event("process", timeout=15, jobId=job.id)
+    dying.proc.wait(10)
+    theirs = node.worker(workerOpts={"stalledInterval": 500, "lockDuration": 1000,
+                                     "drainDelay": 1},
+                         stopAfter=1, behaviour={"return": "rescued"})
+    stalled = theirs.wait_event("stalled", timeout=15)
+    assert stalled["jobId"] == job.id
+    done = theirs.wait_event("completed", timeout=15, jobId=job.id)
+    assert done["job"]["stalledCounter"] == 1
+    back = queue.get_job(job.id)
+    assert back.returnvalue == "rescued" and back.stalled_counter == 1
+
+
+def test_our_worker_fails_a_job_stalled_too_often_without_running_it(node, queue):
+    """Our stall check (max_stalled_count 0) marks Node's dead job with `defa`; our worker then
+    fails it without running the processor, as BullMQ does."""
+    job = node.run("add", name="s", data={})
+    dying = node.worker(workerOpts={"lockDuration": 1000, "drainDelay": 1,
+                                    "skipStalledCheck": True},
+                        behaviour={"crash": True})
+    dying.wait_event("process", timeout=10, jobId=job["id"])
+    dying.proc.wait(10)
+    checker = node.python_worker(workerOpts={"stalled_interval": 500, "lock_duration": 1000,
+                                             "max_stalled_count": 0, "drain_delay": 1},
+                                 behaviour={"return": "must not run"}, stopAfter=1)
+    failed = checker.wait_event("failed", timeout=15, jobId=job["id"])
+    assert failed["error"] == "job stalled more than allowable limit"
+    assert not [ln for ln in checker.events("process") if ln["jobId"] == job["id"]]
+    theirs = node.run("getJob", jobId=job["id"])
+    assert theirs["failedReason"] == "job stalled more than allowable limit"
+    assert node.run("getState", jobId=job["id"]) == "failed"
+
+
+def _node_stall_check_until(node, job_id, timeout=15.0):
+    """Run Node stall checks (maxStalledCount 0) until one reports ``job_id`` stalled."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = node.run("stalledCheck", workerOpts={"maxStalledCount": 0,
+                                                     "stalledInterval": 50})
+        if job_id in found:
+            return
+        assert time.monotonic() < deadline, f"Node's stall check never found job {job_id}"
+        time.sleep(0.1)
+
+
+def test_node_stall_check_defers_failure_that_our_worker_applies(node, queue):
+    """Our worker dies holding a job; a Node stall check (maxStalledCount 0) marks it `defa`;
+    our next worker fails it at once, without running the processor."""
+    job = queue.add("s", {"s": 1})
+    dying = node.python_worker(workerOpts={"lock_duration": 1000, "drain_delay": 1,
+                                           "skip_stalled_check": True},
+                               behaviour={"crash": True}, ready=False)
+    dying.wait_event("process", timeout=15, jobId=job.id)
+    dying.proc.wait(10)
+    _node_stall_check_until(node, job.id)
+    back = queue.get_job(job.id)
+    assert back.deferred_failure == "job stalled more than allowable limit"
+    assert back.stalled_counter == 1 and queue.get_job_state(job.id) == "waiting"
+    ours = node.python_worker(workerOpts={"drain_delay": 1, "skip_stalled_check": True},
+                              behaviour={"return": "must not run"}, stopAfter=1)
+    failed = ours.wait_event("failed", timeout=15, jobId=job.id)
+    assert failed["error"] == "job stalled more than allowable limit"
+    assert not ours.events("process")
+    theirs = node.run("getJob", jobId=job.id)
+    assert theirs["failedReason"] == "job stalled more than allowable limit"
+    assert theirs.get("deferredFailure") is None
+    assert node.run("getState", jobId=job.id) == "failed"
