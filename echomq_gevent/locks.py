@@ -161,11 +161,6 @@ class LockRenewer:
             self.scripts.client.close()
         except Exception:
             pass
-        try:  # a patched socket created a hub for this thread; free its loop
-            from gevent._hub_local import get_hub_if_exists
-
-            hub = get_hub_if_exists()
-            if hub is not None:
-                hub.destroy(destroy_loop=True)
-        except Exception:
-            pass
+        # A patched socket created a gevent hub for this thread. It is left alone:
+        # destroying a hub from its own thread while the process exits crashed the
+        # interpreter (seen with gevent 26.9); the thread ends and the hub goes with it.

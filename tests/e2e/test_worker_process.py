@@ -1,0 +1,196 @@
+"""The Worker as a real, monkey-patched process: SIGKILL with jobs in flight (a second
+worker's stalled check recovers them), a processor that blocks the hub with CPU work
+for 3 x lock_duration (its lock holds; a second worker never gets the job), SIGTERM
+(finished jobs completed, the rest handed back by the deadline, exit code 0)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List
+
+import gevent
+import pytest
+
+from echomq_gevent import Queue, Worker
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+CHILD = r'''
+from gevent import monkey
+monkey.patch_all()
+
+import faulthandler
+import json
+import logging
+import sys
+import time
+
+import gevent
+
+faulthandler.enable()
+
+from echomq_gevent import Worker
+
+cfg = json.loads(sys.argv[1])
+logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                    format="%(asctime)s %(name)s %(levelname)s %(message)s")
+
+
+def processor(job):
+    kind = job.data.get("kind", "sleep")
+    if kind == "sleep":
+        gevent.sleep(job.data.get("s", 0))
+        return {"slept": job.data.get("s", 0)}
+    if kind == "cpu":
+        n = 0
+        end = time.monotonic() + job.data["s"]
+        while time.monotonic() < end:
+            n += 1
+        return {"spins": n}
+    raise ValueError("unknown kind " + kind)
+
+
+worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"], **cfg["options"])
+print("READY", flush=True)
+worker.run()
+print("EXITED", flush=True)
+'''
+
+
+def wait_for(cond, timeout: float = 15.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        gevent.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+@pytest.fixture
+def spawn_worker(tmp_path, redis_url, prefix, qname):
+    procs: List[subprocess.Popen] = []
+    script = tmp_path / "child_worker.py"
+    script.write_text(CHILD)
+
+    def start(**options: Any) -> subprocess.Popen:
+        cfg = {"queue": qname, "url": redis_url, "prefix": prefix, "options": options}
+        env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        log = open(tmp_path / f"worker{len(procs)}.log", "w")
+        proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], cwd=REPO, env=env,
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "READY"
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+@pytest.fixture
+def queue(redis_url, prefix, qname):
+    q = Queue(qname, connection=redis_url, prefix=prefix)
+    yield q
+    q.close()
+
+
+def events(r, prefix: str, qname: str) -> List[Dict[str, str]]:
+    return [fields for _id, fields in r.xrange(f"{prefix}:{qname}:events")]
+
+
+def test_sigkill_with_jobs_in_flight_is_recovered_by_another_worker(spawn_worker, redis_url, prefix, qname,
+                                                                    queue, r):
+    jobs = [queue.add("work", {"kind": "sleep", "s": 60}) for _ in range(3)]
+    jobs += [queue.add("work", {"kind": "sleep", "s": 0}) for _ in range(2)]
+    child = spawn_worker(concurrency=3, lock_duration=1000, stalled_interval=1000, name="doomed")
+    wait_for(lambda: r.llen(f"{prefix}:{qname}:active") == 3, what="three jobs in flight")
+    in_flight = set(r.lrange(f"{prefix}:{qname}:active", 0, -1))
+    child.send_signal(signal.SIGKILL)
+    child.wait(5)
+
+    done: List[str] = []
+
+    def proc(job):
+        done.append(job.id)
+        return "recovered" if job.id in in_flight else "normal"
+
+    rescuer = Worker(qname, proc, connection=redis_url, prefix=prefix, concurrency=5, lock_duration=1000,
+                     stalled_interval=500, drain_delay=0.5)
+    rescuer.start()
+    try:
+        wait_for(lambda: len(set(done)) == 5, timeout=20, what="every job completed")
+    finally:
+        rescuer.close(timeout=5)
+    assert sorted(set(done)) == sorted(j.id for j in jobs)
+    for job_id in in_flight:
+        h = r.hgetall(f"{prefix}:{qname}:{job_id}")
+        assert h["returnvalue"] == '"recovered"' and h["stc"] == "1"
+    stalled = {e["jobId"] for e in events(r, prefix, qname) if e["event"] == "stalled"}
+    assert stalled == in_flight
+    assert r.zcard(f"{prefix}:{qname}:completed") == 5
+
+
+def test_cpu_bound_job_keeps_its_lock_while_another_worker_polls(spawn_worker, redis_url, prefix, qname,
+                                                                 queue, r):
+    job = queue.add("crunch", {"kind": "cpu", "s": 3.0})  # 3 x lock_duration
+    child = spawn_worker(concurrency=1, lock_duration=1000, stalled_interval=1000, name="busy",
+                         hub_block_threshold=0.5)
+    wait_for(lambda: r.hget(f"{prefix}:{qname}:{job.id}", "pb") == "busy", what="the busy worker took the job")
+
+    stolen: List[str] = []
+    poller = Worker(qname, lambda j: stolen.append(j.id), connection=redis_url, prefix=prefix,
+                    lock_duration=1000, stalled_interval=300, drain_delay=0.2, name="poller")
+    poller.start()
+    try:
+        wait_for(lambda: r.hget(f"{prefix}:{qname}:{job.id}", "returnvalue"), timeout=20, what="completion")
+        gevent.sleep(0.5)  # a few more stalled checks after the job finished
+    finally:
+        poller.close(timeout=5)
+    h = r.hgetall(f"{prefix}:{qname}:{job.id}")
+    assert stolen == []
+    assert h["atm"] == "1" and h["ats"] == "1" and "stc" not in h
+    assert json.loads(h["returnvalue"])["spins"] > 0
+    assert not any(e["event"] == "stalled" for e in events(r, prefix, qname))
+    assert poller.counters["stalled"] == 0
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(10) == 0
+
+
+def test_sigterm_completes_short_jobs_and_hands_back_the_rest(spawn_worker, redis_url, prefix, qname, queue, r):
+    short = [queue.add("short", {"kind": "sleep", "s": 0.3}) for _ in range(2)]
+    long_ = [queue.add("long", {"kind": "sleep", "s": 60}) for _ in range(2)]
+    child = spawn_worker(concurrency=4, lock_duration=1000, shutdown_timeout=1.5)
+    wait_for(lambda: r.llen(f"{prefix}:{qname}:active") == 4, what="four jobs in flight")
+    t0 = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    long_ids = sorted(j.id for j in long_)
+    wait_for(lambda: sorted(r.lrange(f"{prefix}:{qname}:wait", 0, -1)) == long_ids, timeout=10,
+             what="long jobs back in wait")
+    handed_back_after = time.monotonic() - t0
+    assert child.wait(10) == 0
+    assert handed_back_after <= 1.5 + 1.0, f"hand-back took {handed_back_after:.2f} s"
+    assert handed_back_after >= 1.4, "in-flight jobs were not given their shutdown_timeout"
+    for job in short:
+        assert r.hget(f"{prefix}:{qname}:{job.id}", "returnvalue") == '{"slept":0.3}'
+    assert r.llen(f"{prefix}:{qname}:active") == 0
+    assert child.stdout.read().strip() == "EXITED"
+
+
+def test_second_signal_hands_back_at_once(spawn_worker, redis_url, prefix, qname, queue, r):
+    job = queue.add("long", {"kind": "sleep", "s": 60})
+    child = spawn_worker(concurrency=1, lock_duration=1000, shutdown_timeout=30)
+    wait_for(lambda: r.llen(f"{prefix}:{qname}:active") == 1, what="job in flight")
+    t0 = time.monotonic()
+    child.send_signal(signal.SIGTERM)
+    gevent.sleep(0.3)
+    child.send_signal(signal.SIGINT)
+    assert child.wait(10) == 0
+    assert time.monotonic() - t0 < 5
+    assert r.lrange(f"{prefix}:{qname}:wait", 0, -1) == [job.id]
