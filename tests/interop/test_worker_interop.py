@@ -5,13 +5,20 @@ of either kind that dies holding a job is recovered by the other's stalled check
 """
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
 
 from echomq_gevent import Queue
 from echomq_gevent.keys import QueueKeys
-from interop_helpers import COUNT_TYPES, event_names, now_ms, wait_blocked_on_marker
+from interop_helpers import (
+    COUNT_TYPES,
+    dump_queue,
+    event_names,
+    now_ms,
+    wait_blocked_on_marker,
+)
 
 pytestmark = pytest.mark.interop
 
@@ -257,3 +264,73 @@ def test_node_stall_check_defers_failure_that_our_worker_applies(node, queue):
     assert theirs["failedReason"] == "job stalled more than allowable limit"
     assert theirs.get("deferredFailure") is None
     assert node.run("getState", jobId=job.id) == "failed"
+
+
+# ---------------------------------------------------------------------------------------
+# Twin runs: the same jobs through a Node worker and through ours leave the same Redis
+# ---------------------------------------------------------------------------------------
+
+TWIN_TS = 1795965485578
+
+TWIN_JOBS = [
+    # (name, data, opts, behaviour)
+    ("obj", {"i": 1}, {}, {"return": {"r": [1, "é", None]}}),
+    ("none", {"i": 2}, {}, {}),
+    ("progress-logs", {"i": 3}, {"keepLogs": 2},
+     {"progress": [5, {"p": 1}], "log": ["a", "b", "c"], "return": 3}),
+    ("retry-now", {"i": 4}, {"attempts": 2}, {"failTimes": 1, "return": "second"}),
+    ("exhausted", {"i": 5}, {"attempts": 2}, {"failTimes": 9, "failMessage": "no luck"}),
+    ("unrecoverable", {"i": 6}, {"attempts": 5}, {"unrecoverable": True, "failMessage": "fatal"}),
+    ("gone-ok", {"i": 7}, {"removeOnComplete": True}, {"return": 1}),
+    ("gone-fail", {"i": 8}, {"removeOnFail": True}, {"failTimes": 1}),
+    ("keep-one", {"i": 9}, {"removeOnComplete": 1}, {"return": 9}),
+    ("keep-one-b", {"i": 10}, {"removeOnComplete": 1}, {"return": 10}),
+    ("prio", {"i": 11}, {"priority": 3}, {"return": "p"}),
+    ("backoff", {"i": 12}, {"attempts": 2, "backoff": 100}, {"failTimes": 1, "return": "late"}),
+]
+
+#: Keys whose content depends on when checks and waits happened, not on what the
+#: worker did: stall-check bookkeeping and the wake-up marker.
+_TIMING_KEYS = ("stalled-check", "stalled", "marker")
+
+
+def _normalised_dump(r, keys):
+    """dump_queue without times, tokens and stack text (which differ by runtime)."""
+    out = {}
+    for suffix, (kind, value) in dump_queue(r, keys).items():
+        if suffix in _TIMING_KEYS:
+            continue
+        if kind == "hash" and "name" in value and "opts" in value:
+            value = dict(value)
+            for field in ("processedOn", "finishedOn"):
+                if field in value:
+                    value[field] = "<time>"
+            if "stacktrace" in value:
+                value["stacktrace"] = f"<{len(json.loads(value['stacktrace']))} traces>"
+        elif kind == "zset" and suffix in ("completed", "failed"):
+            value = sorted(member for member, _score in value)
+        elif kind == "stream":
+            value = [dict(f, delay="<due>") if f.get("event") == "delayed" else f
+                     for f in value if f.get("event") != "drained"]
+        out[suffix] = (kind, value)
+    return out
+
+
+def test_our_worker_leaves_the_same_redis_as_a_node_worker(node, r, prefix, qname):
+    node_q, our_q = qname + "n", qname + "p"
+    by_name = {name: how for name, _d, _o, how in TWIN_JOBS}
+    for q in (node_q, our_q):
+        node.run("addBulk", queue=q, jobs=[{"name": n, "data": d, "opts": dict(o, timestamp=TWIN_TS)}
+                                           for n, d, o, _how in TWIN_JOBS])
+    theirs = node.spawn("worker", queue=node_q, workerOpts={"drainDelay": 1, "concurrency": 1},
+                        byName=by_name, stopAfter=len(TWIN_JOBS))
+    theirs.wait_event("exit", timeout=30)
+    ours = node.python_worker(queue=our_q, workerOpts={"drain_delay": 1, "concurrency": 1},
+                              byName=by_name, stopAfter=len(TWIN_JOBS))
+    ours.wait_event("exit", timeout=30)
+
+    node_dump = _normalised_dump(r, QueueKeys(node_q, prefix))
+    our_dump = _normalised_dump(r, QueueKeys(our_q, prefix))
+    # Per key first, so a difference names the key.
+    for suffix in sorted(set(node_dump) | set(our_dump)):
+        assert our_dump.get(suffix) == node_dump.get(suffix), f"key {suffix!r} differs"
