@@ -299,3 +299,16 @@ def test_bad_options_are_refused_with_their_name(redis_url, prefix, qname):
         Worker(qname, lambda j: 1, connection=redis_url, prefix=prefix, lock_duration=1000, lock_renew_time=1000)
     with pytest.raises(TypeError, match="callable"):
         Worker(qname, "not callable", connection=redis_url, prefix=prefix)  # type: ignore[arg-type]
+
+
+def test_docs_list_every_worker_option():
+    """docs/worker.md documents every option of the one options table."""
+    import os
+
+    from echomq_gevent.worker_options import WORKER_OPTIONS
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "worker.md")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    missing = [name for name in WORKER_OPTIONS if f"| `{name}` |" not in text]
+    assert not missing, f"docs/worker.md lacks the option(s) {missing}"
