@@ -126,6 +126,13 @@ def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency:
     busy = max(1, total - idle)
     for name, cnt in [(k, v) for k, v in own.most_common() if not _is_idle(k)][:25]:
         lines.append(f"| `{name}` | {100.0 * cnt / busy:.1f} |")
+    lines += ["", "## Self time by package", "", "| package | % of busy samples |", "| --- | --- |"]
+    by_pkg: Dict[str, int] = collections.Counter()
+    for name, cnt in own.items():
+        if not _is_idle(name):
+            by_pkg[_package(name)] += cnt
+    for pkg, cnt in by_pkg.most_common():
+        lines.append(f"| {pkg} | {100.0 * cnt / busy:.1f} |")
     lines += ["", "## Inclusive time, top 40", "", "| function | % of all samples |", "| --- | --- |"]
     for name, cnt in incl.most_common(40):
         lines.append(f"| `{name}` | {100.0 * cnt / max(total, 1):.1f} |")
@@ -133,6 +140,15 @@ def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency:
     with open(os.path.join(out_dir, f"profile-{impl.key}.md"), "w", encoding="utf-8") as fh:
         fh.write(text)
     return text
+
+
+def _package(frame: str) -> str:
+    """The package a folded frame belongs to: the folder before the file, e.g. ``gevent``."""
+    where = frame.partition(" (")[2].rstrip(")")
+    if "/" not in where:
+        return where or "?"
+    folder = where.split("/")[0]
+    return {"_parsers": "redis", "commands": "redis", "drivers": "driver"}.get(folder, folder)
 
 
 def _is_idle(frame: str) -> bool:
