@@ -299,7 +299,7 @@ def _worker_int(gworker: Any) -> None:
     cohost = _cohost
     if cohost is None or cohost.pid != os.getpid():
         return
-    cohost.hand_back_now("SIGINT/SIGQUIT (quick shutdown)")
+    cohost.hand_back_now("gunicorn asked for a quick exit (SIGINT/SIGQUIT: quick shutdown, or a code reload)")
 
 
 def _worker_abort(gworker: Any) -> None:

@@ -518,3 +518,17 @@ def test_embedded_redis_is_started_once_by_the_master_and_stopped_with_it(tmp_pa
         wait_for(lambda: not os.path.exists(f"/proc/{server_pid}"), 25, what="the embedded Redis stopped")
     finally:
         g.kill_all()
+
+
+def test_code_reload_hands_jobs_back_and_the_new_worker_finishes_them(gunicorn, queue, r, tmp_path):
+    watched = tmp_path / "watched.py"
+    watched.write_text("x = 1\n")
+    g = gunicorn(workers=1, concurrency=5, extra_args=("--reload", "--reload-extra-file", str(watched)))
+    first = g.worker_pids()
+    ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 3000}) for _ in range(3)])]
+    wait_for(lambda: r.llen(queue.keys.active) == 3, 10, what="3 jobs in flight")
+    watched.write_text("x = 2\n")  # gunicorn's reloader calls worker_int, then exits the worker
+    wait_for(lambda: "code reload" in g.log(), 15, what="the reload hand-back")
+    wait_for(lambda: g.worker_pids() and g.worker_pids() != first, 20, what="a new worker process")
+    wait_for(lambda: _all_completed(queue, ids), 30, what="the handed-back jobs completed")
+    assert {queue.get_job(i).returnvalue["pid"] for i in ids} <= set(g.worker_pids())
