@@ -12,7 +12,8 @@ Hand-off between the hub and the thread is a native lock around a dict
 ``job id -> token``: the worker's greenlets :meth:`track`/:meth:`untrack`, the
 thread takes a snapshot per tick. Ids whose renewal was refused (lock missing or
 owned by another token) are dropped from the table and handed to ``on_lost`` on
-the hub's loop (``run_callback_threadsafe``), never called on the thread.
+the hub's loop (``run_callback_threadsafe``, on a new greenlet), never called on
+the thread.
 """
 from __future__ import annotations
 
@@ -149,7 +150,9 @@ class LockRenewer:
                 self.last_tick = time.monotonic()
                 if lost:
                     try:
-                        self._loop.run_callback_threadsafe(self.on_lost, lost)
+                        # on the hub, spawn a greenlet: telemetry hooks may do I/O, which the
+                        # hub greenlet itself must never do
+                        self._loop.run_callback_threadsafe(gevent.spawn, self.on_lost, lost)
                     except Exception:  # the hub is gone (process exiting)
                         log.error("%s: could not report lost locks %s", self.label, lost)
         finally:

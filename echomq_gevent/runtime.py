@@ -163,9 +163,12 @@ class MarkerWaiter:
         timeout = min(max(timeout, MIN_BLOCK_S), MAX_BLOCK_S)
         if self._pending is None:
             self._pending = self._spawn(timeout)
-        gevent.wait([self._pending, wake], timeout=timeout, count=1)
-        if self._pending.ready():
-            pending, self._pending = self._pending, None
+        pending = self._pending
+        gevent.wait([pending, wake], timeout=timeout, count=1)
+        if self._pending is not pending:  # cancelled meanwhile (close)
+            return "woken", 0.0
+        if pending.ready():
+            self._pending = None
             res = pending.get()
             if not res:
                 return "timeout", 0.0

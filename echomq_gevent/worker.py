@@ -161,7 +161,9 @@ class Worker:
         self.limiter: Optional[Dict[str, int]] = (
             {"max": int(opts["limiter"]["max"]), "duration": int(opts["limiter"]["duration"])}
             if opts["limiter"] else None)
-        self._keep = {"completed": opts["remove_on_complete"], "failed": opts["remove_on_fail"]}
+        #: keepJobs maps of the worker's own removeOn* options (used when a job has none)
+        self._keep = {"completed": keep_jobs(opts["remove_on_complete"]),
+                      "failed": keep_jobs(opts["remove_on_fail"])}
         self._timeout_s: Optional[float] = opts["job_timeout"] / 1000.0 if opts["job_timeout"] else None
 
         self._active: Dict[str, _Slot] = {}
@@ -241,6 +243,8 @@ class Worker:
         if self.running:
             raise RuntimeError(f"the worker of queue {self.queue_name!r} is already running")
         if self.closing:
+            if self._run_greenlet is not None and gevent.getcurrent() is self._run_greenlet:
+                return  # start() then close() before the greenlet ran: nothing to do
             raise RuntimeError(f"the worker of queue {self.queue_name!r} was closed; create a new Worker")
         self.running = True
         self._run_greenlet = gevent.getcurrent()
@@ -681,11 +685,9 @@ class Worker:
 
     def _finish_opts(self, job: Job, token: str, target: str) -> Dict[str, Any]:
         value = job.opts.get("removeOnComplete" if target == "completed" else "removeOnFail")
-        if value is None:
-            value = self._keep[target]
         return {
             "token": token,
-            "keepJobs": keep_jobs(value),
+            "keepJobs": self._keep[target] if value is None else keep_jobs(value),
             "lockDuration": self.lock_duration,
             "attempts": int(job.opts.get("attempts") or 0),
             "maxMetricsSize": "",

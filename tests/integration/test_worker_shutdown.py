@@ -62,7 +62,7 @@ def test_second_close_with_zero_timeout_hands_back_at_once(redis_url, prefix, qn
     assert r.lrange(f"{prefix}:{qname}:wait", 0, -1) == [job.id]
 
 
-def test_close_of_an_idle_worker_is_quick_and_final(redis_url, prefix, qname):
+def test_close_of_an_idle_worker_is_quick_and_final(redis_url, prefix, qname, r):
     w = make_worker(redis_url, prefix, qname, lambda j: 1, drain_delay=5)
     g = w.start()
     wait_for(lambda: w.last_fetch_at is not None, what="first fetch")
@@ -72,6 +72,9 @@ def test_close_of_an_idle_worker_is_quick_and_final(redis_url, prefix, qname):
     assert time.monotonic() - t0 < 2.0
     g.join(2)
     assert g.ready() and w.closed
+    # the blocking connection is gone: no BZPOPMIN left behind to eat other workers' markers
+    blocking_name = w._blocking_client_name()
+    assert not [c for c in r.client_list() if c.get("name") == blocking_name]
     with pytest.raises(RuntimeError, match="closed"):
         w.run()
 
