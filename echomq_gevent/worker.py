@@ -101,6 +101,69 @@ class _Slot:
         self.greenlet: Any = None
 
 
+class _FinishBatcher:
+    """Sends the ``moveToFinished`` calls of job greenlets that finish in the same turn
+    of the hub as one pipeline (one write, one read), instead of one round trip each.
+
+    A job greenlet calls :meth:`call` and waits for its own answer; the first request of
+    a turn spawns the flush greenlet, which runs after every greenlet already woken in
+    that turn, so batching adds no latency. Errors reach each caller as exceptions: a
+    connection error fails the whole batch (each caller retries on its own), a script
+    error only its call.
+    """
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self._pending: List[Tuple[List[str], List[Any], gevent.event.AsyncResult]] = []
+        self._scheduled = False
+        self.batches = 0
+        self.calls = 0
+
+    def call(self, keys: List[str], args: List[Any]) -> Any:
+        """On a job greenlet: run ``moveToFinished-14`` with ``keys``/``args``; returns the
+        raw answer (negative codes are not checked here)."""
+        result = gevent.event.AsyncResult()
+        self._pending.append((keys, args, result))
+        if not self._scheduled:
+            self._scheduled = True
+            gevent.spawn(self._flush)
+        return result.get()
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        self._scheduled = False
+        if not batch:
+            return
+        self.batches += 1
+        self.calls += len(batch)
+        if len(batch) == 1:
+            keys, args, result = batch[0]
+            try:
+                result.set(self.scripts.call("moveToFinished-14", keys, args))
+            except BaseException as exc:  # handed to the caller
+                result.set_exception(exc)
+            return
+        pipe = self.scripts.client.pipeline(transaction=False)
+        for keys, args, _ in batch:
+            self.scripts.queue_call(pipe, "moveToFinished-14", keys, args)
+        try:
+            answers = self.scripts.execute_pipeline(pipe)
+        except BaseException as exc:
+            for _, _, result in batch:
+                result.set_exception(exc)
+            return
+        finally:
+            try:
+                pipe.reset()
+            except Exception:
+                pass
+        for (_, _, result), answer in zip(batch, answers):
+            if isinstance(answer, BaseException):
+                result.set_exception(answer)
+            else:
+                result.set(answer)
+
+
 class ActiveJobs(Mapping):
     """Read-only view ``job id -> Job`` of the jobs a worker is running right now."""
 
@@ -191,6 +254,7 @@ class Worker:
         self._signals = 0
         self._close_greenlet: Optional[gevent.Greenlet] = None
 
+        self._batcher = _FinishBatcher(self.scripts)
         self._pool: Optional[gevent.pool.Pool] = None
         self._runtime: Any = None
         self._blocking: Optional[redis.Redis] = None
@@ -708,8 +772,10 @@ class Worker:
 
         def call() -> Any:
             finished[0] = _now_ms()
-            return self.scripts.move_to_finished(job.id, finished[0], "returnvalue", value, "completed", fetch,
-                                                 self._finish_opts(job, slot.token, "completed"))
+            keys, args = self.scripts.move_to_finished_args(job.id, finished[0], "returnvalue", value,
+                                                            "completed", fetch,
+                                                            self._finish_opts(job, slot.token, "completed"))
+            return self.scripts._check("moveToFinished-14", self._batcher.call(keys, args), job.id)
         try:
             res = self._settle(slot, call)
         except _Gone:
@@ -829,8 +895,9 @@ class Worker:
             self._copy_to_queue(job, target_queue)
 
         def call_failed() -> Any:
-            return self.scripts.move_to_finished(job.id, _now_ms(), "failedReason", reason, "failed", fetch,
-                                                 self._finish_opts(job, token, "failed"), fields)
+            keys, args = self.scripts.move_to_finished_args(job.id, _now_ms(), "failedReason", reason, "failed",
+                                                            fetch, self._finish_opts(job, token, "failed"), fields)
+            return self.scripts._check("moveToFinished-14", self._batcher.call(keys, args), job.id)
         try:
             res = self._settle(slot, call_failed)
         except _Gone:

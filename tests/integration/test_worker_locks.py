@@ -6,6 +6,7 @@ import logging
 import time
 
 import gevent
+import gevent.event
 import pytest
 
 from echomq_gevent import Queue
@@ -145,3 +146,26 @@ def test_skip_stalled_check(redis_url, prefix, qname, queue, r):
         gevent.sleep(0.7)
         assert w.completed_count == 0
     assert not r.exists(f"{prefix}:{qname}:stalled-check")
+
+
+def test_jobs_finishing_together_share_a_pipeline_and_keep_errors_apart(redis_url, prefix, qname, queue, r):
+    jobs = queue.add_bulk([("together", {"i": i}, None) for i in range(10)])
+    rec = Recorder()
+    gate = gevent.event.Event()
+    victim = jobs[3].id
+
+    def proc(j):
+        gate.wait(10)
+        if j.id == victim:
+            r.set(f"{prefix}:{qname}:{j.id}:lock", "intruder", px=10000)
+        return j.data["i"]
+
+    w = make_worker(redis_url, prefix, qname, proc, concurrency=10, lock_duration=20000, plugins=host_with(rec))
+    with running(w):
+        wait_for(lambda: len(w.active_jobs) == 10, what="ten jobs in flight")
+        gate.set()
+        wait_for(lambda: w.completed_count == 9 and rec.names("lock_lost"), what="results")
+    assert rec.names("lock_lost") == [victim]
+    assert w._batcher.batches < w._batcher.calls, "finishes were not batched"
+    assert "returnvalue" not in r.hgetall(f"{prefix}:{qname}:{victim}")
+    assert r.zcard(f"{prefix}:{qname}:completed") == 9
