@@ -327,3 +327,76 @@ def test_unknown_backoff_type_fails_the_job_and_logs_the_type(queue, run_worker,
     wait_for(state_is(queue, job.id, "failed"), what="the job to fail")
     assert queue.get_job(job.id).attempts_made == 1
     assert any("nobody-knows" in rec.getMessage() for rec in caplog.records)
+
+
+# --- the remaining lifecycle events: stalled, lock lost, handed back -------------------------------------------
+class Sink:
+    """Records stalled / lock-lost / handed-back events."""
+
+    __name__ = "test-sink"
+
+    def __init__(self) -> None:
+        self.events: List[Tuple[str, Any]] = []
+
+    @hookimpl
+    def echomq_job_active(self, job):
+        self.events.append(("active", job.id))
+
+    @hookimpl
+    def echomq_job_completed(self, job):
+        self.events.append(("completed", job.id))
+
+    @hookimpl
+    def echomq_job_stalled(self, queue, job_id):
+        self.events.append(("stalled", job_id))
+
+    @hookimpl
+    def echomq_job_lock_lost(self, job):
+        self.events.append(("lock_lost", job.id))
+
+    @hookimpl
+    def echomq_job_handed_back(self, job):
+        self.events.append(("handed_back", job.id))
+
+
+def nap(job):
+    gevent.sleep(float(job.data.get("s", 0)))
+    return "woke"
+
+
+def test_telemetry_sees_a_stalled_job_recovered(queue, run_worker):
+    import uuid
+
+    job = queue.add("nap", {"s": 0})
+    # a "crashed" worker took it: active, but its lock is gone
+    res = queue.scripts.move_to_active(uuid.uuid4().hex, 30000, int(time.time() * 1000))
+    assert res[1] == job.id
+    queue.client.delete(queue.keys.lock(job.id))
+    sink = Sink()
+    run_worker(sink, processor=nap, stalled_interval=300)
+    wait_for(state_is(queue, job.id, "completed"), what="the stalled job to be recovered and completed")
+    assert [e for e in sink.events if e[1] == job.id] == [("stalled", job.id), ("active", job.id),
+                                                           ("completed", job.id)]
+
+
+def test_telemetry_sees_a_lost_lock_and_the_result_is_not_written(queue, run_worker):
+    sink = Sink()
+    run_worker(sink, processor=nap, lock_duration=1000)
+    job = queue.add("nap", {"s": 2.5})
+    wait_for(lambda: ("active", job.id) in sink.events, what="the job to start")
+    queue.client.set(queue.keys.lock(job.id), "another-worker", px=60000)  # someone else owns it now
+    wait_for(lambda: ("lock_lost", job.id) in sink.events, what="the lock-lost event")
+    gevent.sleep(3)  # the processor finishes meanwhile
+    assert ("completed", job.id) not in sink.events
+    assert queue.get_job_state(job.id) == "active"
+    assert queue.get_job(job.id).returnvalue is None
+
+
+def test_telemetry_sees_jobs_handed_back_at_shutdown(queue, run_worker):
+    sink = Sink()
+    w = run_worker(sink, processor=nap, concurrency=2)
+    jobs = [queue.add("nap", {"s": 30}) for _ in range(2)]
+    wait_for(lambda: all(("active", j.id) in sink.events for j in jobs), what="both jobs to start")
+    w.close(timeout=0.2)
+    assert sorted(e for e in sink.events if e[0] == "handed_back") == sorted(("handed_back", j.id) for j in jobs)
+    assert {queue.get_job_state(j.id) for j in jobs} == {"waiting"}
