@@ -40,7 +40,7 @@ import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .config import Config, build_plugin_host, load_config  # noqa: E402
+from .config import Config, build_plugin_host, load_config, redact_url  # noqa: E402
 from .errors import ConfigError  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .logfmt import JsonFormatter, setup_logging  # noqa: E402,F401
@@ -179,13 +179,6 @@ def _load(args: argparse.Namespace, required: bool = True) -> Optional[Config]:
     return cfg
 
 
-def _safe_url(url: str) -> str:
-    """The URL without its password, for messages."""
-    import re
-
-    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
-
-
 # --- commands --------------------------------------------------------------------------------------
 def cmd_add(args: argparse.Namespace) -> int:
     """``add QUEUE NAME JSON [--opts JSON]``: add one job; prints its id."""
@@ -277,11 +270,11 @@ def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
     try:
         conn.ping()
     except Exception as exc:
-        print(f"{cfg.filename}: Redis at {_safe_url(conn.url)} does not answer: {exc}", file=sys.stderr)
+        print(f"{cfg.filename}: Redis at {redact_url(conn.url)} does not answer: {exc}", file=sys.stderr)
         return EXIT_REDIS
     finally:
         conn.close()
-    print(f"  redis: {_safe_url(conn.url) if cfg.redis.url != 'embedded' else 'embedded'} answers PING")
+    print(f"  redis: {redact_url(conn.url) if cfg.redis.url != 'embedded' else 'embedded'} answers PING")
     return EXIT_OK
 
 
@@ -426,7 +419,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         conn = _Connection(cfg, None)
         conn.ping()
     except Exception as exc:
-        log.error("Redis cannot be reached (%s): %s", _safe_url(cfg.redis.url), exc)
+        log.error("Redis cannot be reached (%s): %s", redact_url(cfg.redis.url), exc)
         return EXIT_REDIS
     try:
         stream = sys.stderr if (_isatty(sys.stderr) and not args.no_progress) else None

@@ -45,7 +45,7 @@ from .worker_options import WORKER_OPTIONS, option_defaults, validate_worker_opt
 __all__ = [
     "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config",
     "resolve_processor", "build_plugin_host", "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
-    "EMBEDDED", "DEFAULT_REDIS_URL",
+    "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url",
 ]
 
 EMBEDDED = "embedded"
@@ -468,6 +468,11 @@ def _check_combinations(cfg: Config, path: Path, name: str, options: Dict[str, A
         raise cfg.error(at("concurrency"), "offload: thread runs each job in a native thread; "
                                            f"concurrency {options['concurrency']} threads is more than "
                                            "1000; lower it or drop offload")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, for log lines and error messages."""
+    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
 # --- resolving what the file names ------------------------------------------------------------

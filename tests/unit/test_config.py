@@ -404,3 +404,17 @@ def test_broken_entry_point_plugin_is_named(tmp_path, monkeypatch):
         build_plugin_host(parse("queues: {q: {processor: 'os.path:join'}}"))
     msg = str(info.value)
     assert "key entry_points" in msg and "'cfgtest-broken'" in msg and "boom at import" in msg, msg
+
+
+def test_tls_and_password_urls_are_accepted_and_redacted():
+    from echomq_gevent.config import redact_url
+
+    cfg = parse("""
+        redis:
+          url: "rediss://:s3cret@redis.example.com:6380/1?ssl_cert_reqs=required"
+        queues: {q: {}}
+    """)
+    assert cfg.redis.url.startswith("rediss://:s3cret@")
+    assert redact_url(cfg.redis.url) == "rediss://:***@redis.example.com:6380/1?ssl_cert_reqs=required"
+    assert redact_url("redis://user:pw@h:1/0") == "redis://user:***@h:1/0"
+    assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
