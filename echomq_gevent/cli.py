@@ -415,11 +415,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     host, processors = build_plugin_host(cfg, tuple(extra))
     if args.check:
         return cmd_check(cfg, host, processors)
+    conn = _Connection(cfg, None)  # starts the embedded server when the file asks for it
     try:
-        conn = _Connection(cfg, None)
         conn.ping()
     except Exception as exc:
-        log.error("Redis cannot be reached (%s): %s", redact_url(cfg.redis.url), exc)
+        log.error("Redis cannot be reached (%s): %s", redact_url(conn.url), exc)
+        conn.close()
         return EXIT_REDIS
     try:
         stream = sys.stderr if (_isatty(sys.stderr) and not args.no_progress) else None
