@@ -377,3 +377,26 @@ def test_run_exits_3_when_redis_is_unreachable(tmp_path):
         assert cli.saw("Redis cannot be reached"), cli.output()
     finally:
         cli.kill()
+
+
+def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(tmp_path):
+    (tmp_path / "later.py").write_text("def run(job):\n    return job.data['v'] + 1\n")
+    conf = tmp_path / "worker.yaml"
+    conf.write_text("redis: {url: embedded}\nplugin_paths: ['.']\nentry_points: false\n"
+                    "queues:\n  later: {processor: 'later:run', drain_delay: 1}\n")
+    var = str(tmp_path / "var")
+    job_id = cli_add(str(tmp_path), str(conf), "later", "inc", {"v": 41})
+    assert redis_pids_in(var) == [], "add left its temporary embedded server running"
+    cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
+    try:
+        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        queue = Queue("later", connection=f"unix://{var}/redis.sock?db=0")
+        try:
+            wait_until(lambda: queue.get_job_state(job_id) == "completed", what="the stored job", proc=cli)
+            assert queue.get_job(job_id).returnvalue == 42
+        finally:
+            queue.close()
+        assert cli.stop() == 0
+    finally:
+        cli.kill()
+    assert redis_pids_in(var) == []
