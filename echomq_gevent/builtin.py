@@ -1,37 +1,26 @@
-"""The built-in plugin: BullMQ's backoff types and lifecycle logging.
+"""The built-in plugin: BullMQ's failure rule, its backoff types and lifecycle logging.
 
-It is registered first, so any user plugin that answers the same firstresult hook
-is asked before it.
+It is registered first and its decision hooks are ``trylast``, so any user plugin that
+answers the same firstresult hook is asked before it; a user plugin that answers
+``None`` leaves the decision to these.
 """
 from __future__ import annotations
 
 import logging
-import random
 from typing import Any, Optional
 
-from .hookspecs import hookimpl
+from .hookspecs import FailureDecision, hookimpl
 
 log = logging.getLogger("echomq_gevent.worker")
 
 
-def _jittered(value: float, jitter: float) -> int:
-    if jitter and jitter > 0:
-        low = value * (1 - jitter)
-        return int(low + random.random() * (value - low))
-    return int(round(value))
-
-
 def builtin_backoff(backoff_type: str, attempts_made: int, delay: int, jitter: float = 0) -> Optional[int]:
-    """BullMQ's ``fixed`` and ``exponential`` backoff; ``None`` for other types.
+    """BullMQ's ``fixed`` and ``exponential`` backoff (:mod:`echomq_gevent.backoff`); ``None``
+    for other types. ``attempts_made`` counts the failed attempt (1 after the first failure),
+    so exponential waits ``delay``, ``2*delay``, ``4*delay``..."""
+    from .backoff import builtin_delay
 
-    ``attempts_made`` counts the failed attempt (1 after the first failure), so
-    exponential waits ``delay``, ``2*delay``, ``4*delay``...
-    """
-    if backoff_type == "fixed":
-        return _jittered(delay, jitter)
-    if backoff_type == "exponential":
-        return _jittered((2 ** (attempts_made - 1)) * delay, jitter)
-    return None
+    return builtin_delay(backoff_type, attempts_made, delay, jitter)
 
 
 @hookimpl(trylast=True)
@@ -42,6 +31,44 @@ def echomq_backoff_delay(backoff_type: str, attempts_made: int, delay: int, erro
     if isinstance(backoff, dict):
         jitter = float(backoff.get("jitter") or 0)
     return builtin_backoff(backoff_type, attempts_made, delay, jitter)
+
+
+def default_failure_decision(worker: Any, job: Any, error: BaseException) -> FailureDecision:
+    """BullMQ's rule: retry while ``attemptsMade + 1 < attempts`` after the job's backoff,
+    unless the error is unrecoverable or the worker's ``max_started_attempts`` is used up;
+    an unknown backoff type, or a strategy answering ``-1``, fails the job.
+
+    Called on the job's greenlet (through the ``echomq_failure_decision`` hook) when no
+    user plugin decided. ``worker`` supplies ``options`` and ``plugins`` (for custom
+    backoff types); either may be missing.
+    """
+    from . import backoff as backoff_mod
+    from .errors import UnrecoverableError
+
+    if isinstance(error, UnrecoverableError) or type(error).__name__ == "UnrecoverableError":
+        return FailureDecision.unrecoverable()
+    opts = getattr(job, "opts", None) or {}
+    attempts = int(opts.get("attempts") or 0)
+    made = int(getattr(job, "attempts_made", 0) or 0)
+    limit = (getattr(worker, "options", None) or {}).get("max_started_attempts")
+    if limit and limit <= int(getattr(job, "attempts_started", 0) or 0):
+        return FailureDecision.fail()
+    if made + 1 >= attempts:
+        return FailureDecision.fail()
+    try:
+        delay = backoff_mod.compute_delay(opts.get("backoff"), made + 1, error, job,
+                                          getattr(worker, "plugins", None))
+    except backoff_mod.UnknownBackoffType as exc:
+        log.error("queue %r: %s; the job fails instead of retrying", getattr(job, "queue_name", "?"), exc)
+        return FailureDecision.fail()
+    if delay == backoff_mod.NO_RETRY:
+        return FailureDecision.fail()
+    return FailureDecision.retry(delay=int(delay))
+
+
+@hookimpl(trylast=True)
+def echomq_failure_decision(worker: Any, job: Any, error: BaseException) -> Optional[FailureDecision]:
+    return default_failure_decision(worker, job, error)
 
 
 @hookimpl

@@ -400,3 +400,36 @@ def test_telemetry_sees_jobs_handed_back_at_shutdown(queue, run_worker):
     w.close(timeout=0.2)
     assert sorted(e for e in sink.events if e[0] == "handed_back") == sorted(("handed_back", j.id) for j in jobs)
     assert {queue.get_job_state(j.id) for j in jobs} == {"waiting"}
+
+
+# --- the built-in default policy is itself a plugin ------------------------------------------------------------
+def test_builtin_plugin_answers_bullmq_rule_when_no_user_plugin_decides():
+    import types
+
+    from echomq_gevent import UnrecoverableError
+
+    host = PluginHost(make_plugin_manager([Policy(lambda job, err: None)]))
+    worker = types.SimpleNamespace(options={"max_started_attempts": None}, plugins=host)
+
+    def job(made, attempts, backoff=None, started=0):
+        opts = {"attempts": attempts}
+        if backoff is not None:
+            opts["backoff"] = backoff
+        return types.SimpleNamespace(id="1", queue_name="q", opts=opts, attempts_made=made,
+                                     attempts_started=started)
+
+    err = RuntimeError("x")
+    assert host.failure_decision(worker, job(0, 3, {"type": "exponential", "delay": 100}), err) == \
+        FailureDecision.retry(100)
+    assert host.failure_decision(worker, job(1, 3, {"type": "exponential", "delay": 100}), err) == \
+        FailureDecision.retry(200)
+    assert host.failure_decision(worker, job(0, 3, 250), err) == FailureDecision.retry(250)
+    assert host.failure_decision(worker, job(0, 3), err) == FailureDecision.retry(0)
+    assert host.failure_decision(worker, job(2, 3), err) == FailureDecision.fail()
+    assert host.failure_decision(worker, job(0, 0), err) == FailureDecision.fail()
+    assert host.failure_decision(worker, job(0, 3), UnrecoverableError("no")) == FailureDecision.unrecoverable()
+    assert host.failure_decision(worker, job(0, 3, {"type": "mystery"}), err) == FailureDecision.fail()
+    worker.options["max_started_attempts"] = 2
+    assert host.failure_decision(worker, job(0, 5, started=2), err) == FailureDecision.fail()
+    names = [impl.plugin_name for impl in host.pm.hook.echomq_failure_decision.get_hookimpls()]
+    assert names[0] == "echomq_gevent.builtin"  # asked last
