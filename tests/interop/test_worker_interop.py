@@ -284,9 +284,12 @@ TWIN_JOBS = [
     ("gone-ok", {"i": 7}, {"removeOnComplete": True}, {"return": 1}),
     ("gone-fail", {"i": 8}, {"removeOnFail": True}, {"failTimes": 1}),
     ("keep-one", {"i": 9}, {"removeOnComplete": 1}, {"return": 9}),
-    ("keep-one-b", {"i": 10}, {"removeOnComplete": 1}, {"return": 10}),
+    # keep-one-b must finish in a later millisecond than keep-one: completed-set scores are
+    # finishedOn, and a tie would keep whichever id sorts last, in Node as in ours.
+    ("keep-one-b", {"i": 10}, {"removeOnComplete": 1}, {"sleepMs": 5, "return": 10}),
     ("prio", {"i": 11}, {"priority": 3}, {"return": "p"}),
-    ("backoff", {"i": 12}, {"attempts": 2, "backoff": 100}, {"failTimes": 1, "return": "late"}),
+    # a backoff long enough that the jobs queued behind it always run first
+    ("backoff", {"i": 12}, {"attempts": 2, "backoff": 600}, {"failTimes": 1, "return": "late"}),
 ]
 
 #: Keys whose content depends on when checks and waits happened, not on what the
