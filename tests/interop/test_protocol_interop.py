@@ -573,18 +573,14 @@ def test_global_concurrency_set_by_us_limits_a_node_worker(node, queue):
     worker = node.worker(workerOpts={"drainDelay": 1, "concurrency": 4}, stopAfter=4,
                          behaviour={"sleepMs": 150, "return": 1})
     worker.wait_event("exit", timeout=20)
-    # With global concurrency 1 the jobs run one after another: each starts after the
-    # previous one completed, although the worker itself allows 4 at a time.
-    spans = {}
-    for ln in worker.snapshot():
-        if ln.get("event") == "process":
-            spans.setdefault(ln["jobId"], [ln["t"], None])
-        elif ln.get("event") == "completed":
-            spans[ln["jobId"]][1] = ln["t"]
-    ordered = sorted(spans.values())
-    assert len(ordered) == 4
-    for (_s1, end1), (start2, _e2) in zip(ordered, ordered[1:]):
-        assert start2 >= end1, f"two jobs ran at once under global concurrency 1: {ordered}"
+    # With global concurrency 1 the jobs run one after another: each was taken (processedOn)
+    # no earlier than the previous one finished (finishedOn), although the worker itself
+    # allows 4 at a time.
+    done = node.run("getJobs", types=["completed"])
+    spans = sorted((job["processedOn"], job["finishedOn"]) for job in done)
+    assert len(spans) == 4
+    for (_s1, end1), (start2, _e2) in zip(spans, spans[1:]):
+        assert start2 >= end1, f"two jobs ran at once under global concurrency 1: {spans}"
 
 
 def test_global_rate_limit_set_by_node_limits_our_fetch(node, queue):
