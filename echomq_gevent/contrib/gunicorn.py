@@ -131,11 +131,21 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
     (``gc.freeze()``), which keeps full collections short while jobs run.
 
     Runs in the gunicorn master at config load (again on HUP). Raises ConfigError naming
-    the file, line and key when the YAML is wrong, which stops gunicorn before it forks.
+    the file, line and key when the YAML is wrong, which stops gunicorn before it forks;
+    on a HUP a broken file is logged and the previous configuration kept.
     """
     global _settings
     path = _resolve_config_path(config, namespace.get("__file__"))
-    cfg = load_config(path)
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        if _settings is None or _settings.config_path != path:
+            raise
+        # A HUP re-reads the file: a mistake then must not take the running server down
+        # (gunicorn exits when its config file raises); keep what was loaded before.
+        log.error("%s; the job workers keep the configuration loaded before (fix the file and "
+                  "send HUP again)", exc)
+        cfg = _settings.config
     _settings = Settings(path, cfg, drain_margin, metrics, poll_interval, tuple(extra_plugins),
                          gc_freeze)
     if metrics:
@@ -425,16 +435,21 @@ class CoHost:
             self.begin_drain("gunicorn worker is stopping")
 
     # -- shutdown -------------------------------------------------------------------------
+    @property
+    def limit(self) -> float:
+        """Seconds from the shutdown decision until gunicorn kills this process:
+        ``min(graceful_timeout, timeout)`` (``timeout`` 0 means no heartbeat kill)."""
+        cfg = getattr(self.gworker, "cfg", None)
+        limit = float(getattr(cfg, "graceful_timeout", 30) or 30)
+        timeout = float(getattr(cfg, "timeout", 0) or 0)
+        return min(limit, timeout) if timeout > 0 else limit
+
     def budget(self) -> float:
         """Seconds the in-flight jobs may still run once the drain starts:
         ``min(graceful_timeout, timeout) - margin``. The master kills a worker after
         ``graceful_timeout`` (SIGTERM) or ``timeout`` without a heartbeat (recycling,
         HUP); the margin is kept for the hand-back."""
-        cfg = getattr(self.gworker, "cfg", None)
-        limit = float(getattr(cfg, "graceful_timeout", 30) or 30)
-        timeout = float(getattr(cfg, "timeout", 0) or 0)
-        if timeout > 0:
-            limit = min(limit, timeout)
+        limit = self.limit
         margin = self.settings.drain_margin
         if margin is None:
             margin = min(2.0, limit / 4)
@@ -475,11 +490,14 @@ class CoHost:
         elif self.state == "running":
             self.begin_drain("gunicorn worker exiting")
         if self._drain is not None and self.deadline is not None:
-            margin = 0.5
-            self._drain.join(timeout=max(0.0, self.deadline - time.monotonic()) + margin)
+            # The workers hand back by themselves at the deadline; give them half the margin
+            # to do it, then force it with what is left before gunicorn's kill.
+            margin = max(0.0, self.limit - self.budget())
+            self._drain.join(timeout=max(0.0, self.deadline - time.monotonic()) + margin / 2)
             if not self._drain.dead:
                 log.warning("gunicorn worker %s: drain deadline passed; handing back now", self.pid)
-                self._hand_back(limit=max(1.0, margin))
+                hard_end = (self.drain_started or time.monotonic()) + self.limit - 0.1
+                self._hand_back(limit=max(0.2, hard_end - time.monotonic()))
         self.state = "stopped" if self.state != "aborted" else self.state
         for g in (self._watcher, self._heartbeat, self._drain):
             if g is not None and not g.dead:
@@ -501,12 +519,12 @@ class CoHost:
         active on purpose, so the stalled check recovers it once its lock expires and
         counts the stall: a job that always hogs the hub is failed after
         ``max_stalled_count`` instead of killing worker after worker."""
-        self._hand_back(limit=1.0)
         for w, job in self._abort_snapshot:
             if job.id not in (getattr(w, "active_jobs", None) or {}):
                 log.warning("gunicorn worker %s: job %s of queue %r was running when the hub got "
                             "stuck; it stays active and a stalled check will recover it (or fail it "
                             "after max_stalled_count)", self.pid, job.id, getattr(w, "queue_name", "?"))
+        self._hand_back(limit=1.0)
 
     def _hand_back(self, limit: float) -> None:
         import gevent

@@ -98,6 +98,15 @@ def test_a_bad_yaml_is_refused_at_install_naming_line_and_key(tmp_path, redis_ur
     assert "line 7" in str(err.value) or ":7" in str(err.value)
 
 
+def test_a_file_broken_before_a_hup_keeps_the_previous_configuration(tmp_path, redis_url, prefix):
+    path = _yaml(tmp_path, redis_url, prefix)
+    first = gu.install({}, config=str(path), metrics=False)
+    path.write_text(path.read_text().replace("concurrency: 3", "concurrency: -3"))
+    again = gu.install({}, config=str(path), metrics=False)  # what gunicorn runs on HUP
+    assert again.config.queues["mail"].options["concurrency"] == 3
+    assert again.config is first.config
+
+
 def test_install_turns_on_prometheus_multiprocess_mode(tmp_path, redis_url, prefix):
     os.environ.pop(gu.PROM_DIR_ENV, None)
     gu.install({}, config=str(_yaml(tmp_path, redis_url, prefix)))
