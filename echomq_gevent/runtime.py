@@ -97,15 +97,42 @@ class ThreadRuntime:
     The job's greenlet waits for the thread without blocking the hub. On
     ``job_timeout`` the attempt fails at once but **the thread runs on** until the
     processor returns (Python threads cannot be stopped); its result is discarded.
+
+    While the processor runs, ``job.scripts`` is a :class:`Scripts` with its own Redis
+    client, made and closed on that thread, so ``job.update_progress``/``job.log`` from the
+    thread never touch a socket of the hub's thread (a gevent socket belongs to the hub
+    that made it). The client connects only if the processor uses it.
     """
 
     name = "thread"
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, scripts: Any = None) -> None:
         self.pool = ThreadPool(max(1, size))
+        self.scripts = scripts
+
+    def _in_thread(self, fn: Callable[[Any], Any], job: Any) -> Any:
+        """On a pool thread: run ``fn(job)`` with a Redis client made (lazily) and closed on
+        this thread. Closing it here matters: the pool destroys a thread's hub when the
+        thread exits, and a socket outliving its hub crashes the interpreter later."""
+        if self.scripts is None:
+            return fn(job)
+        from .connection import clone_client
+        from .scripts import Scripts
+
+        own = job.scripts
+        client = clone_client(self.scripts.client, max_connections=4)
+        job.scripts = Scripts(client, self.scripts.keys, self.scripts.lib)
+        try:
+            return fn(job)
+        finally:
+            job.scripts = own
+            try:
+                client.close()
+            except Exception:  # pragma: no cover - best effort
+                pass
 
     def call(self, fn: Callable[[Any], Any], job: Any, timeout_s: Optional[float]) -> Any:
-        result = self.pool.spawn(fn, job)
+        result = self.pool.spawn(self._in_thread, fn, job)
         result.wait(timeout_s)
         if not result.ready():
             raise JobTimeoutError(
@@ -115,16 +142,17 @@ class ThreadRuntime:
         return result.get()
 
     def close(self) -> None:
-        try:
-            self.pool.kill()
-        except Exception:  # pragma: no cover - best effort at shutdown
-            log.debug("thread pool did not stop cleanly", exc_info=True)
+        """Nothing is stopped: a thread may still run a timed-out or handed-back
+        processor, and ``ThreadPool.kill`` would wait for it. Idle pool threads cost
+        nothing and end with the process. (Killing them right before the process exits
+        also raced gevent's per-thread hub teardown with interpreter shutdown.)"""
 
 
-def make_runtime(offload: Optional[str], concurrency: int) -> Any:
-    """The processor runtime for the ``offload`` option (``None`` or ``"thread"``)."""
+def make_runtime(offload: Optional[str], concurrency: int, scripts: Any = None) -> Any:
+    """The processor runtime for the ``offload`` option (``None`` or ``"thread"``);
+    ``scripts`` (the worker's) lets offloaded processors reach Redis through their job."""
     if offload == "thread":
-        return ThreadRuntime(concurrency)
+        return ThreadRuntime(concurrency, scripts)
     if offload is None:
         return GreenletRuntime()
     raise ValueError(f"offload must be 'thread' or None, got {offload!r}")

@@ -388,7 +388,7 @@ class Worker:
         opts = self.options
         label = f"queue {self.queue_name!r}"
         self._pool = gevent.pool.Pool(self.concurrency)
-        self._runtime = make_runtime(opts["offload"], self.concurrency)
+        self._runtime = make_runtime(opts["offload"], self.concurrency, self.scripts)
 
         marker = MarkerWaiter(None, self.keys.marker)
 

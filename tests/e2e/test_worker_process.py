@@ -51,6 +51,12 @@ def processor(job):
         while time.monotonic() < end:
             n += 1
         return {"spins": n}
+    if kind == "progress":  # Redis calls from the processor (on a thread with offload: thread)
+        for step in range(3):
+            job.update_progress(step * 50)
+            job.log("step %d" % step)
+            time.sleep(0.01)
+        return {"steps": 3}
     raise ValueError("unknown kind " + kind)
 
 
@@ -194,3 +200,17 @@ def test_second_signal_hands_back_at_once(spawn_worker, redis_url, prefix, qname
     assert child.wait(10) == 0
     assert time.monotonic() - t0 < 5
     assert r.lrange(f"{prefix}:{qname}:wait", 0, -1) == [job.id]
+
+
+def test_offloaded_processors_reach_redis_from_their_threads(spawn_worker, redis_url, prefix, qname, queue, r):
+    jobs = [queue.add("p", {"kind": "progress"}) for _ in range(4)]
+    child = spawn_worker(concurrency=2, offload="thread", lock_duration=2000)
+    wait_for(lambda: r.zcard(f"{prefix}:{qname}:completed") + r.zcard(f"{prefix}:{qname}:failed") == 4,
+             what="all jobs settled")
+    for job in jobs:
+        h = r.hgetall(f"{prefix}:{qname}:{job.id}")
+        assert h.get("returnvalue") == '{"steps":3}', h.get("failedReason")
+        assert h["progress"] == "100"
+        assert r.lrange(f"{prefix}:{qname}:{job.id}:logs", 0, -1) == ["step 0", "step 1", "step 2"]
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(10) == 0
