@@ -337,3 +337,37 @@ def test_our_worker_leaves_the_same_redis_as_a_node_worker(node, r, prefix, qnam
     # Per key first, so a difference names the key.
     for suffix in sorted(set(node_dump) | set(our_dump)):
         assert our_dump.get(suffix) == node_dump.get(suffix), f"key {suffix!r} differs"
+
+
+# ---------------------------------------------------------------------------------------
+# Shared worker rate limiter and worker discovery
+# ---------------------------------------------------------------------------------------
+
+def test_worker_limiter_is_shared_between_node_and_our_worker(node, queue):
+    """Both workers limit to 2 jobs per 1000 ms through the one `limiter` key: 6 jobs need
+    three windows, whoever takes them."""
+    for i in range(6):
+        queue.add("r", {"i": i})
+    ours = node.python_worker(workerOpts={"drain_delay": 1, "concurrency": 3,
+                                          "limiter": {"max": 2, "duration": 1000}})
+    theirs = node.worker(workerOpts={"drainDelay": 1, "concurrency": 3,
+                                     "limiter": {"max": 2, "duration": 1000}},
+                         behaviour={"return": 1})
+    deadline = time.monotonic() + 20
+    while queue.get_job_counts("completed")["completed"] < 6:
+        assert time.monotonic() < deadline, f"jobs left: {queue.get_job_counts()}"
+        time.sleep(0.05)
+    starts = sorted(job.processed_on for job in queue.get_jobs(["completed"]))
+    # Jobs 1-2 in the first window, 3-4 in the second, 5-6 in the third (>= 2 s later).
+    assert starts[4] - starts[0] >= 1900, f"the shared limiter let jobs through too fast: {starts}"
+    assert ours.events("process") or theirs.events("process")
+
+
+def test_workers_see_each_other_in_get_workers(node, queue, qname):
+    node.python_worker(workerOpts={"drain_delay": 1, "name": "py-one"})
+    node.worker(workerOpts={"drainDelay": 1, "name": "node-one"})
+    seen_by_node = sorted(w["rawname"] for w in node.run("getWorkers"))
+    seen_by_us = sorted(w["rawname"] for w in queue.get_workers())
+    assert seen_by_node == seen_by_us
+    assert any(n.endswith(":w:py-one") for n in seen_by_node), seen_by_node
+    assert any(n.endswith(":w:node-one") for n in seen_by_node), seen_by_node

@@ -27,6 +27,7 @@
  *   pause / resume / isPaused
  *   setGlobalConcurrency {concurrency} / setGlobalRateLimit {max, duration}
  *   getMeta     -> Queue.getMeta() (paused, concurrency, max, duration, version, ...)
+ *   getWorkers  -> [{name, rawname}] of the workers Queue.getWorkers() finds (CLIENT LIST)
  *   updateProgress {jobId, progress}  /  log {jobId, line}
  *   remove      {jobId}                             -> Queue.remove result
  *   promote {jobId} / updateData {jobId, data} / drain {delayed} / obliterate {force}
@@ -179,6 +180,8 @@ async function runOne(queue, cmd) {
       return true;
     case 'getMeta':
       return queue.getMeta();
+    case 'getWorkers':
+      return (await queue.getWorkers()).map(w => ({ name: w.name, rawname: w.rawname }));
     case 'updateProgress': {
       const job = await Job.fromId(queue, cmd.jobId);
       if (!job) throw new Error(`job ${cmd.jobId} not found`);
