@@ -41,22 +41,15 @@ _WATCHDOG = r"""
 import os, select, signal, subprocess, sys
 signal.signal(signal.SIGINT, signal.SIG_IGN)
 grace = float(sys.argv[1])
-child = None
-def _stop(*_):
-    if child is not None and child.poll() is None:
-        child.terminate()
-        try:
-            child.wait(grace)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-    os._exit(0)
-signal.signal(signal.SIGTERM, _stop)
-signal.signal(signal.SIGHUP, _stop)
+asked = []
+def _ask(*_):
+    asked.append(1)
+signal.signal(signal.SIGTERM, _ask)
+signal.signal(signal.SIGHUP, _ask)
 child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
-while True:
+while not asked:
     try:
-        ready, _, _ = select.select([0], [], [], 0.5)
+        ready, _, _ = select.select([0], [], [], 0.2)
     except InterruptedError:
         continue
     if child.poll() is not None:
@@ -67,7 +60,16 @@ while True:
         except OSError:
             data = b""
         if not data:
-            _stop()
+            break
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if child.poll() is None:
+    child.terminate()
+    try:
+        child.wait(grace)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+os._exit(0)
 """
 
 _MAX_SOCKET_PATH = 100  # sockaddr_un allows 107 bytes; keep a margin

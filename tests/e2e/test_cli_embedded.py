@@ -45,7 +45,7 @@ def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
 
 def test_starts_serves_and_stops_cleanly(tmp_path):
     d = str(tmp_path / "var")
-    server = EmbeddedRedis(directory=d).start()
+    server = EmbeddedRedis(directory=d, stop_grace=120).start()
     try:
         assert server.owned
         assert server.url.startswith("unix://") and server.url.endswith("redis.sock?db=0")
@@ -56,8 +56,13 @@ def test_starts_serves_and_stops_cleanly(tmp_path):
         pid = server.server_pid
         assert pid and redis_pids_in(d) == [pid]
     finally:
+        t0 = time.monotonic()
         server.stop()
+    # a clean stop never sits out the escalation grace (a stuck watchdog would wait 120 s)
+    assert time.monotonic() - t0 < 60
     assert redis_pids_in(d) == []
+    with open(os.path.join(d, "redis.log")) as fh:
+        assert "ready to exit" in fh.read()  # SIGTERM: redis shut down by itself, not killed
     assert not os.path.exists(os.path.join(d, "redis.sock"))
     assert not os.path.exists(os.path.join(d, "redis.pid"))
 
