@@ -14,7 +14,8 @@ forks) and wraps these server hooks, calling any hook the file defined *before* 
     starts the embedded Redis when the YAML says ``redis: {url: embedded}``, and clears
     stale Prometheus multiprocess files.
 ``post_worker_init`` (each worker process, main greenlet, after the app is loaded)
-    checks that gevent patched the process (``-k gevent``), builds one
+    checks that gevent patched the process (``-k gevent``), wraps the app in the
+    health/metrics middleware (unless it already is), builds one
     :class:`~echomq_gevent.worker.Worker` per queue of the YAML, all sharing one plugin
     host, starts them on this process's hub (each starts its own lock-renewal thread),
     and spawns a watcher greenlet that notices ``worker.alive`` turning false. There
@@ -66,7 +67,7 @@ class Settings:
 
     def __init__(self, config_path: str, config: Config, drain_margin: Optional[float],
                  metrics: bool, poll_interval: float, extra_plugins: tuple,
-                 gc_freeze: bool = True) -> None:
+                 gc_freeze: bool = True, endpoints: bool = True) -> None:
         self.config_path = config_path
         self.config = config
         self.drain_margin = drain_margin
@@ -74,6 +75,7 @@ class Settings:
         self.poll_interval = poll_interval
         self.extra_plugins = extra_plugins
         self.gc_freeze = gc_freeze
+        self.endpoints = endpoints
 
     @property
     def redis_url(self) -> str:
@@ -116,7 +118,8 @@ def current() -> Optional["CoHost"]:
 # --- install ---------------------------------------------------------------------------------
 def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml", *,
             drain_margin: Optional[float] = None, metrics: bool = True,
-            poll_interval: float = 0.1, extra_plugins: tuple = (), gc_freeze: bool = True) -> Settings:
+            poll_interval: float = 0.1, extra_plugins: tuple = (), gc_freeze: bool = True,
+            endpoints: bool = True) -> Settings:
     """Wire the job workers of the YAML file ``config`` into a gunicorn config module.
 
     Call it from the gunicorn config file, after the file's own hooks, as
@@ -128,7 +131,9 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
     ``/_echomq/metrics`` sums every worker process. ``extra_plugins`` are plugin modules
     or objects added after the YAML's. ``gc_freeze`` moves everything loaded before the
     job workers start into the garbage collector's permanent generation
-    (``gc.freeze()``), which keeps full collections short while jobs run.
+    (``gc.freeze()``), which keeps full collections short while jobs run. ``endpoints``
+    wraps the loaded WSGI app in :class:`~echomq_gevent.contrib.wsgi.EchoMQMiddleware`
+    (unless it already is), so ``/_echomq/live|ready|metrics`` work without touching the app.
 
     Runs in the gunicorn master at config load (again on HUP). Raises ConfigError naming
     the file, line and key when the YAML is wrong, which stops gunicorn before it forks;
@@ -147,7 +152,7 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
                   "send HUP again)", exc)
         cfg = _settings.config
     _settings = Settings(path, cfg, drain_margin, metrics, poll_interval, tuple(extra_plugins),
-                         gc_freeze)
+                         gc_freeze, endpoints)
     if metrics:
         _prepare_prometheus_dir()
     _chain(namespace, "on_starting", _on_starting, ours_first=True)
@@ -294,6 +299,12 @@ def _post_worker_init(gworker: Any) -> None:
     cohost = CoHost(_settings, gworker)
     _cohost = cohost
     cohost.start()
+    if _settings.endpoints and getattr(gworker, "wsgi", None) is not None:
+        from .wsgi import EchoMQMiddleware
+
+        if not isinstance(gworker.wsgi, EchoMQMiddleware):
+            # the app was loaded just before this hook; the HTTP server starts after it
+            gworker.wsgi = EchoMQMiddleware(gworker.wsgi)
 
 
 def _worker_exit(server: Any, gworker: Any) -> None:

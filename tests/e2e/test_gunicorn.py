@@ -11,10 +11,11 @@ by a stalled check; ``/_echomq/metrics`` sums every worker process; recycling
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,10 +30,7 @@ TESTS = REPO / "tests"
 QUEUE = "mail"
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_instances = itertools.count()
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
@@ -56,9 +54,10 @@ class Gunicorn:
                  lock_duration: int = 30000, stalled_interval: int = 30000,
                  max_requests: int = 0, extra_args: Tuple[str, ...] = (),
                  config: str = "conf/gunicorn.conf.py", env: Optional[Dict[str, str]] = None) -> None:
-        self.port = free_port()
+        # port 0: the master binds a free port and logs it (no race with other processes)
+        self.port: Optional[int] = None
         self.workers = workers
-        self.log_path = tmp_path / f"gunicorn-{self.port}.log"
+        self.log_path = tmp_path / f"gunicorn-{next(_instances)}.log"
         self.env = dict(os.environ)
         self.env.pop("PROMETHEUS_MULTIPROC_DIR", None)
         self.env.update({
@@ -67,7 +66,7 @@ class Gunicorn:
             "MAIL_CONCURRENCY": str(concurrency),
             "LOCK_DURATION": str(lock_duration),
             "STALLED_INTERVAL": str(stalled_interval),
-            "BIND": f"127.0.0.1:{self.port}",
+            "BIND": "127.0.0.1:0",
             "WEB_CONCURRENCY": str(workers),
             "MAX_REQUESTS": str(max_requests),
             "PYTHONPATH": str(REPO) + os.pathsep + self.env.get("PYTHONPATH", ""),
@@ -90,7 +89,13 @@ class Gunicorn:
     def _booted(self) -> bool:
         if self.proc.poll() is not None:
             raise AssertionError(f"gunicorn exited with {self.proc.returncode}:\n{self.log()}")
-        if self.log().count("job workers started") < self.workers:
+        log = self.log()
+        if self.port is None:
+            found = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", log)
+            if not found:
+                return False
+            self.port = int(found.group(1))
+        if log.count("job workers started") < self.workers:
             return False
         try:
             return self.get("/_echomq/ready")[0] == 200
@@ -233,6 +238,17 @@ def test_request_enqueues_a_job_that_the_same_pool_processes(gunicorn, queue):
     # the trivial endpoint and the app's own 404 still go through the middleware untouched
     assert g.get("/") == (200, b"hello\n")
     assert g.get("/nope")[0] == 404
+    status, body = g.get_json("/sleep?n=3&ms=5", method="POST")
+    assert status == 202 and len(body["jobs"]) == 3
+    wait_for(lambda: _all_completed(queue, body["jobs"]), 15, what="the /sleep jobs completed")
+
+
+def test_install_adds_the_endpoints_to_an_app_that_does_not_wrap_itself(gunicorn, queue):
+    # the bare WSGI function, not the wrapped `application`: install() wraps it in the worker
+    g = gunicorn(workers=1, concurrency=2, extra_args=("examples.app:legacy_app",))
+    status, body = g.get_json("/_echomq/live")
+    assert status == 200 and body["live"] is True and body["queues"]["mail"]["lock_renewal_alive"]
+    assert g.get("/") == (200, b"hello\n")
 
 
 @pytest.mark.interop
