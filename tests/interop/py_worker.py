@@ -8,7 +8,9 @@ Usage: ``python py_worker.py '<json command>'`` with
 ``stalled_interval``, ``max_stalled_count``, ``name``...). ``behaviour`` (or
 ``byName[job.name]``) drives the processor with the same keys as the Node tool:
 ``sleepMs``, ``failTimes``, ``failMessage``, ``unrecoverable``, ``progress``, ``log``,
-``crash`` (``os._exit(3)`` while holding the job), ``return``, ``returnData``.
+``crash`` (``os._exit(3)`` while holding the job), ``delayOnceMs`` / ``rateLimitOnceMs``
+(first start only: ``job.move_to_delayed`` + ``DelayedError``, ``worker.rate_limit`` +
+``RateLimitError``), ``return``, ``returnData``.
 
 It prints one JSON line per event, each with ``t`` (ms since the epoch): ``ready``,
 ``process`` (our Job as Node names its fields, at processor start), ``active``,
@@ -37,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the source checkout
 
 from echomq_gevent import hookimpl  # noqa: E402
-from echomq_gevent.errors import UnrecoverableError  # noqa: E402
+from echomq_gevent.errors import DelayedError, RateLimitError, UnrecoverableError  # noqa: E402
 from echomq_gevent.plugins import PluginHost, make_plugin_manager  # noqa: E402
 from echomq_gevent.worker import Worker  # noqa: E402
 
@@ -119,7 +121,7 @@ class Reporter:
         emit({"event": "handed_back", "jobId": job.id})
 
 
-def make_processor(cmd: Dict[str, Any]) -> Any:
+def make_processor(cmd: Dict[str, Any], worker_box: Dict[str, Any]) -> Any:
     by_name = cmd.get("byName") or {}
 
     def process(job: Any) -> Any:
@@ -133,6 +135,12 @@ def make_processor(cmd: Dict[str, Any]) -> Any:
             job.log(line)
         if how.get("sleepMs"):
             gevent.sleep(how["sleepMs"] / 1000.0)
+        if how.get("delayOnceMs") and job.attempts_started == 1:
+            job.move_to_delayed(int(time.time() * 1000) + how["delayOnceMs"])
+            raise DelayedError()
+        if how.get("rateLimitOnceMs") and job.attempts_started == 1:
+            worker_box["w"].rate_limit(how["rateLimitOnceMs"])
+            raise RateLimitError()
         if how.get("unrecoverable"):
             raise UnrecoverableError(how.get("failMessage") or "planned unrecoverable failure")
         if how.get("failTimes") and job.attempts_made < how["failTimes"]:
@@ -157,7 +165,7 @@ def main() -> int:
 
     reporter = Reporter(int(cmd.get("stopAfter") or 0), stop)
     host = PluginHost(make_plugin_manager([reporter]))
-    worker = Worker(cmd["queue"], make_processor(cmd), connection=cmd["redis"],
+    worker = Worker(cmd["queue"], make_processor(cmd, worker_box), connection=cmd["redis"],
                     prefix=cmd.get("prefix", "bull"), plugins=host, **(cmd.get("workerOpts") or {}))
     worker_box["w"] = worker
 

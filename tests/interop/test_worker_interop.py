@@ -290,11 +290,14 @@ TWIN_JOBS = [
     ("prio", {"i": 11}, {"priority": 3}, {"return": "p"}),
     # a backoff long enough that the jobs queued behind it always run first
     ("backoff", {"i": 12}, {"attempts": 2, "backoff": 600}, {"failTimes": 1, "return": "late"}),
+    # the processor postpones itself (due well before job 12's retry), no attempt counted
+    ("self-delayed", {"i": 13}, {}, {"delayOnceMs": 250, "return": "after"}),
 ]
 
 #: Keys whose content depends on when checks and waits happened, not on what the
-#: worker did: stall-check bookkeeping and the wake-up marker.
-_TIMING_KEYS = ("stalled-check", "stalled", "marker")
+#: worker did: stall-check bookkeeping, the wake-up marker and the limiter window (which
+#: expires on its own; its count is compared right after each run instead).
+_TIMING_KEYS = ("stalled-check", "stalled", "marker", "limiter")
 
 
 def _normalised_dump(r, keys):
@@ -319,24 +322,58 @@ def _normalised_dump(r, keys):
     return out
 
 
-def test_our_worker_leaves_the_same_redis_as_a_node_worker(node, r, prefix, qname):
+def _twin_run(node, r, prefix, qname, jobs, worker_opts=None, py_worker_opts=None):
+    """Add ``jobs`` (by Node) to two queues, process one with a Node worker and the other
+    with ours (concurrency 1 both), and compare the queues key by key."""
     node_q, our_q = qname + "n", qname + "p"
-    by_name = {name: how for name, _d, _o, how in TWIN_JOBS}
+    by_name = {name: how for name, _d, _o, how in jobs}
     for q in (node_q, our_q):
         node.run("addBulk", queue=q, jobs=[{"name": n, "data": d, "opts": dict(o, timestamp=TWIN_TS)}
-                                           for n, d, o, _how in TWIN_JOBS])
-    theirs = node.spawn("worker", queue=node_q, workerOpts={"drainDelay": 1, "concurrency": 1},
-                        byName=by_name, stopAfter=len(TWIN_JOBS))
+                                           for n, d, o, _how in jobs])
+    theirs = node.spawn("worker", queue=node_q,
+                        workerOpts=dict({"drainDelay": 1, "concurrency": 1}, **(worker_opts or {})),
+                        byName=by_name, stopAfter=len(jobs))
     theirs.wait_event("exit", timeout=30)
-    ours = node.python_worker(queue=our_q, workerOpts={"drain_delay": 1, "concurrency": 1},
-                              byName=by_name, stopAfter=len(TWIN_JOBS))
+    node_limiter = r.get(QueueKeys(node_q, prefix).limiter)
+    ours = node.python_worker(queue=our_q, byName=by_name, stopAfter=len(jobs),
+                              workerOpts=dict({"drain_delay": 1, "concurrency": 1},
+                                              **(py_worker_opts or {})))
     ours.wait_event("exit", timeout=30)
+    assert r.get(QueueKeys(our_q, prefix).limiter) == node_limiter, "limiter counts differ"
+    assert not ours.events("error") and not theirs.events("error"), ours.describe()
 
     node_dump = _normalised_dump(r, QueueKeys(node_q, prefix))
     our_dump = _normalised_dump(r, QueueKeys(our_q, prefix))
     # Per key first, so a difference names the key.
     for suffix in sorted(set(node_dump) | set(our_dump)):
         assert our_dump.get(suffix) == node_dump.get(suffix), f"key {suffix!r} differs"
+
+
+def test_our_worker_leaves_the_same_redis_as_a_node_worker(node, r, prefix, qname):
+    _twin_run(node, r, prefix, qname, TWIN_JOBS)
+
+
+def test_manual_rate_limit_leaves_the_same_redis_as_node(node, r, prefix, qname):
+    """worker.rate_limit + RateLimitError: the job goes back to the front and runs again
+    after the limit, in Node as in ours."""
+    jobs = [("limited", {"i": 1}, {}, {"rateLimitOnceMs": 300, "return": "again"}),
+            ("next", {"i": 2}, {}, {"return": "next"})]
+    _twin_run(node, r, prefix, qname, jobs)
+
+
+def test_limiter_and_removal_policies_leave_the_same_redis_as_node(node, r, prefix, qname):
+    """Worker-level keep policies (removeOnComplete/removeOnFail as worker options) and a
+    worker limiter, each side with its own spelling of the options."""
+    jobs = [("a", {"i": 1}, {}, {"return": 1}),
+            ("b", {"i": 2}, {}, {"failTimes": 1, "failMessage": "b failed"}),
+            ("c", {"i": 3}, {}, {"sleepMs": 5, "return": 3}),
+            ("d", {"i": 4}, {"removeOnComplete": False}, {"return": 4}),
+            ("e", {"i": 5}, {}, {"sleepMs": 5, "failTimes": 1})]
+    _twin_run(node, r, prefix, qname, jobs,
+              worker_opts={"removeOnComplete": {"count": 1}, "removeOnFail": {"count": 1},
+                           "limiter": {"max": 10, "duration": 1000}},
+              py_worker_opts={"remove_on_complete": {"count": 1}, "remove_on_fail": {"count": 1},
+                              "limiter": {"max": 10, "duration": 1000}})
 
 
 # ---------------------------------------------------------------------------------------

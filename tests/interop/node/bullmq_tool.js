@@ -48,6 +48,8 @@
  *       progress    list of values passed to job.updateProgress, in order
  *       log         list of lines passed to job.log
  *       crash       process.exit(3) inside the processor (a worker dying holding a job)
+ *       delayOnceMs     on the first start: job.moveToDelayed(now + ms) + DelayedError
+ *       rateLimitOnceMs on the first start: worker.rateLimit(ms) + RateLimitError
  *       return      the value to return; returnData: true returns job.data;
  *                   with neither, the processor returns undefined
  *     Prints "ready" once connected, "process" (job view, at processor start),
@@ -73,7 +75,7 @@ const nodeModules = path.resolve(__dirname, '..', '..', 'node_modules');
 const bullmq = require(path.join(nodeModules, 'bullmq'));
 const IORedis = require(path.join(nodeModules, 'ioredis'));
 
-const { Queue, Worker, QueueEvents, Job, UnrecoverableError } = bullmq;
+const { Queue, Worker, QueueEvents, Job, UnrecoverableError, DelayedError, RateLimitError } = bullmq;
 
 /** Print one JSON line, stamped with the current time. */
 function emitLine(obj) {
@@ -286,7 +288,7 @@ function watchStdin(onLine, onEnd) {
 }
 
 /** Build the processor function from the behaviour description. */
-function makeProcessor(cmd) {
+function makeProcessor(cmd, workerRef) {
   const byName = cmd.byName || {};
   return async (job, token) => {
     const how = byName[job.name] || cmd.behaviour || {};
@@ -302,6 +304,16 @@ function makeProcessor(cmd) {
       await job.log(line);
     }
     if (how.sleepMs) await sleep(how.sleepMs);
+    if (how.delayOnceMs && job.attemptsStarted === 1) {
+      // The processor postpones its job itself (no attempt counted), as BullMQ documents.
+      await job.moveToDelayed(Date.now() + how.delayOnceMs, token);
+      throw new DelayedError();
+    }
+    if (how.rateLimitOnceMs && job.attemptsStarted === 1) {
+      // Manual rate limit: block the queue for a while and put this job back in front.
+      await workerRef.worker.rateLimit(how.rateLimitOnceMs);
+      throw new RateLimitError();
+    }
     if (how.unrecoverable) {
       throw new UnrecoverableError(how.failMessage || 'planned unrecoverable failure');
     }
@@ -316,7 +328,9 @@ function makeProcessor(cmd) {
 
 async function runWorker(cmd) {
   const opts = Object.assign(baseOpts(cmd), { autorun: false }, cmd.workerOpts || {});
-  const worker = new Worker(cmd.queue, makeProcessor(cmd), opts);
+  const workerRef = {};
+  const worker = new Worker(cmd.queue, makeProcessor(cmd, workerRef), opts);
+  workerRef.worker = worker;
   let outcomes = 0;
   let stopping = null;
 
