@@ -55,6 +55,7 @@ setup(
             "prometheus_client>=0.12",
             "gunicorn>=20.1",
             "psutil>=5.8",
+            "matplotlib>=3.5",
         ],
         "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8"],
     },
