@@ -408,3 +408,32 @@ def test_workers_see_each_other_in_get_workers(node, queue, qname):
     assert seen_by_node == seen_by_us
     assert any(n.endswith(":w:py-one") for n in seen_by_node), seen_by_node
     assert any(n.endswith(":w:node-one") for n in seen_by_node), seen_by_node
+
+
+def test_jobs_our_worker_hands_back_at_shutdown_are_finished_by_node(node, queue):
+    """Shutdown deadline passes with jobs in flight: ours hands them back to the front of
+    `wait` (no attempt counted) and a Node worker completes them, once."""
+    events = node.events()
+    jobs = [queue.add("slow", {"i": i}) for i in range(2)]
+    ours = node.python_worker(workerOpts={"drain_delay": 1, "concurrency": 2,
+                                          "shutdown_timeout": 0.3},
+                              behaviour={"sleepMs": 3000, "return": "ours"})
+    for job in jobs:
+        ours.wait_event("process", timeout=10, jobId=job.id)
+    ours.send("stop")
+    ours.wait_event("exit", timeout=15)
+    assert sorted(ln["jobId"] for ln in ours.events("handed_back")) == sorted(j.id for j in jobs)
+    assert not ours.events("completed")
+    for job in jobs:
+        assert node.run("getState", jobId=job.id) == "waiting"
+    theirs = node.worker(workerOpts={"drainDelay": 1, "concurrency": 2}, stopAfter=2,
+                         behaviour={"return": "node"})
+    theirs.wait_event("exit", timeout=15)
+    for job in jobs:
+        back = queue.get_job(job.id)
+        assert (back.returnvalue, back.attempts_made, back.attempts_started) == ("node", 1, 2)
+        assert queue.get_job_state(job.id) == "completed"
+    handed = [ln["args"] for ln in events.snapshot()
+              if ln["event"] == "waiting" and ln["args"].get("prev") == "active"]
+    assert sorted(a["jobId"] for a in handed) == sorted(j.id for j in jobs)
+    assert "error" not in event_names(events.snapshot())
