@@ -4,7 +4,7 @@ Runs one no-op throughput case (default: N=20,000, concurrency 100) for a Python
 implementation (ours or pyref) while ``py-spy record --format raw`` samples the worker
 subprocess, then folds the collapsed stacks into two tables: self time per function (where
 the CPU actually goes) and inclusive time per function (which layer costs what). Writes
-``profile-<impl>.md`` and the raw stacks ``profile-<impl>.txt`` into the output folder.
+``profile-<impl>.md`` (``profile-<impl>-c<N>.md`` for another concurrency) into the output folder and the raw stacks into ``raw/profile-<impl>.txt``.
 py-spy must be installed (``pip install py-spy``) and allowed to ptrace the worker.
 """
 from __future__ import annotations
@@ -76,7 +76,9 @@ def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency:
     bench.preload(queue, n, paused=True)
     report = tempfile.NamedTemporaryFile(prefix="echomq-prof-", suffix=".json", delete=False)
     report.close()
-    raw = os.path.join(out_dir, f"profile-{impl.key}.txt")
+    os.makedirs(os.path.join(out_dir, "raw"), exist_ok=True)
+    stem = f"profile-{impl.key}" + ("" if concurrency == 100 else f"-c{concurrency}")
+    raw = os.path.join(out_dir, "raw", f"{stem}.txt")
     cfg = {"url": bench.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
            "mode": "noop", "sleep_ms": 0, "report": report.name}
     proc = bench.start_driver(impl.worker_cmd(), cfg)
@@ -137,7 +139,7 @@ def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency:
     for name, cnt in incl.most_common(40):
         lines.append(f"| `{name}` | {100.0 * cnt / max(total, 1):.1f} |")
     text = "\n".join(lines) + "\n"
-    with open(os.path.join(out_dir, f"profile-{impl.key}.md"), "w", encoding="utf-8") as fh:
+    with open(os.path.join(out_dir, f"{stem}.md"), "w", encoding="utf-8") as fh:
         fh.write(text)
     return text
 
@@ -159,11 +161,11 @@ def _is_idle(frame: str) -> bool:
                     "_run_once", "run") or "hub.py" in frame and name == "run"
 
 
-def profile_all(bench: Bench, impls: List[Impl], out_dir: str) -> str:
+def profile_all(bench: Bench, impls: List[Impl], out_dir: str, concurrency: int = 100) -> str:
     parts = []
     for impl in impls:
         if not impl.worker_cmd()[-1].endswith(".py"):
             continue
         bench.log(f"profiling {impl.key}")
-        parts.append(profile(bench, impl, out_dir))
+        parts.append(profile(bench, impl, out_dir, concurrency=concurrency))
     return "\n".join(parts)

@@ -86,7 +86,7 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     lines = [
         "# Benchmark results",
         "",
-        f"Run {meta.get('date', '?')} on {meta.get('machine', '?')}; Redis {meta.get('redis', '?')}, "
+        f"Run {meta.get('date', '?')} at commit {meta.get('commit', '?')} on {meta.get('machine', '?')}; Redis {meta.get('redis', '?')}, "
         f"Python {meta.get('python', '?')}, Node {meta.get('node', '?')}; "
         f"{meta.get('rounds', '?')} round(s) per case, implementations alternating"
         + (" (quick mode: tiny N, not representative)" if meta.get("quick") else "") + "."

@@ -113,7 +113,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--trace", action="store_true",
                    help="record each worker's Redis command sequence per job (MONITOR) into trace.md")
     p.add_argument("--profile", action="store_true",
-                   help="profile the Python workers with py-spy on W1 c=100 into profile-<impl>.md")
+                   help="profile the Python workers with py-spy on W1 no-op jobs into profile-<impl>.md")
+    p.add_argument("--profile-concurrency", type=int, default=100, metavar="N",
+                   help="worker concurrency of the --profile run (default 100)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
@@ -158,7 +160,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .profile import profile_all
 
         with Bench(verbose=not args.quiet) as bench:
-            text = profile_all(bench, impls, args.out)
+            text = profile_all(bench, impls, args.out, args.profile_concurrency)
         if not args.quiet:
             sys.stdout.write(text)
         return 0
@@ -173,6 +175,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
             "redis": bench.redis_version, "rounds": rounds, "quick": args.quick,
             "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
+            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
         }
         for case in selected:
             for rnd in range(rounds):
