@@ -47,3 +47,13 @@ def test_every_config_key_is_documented():
     text = read_doc()
     for key in TOP_LEVEL_KEYS + REDIS_KEYS + EMBEDDED_KEYS + LOGGING_KEYS + ("processor",):
         assert f"`{key}`" in text, f"docs/configuration.md does not describe `{key}`"
+
+
+def test_every_yaml_example_in_the_docs_is_a_valid_file_or_fragment():
+    from echomq_gevent.config import parse_config
+
+    blocks = re.findall(r"```yaml\n(.*?)```", read_doc(), re.S)
+    assert blocks
+    for block in blocks:
+        text = block if "queues:" in block else block + "queues: {q: {}}\n"
+        parse_config(text, filename="docs/configuration.md", env={})
