@@ -208,8 +208,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         fh.write(md)
     report.write_json(os.path.join(args.out, "results.json"), meta, runs, summary)
     if summary:
-        report.chart(os.path.join(args.out, "throughput.png"), summary,
-                     "Throughput, same machine and Redis" + (" (quick)" if args.quick else ""))
+        try:
+            report.chart(os.path.join(args.out, "throughput.png"), summary,
+                         "Throughput, same machine and Redis" + (" (quick)" if args.quick else ""))
+        except ImportError:
+            sys.stderr.write("bench: matplotlib is not installed, so no throughput.png "
+                             "(pip install -e '.[bench]')\n")
     if not args.quiet:
         sys.stdout.write(md)
     return 1 if failures else 0

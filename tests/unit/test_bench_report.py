@@ -84,3 +84,14 @@ def test_command_delta_subtracts_the_harness_own_commands():
     before = RedisSnapshot({"evalsha": 10, "zcard": 5, "info": 3}, 1.0)
     after = RedisSnapshot({"evalsha": 30, "zcard": 9, "info": 9, "hget": 4}, 1.5)
     assert command_delta(before, after, {"zcard": 4}) == {"evalsha": 20, "hget": 4}
+
+
+def test_chart_draws_a_png_with_throughput_and_latency(tmp_path):
+    pytest.importorskip("matplotlib")
+    runs = [_row("ours", "W1", 1000.0, 1), _row("node", "W1", 2000.0, 1),
+            {"impl": "ours", "case": "latency", "kind": "latency", "p50_ms": 1.0, "p99_ms": 3.0,
+             "max_ms": 4.0, "samples": 10, "peak_rss_mb": 40.0}]
+    path = tmp_path / "c.png"
+    report.chart(str(path), report.summarize(runs))
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
