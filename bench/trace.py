@@ -15,7 +15,7 @@ import socket
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
 from .harness import PREFIX, Bench
 from .impls import Impl
