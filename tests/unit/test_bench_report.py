@@ -95,3 +95,24 @@ def test_chart_draws_a_png_with_throughput_and_latency(tmp_path):
     report.chart(str(path), report.summarize(runs))
     data = path.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 5000
+
+
+def test_profile_folding_counts_self_and_inclusive_samples_per_function(tmp_path):
+    from bench.profile import _is_idle, _package, fold
+
+    raw = tmp_path / "raw.txt"
+    raw.write_text(
+        "<module> (bench/drivers/ours_worker.py:60);run (gevent/hub.py:1);"
+        "Worker._complete (/x/echomq_gevent/worker.py:700);send (/x/gevent/_socketcommon.py:10) 3\n"
+        "<module> (bench/drivers/ours_worker.py:60);Worker._complete (/x/echomq_gevent/worker.py:701) 1\n"
+        "<module> (bench/drivers/ours_worker.py:60);Hub.run (/x/gevent/hub.py:5) 4\n"
+        "garbage line\n"
+    )
+    total, own, incl = fold(str(raw))
+    assert total == 8
+    assert own["send (gevent/_socketcommon.py)"] == 3
+    assert own["Worker._complete (echomq_gevent/worker.py)"] == 1  # line numbers fold together
+    assert incl["Worker._complete (echomq_gevent/worker.py)"] == 4
+    assert incl["<module> (drivers/ours_worker.py)"] == 8
+    assert _package("send (gevent/_socketcommon.py)") == "gevent"
+    assert _is_idle("Hub.run (gevent/hub.py)") and not _is_idle("send (gevent/_socketcommon.py)")
