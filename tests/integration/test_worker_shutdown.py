@@ -124,3 +124,42 @@ def _try_add(q: Queue) -> bool:
         return True
     except Exception:
         return False
+
+
+def test_worker_started_before_redis_waits_for_it(prefix, qname, caplog):
+    from redis_server import free_port
+
+    caplog.set_level(logging.WARNING)
+    port = free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    done = []
+    w = make_worker(url, prefix, qname, lambda j: done.append(j.id), drain_delay=0.3, stalled_interval=500)
+    server = RedisServer(port=port)
+    try:
+        with running(w):
+            gevent.sleep(1.0)
+            assert w.running and not done
+            server.start()
+            q = Queue(qname, connection=server.url, prefix=prefix)
+            job = q.add("late-redis", {})
+            wait_for(lambda: done == [job.id], timeout=15, what="the job once Redis is up")
+            q.close()
+    finally:
+        server.stop()
+    messages = [rec.getMessage() for rec in caplog.records]
+    assert any("not reachable yet" in m for m in messages)
+    assert any("fetching failed" in m for m in messages)
+
+
+def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qname, queue):
+    done = []
+    w = make_worker(redis_url, prefix, qname, lambda j: done.append(time.time()), drain_delay=5)
+    with running(w):
+        queue.pause()
+        queue.add("held", {})
+        gevent.sleep(0.8)
+        assert done == []
+        t0 = time.time()
+        queue.resume()
+        wait_for(lambda: done, timeout=6, what="job after resume")
+    assert done[0] - t0 < 3.0, "resume's marker did not wake the blocked worker"
