@@ -318,6 +318,11 @@ class Worker:
             self.plugins.notify("echomq_worker_started", worker=self)
             try:
                 self._loop()
+            except gevent.GreenletExit:
+                if not self.closing:  # killed from outside: still hand the jobs back
+                    log.warning("queue %r: the worker's greenlet was killed; closing now", self.queue_name)
+                    gevent.spawn(self.close, 0, "killed")
+                raise
             finally:
                 self._loop_done.set()
             self._closed.wait()
@@ -456,19 +461,23 @@ class Worker:
 
     def _do_close(self, timeout: float, reason: str) -> None:
         label = f"queue {self.queue_name!r}"
+        deadline = time.monotonic() + timeout
         try:
             self.plugins.notify("echomq_worker_stopping", worker=self, reason=reason)
             if self._stalled is not None:
                 self._stalled.stop()
             if self._marker is not None:
                 self._marker.cancel(self.client)
-            if self.running:
-                self._loop_done.wait(timeout=max(timeout, 1.0))
+            if self.running:  # the loop ends at its next step (at most one Redis call away)
+                gevent.wait([self._loop_done, self._force], timeout=max(deadline - time.monotonic(), 1.0),
+                            count=1)
             if self._pool is not None and len(self._pool):
+                remaining = max(0.0, deadline - time.monotonic())
                 if self._active:
-                    log.info("%s: waiting up to %.1f s for %d job(s) in flight", label, timeout, len(self._active))
+                    log.info("%s: waiting up to %.1f s for %d job(s) in flight", label, remaining,
+                             len(self._active))
                 waiter = gevent.spawn(self._pool.join)
-                gevent.wait([waiter, self._force], timeout=timeout, count=1)
+                gevent.wait([waiter, self._force], timeout=remaining, count=1)
                 waiter.kill(block=False)
                 self._hand_back_all()
                 # let jobs that are writing their result finish; then stop what is left

@@ -163,3 +163,13 @@ def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qna
         queue.resume()
         wait_for(lambda: done, timeout=6, what="job after resume")
     assert done[0] - t0 < 3.0, "resume's marker did not wake the blocked worker"
+
+
+def test_killing_the_run_greenlet_still_hands_jobs_back(redis_url, prefix, qname, queue, r):
+    job = queue.add("long", {})
+    w = make_worker(redis_url, prefix, qname, lambda j: gevent.sleep(30))
+    g = w.start()
+    wait_for(lambda: len(w.active_jobs) == 1, what="job in flight")
+    g.kill()
+    wait_for(lambda: w.closed, timeout=5, what="close after kill")
+    assert r.lrange(f"{prefix}:{qname}:wait", 0, -1) == [job.id]
