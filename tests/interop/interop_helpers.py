@@ -120,7 +120,8 @@ def wait_blocked_on_marker(r: redis.Redis, prefix: str, queue: str, timeout: flo
         time.sleep(0.01)
 
 
-def finish_opts(tok: str, attempts: int = 0, keep: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
+def finish_opts(tok: str, attempts: int = 0,
+                keep: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """ARGV[8] of moveToFinished as a worker would send it."""
     return {"token": tok, "keepJobs": keep or {"count": -1}, "lockDuration": 30000,
             "attempts": attempts, "maxMetricsSize": ""}

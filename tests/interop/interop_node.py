@@ -158,7 +158,9 @@ class NodeProcess:
         self.proc.stdin.flush()
 
     def stop(self, timeout: float = 15.0) -> int:
-        """Ask the tool to close cleanly; kill it if it does not exit in time. Returns the exit code."""
+        """Ask the tool to close cleanly; kill it if it does not exit in time.
+
+        Returns the exit code."""
         if self.proc.poll() is None:
             try:
                 self.send("stop")

@@ -105,7 +105,8 @@ class Reporter:
         self._outcome()
 
     @hookimpl
-    def echomq_job_retried(self, worker: Any, job: Any, error: BaseException, delay_ms: int) -> None:
+    def echomq_job_retried(self, worker: Any, job: Any, error: BaseException,
+                           delay_ms: int) -> None:
         emit({"event": "retried", "jobId": job.id, "error": str(error), "delay": delay_ms})
 
     @hookimpl

@@ -286,7 +286,8 @@ def test_blocked_node_worker_takes_our_job_at_once(node, queue, r, prefix, qname
     latency = line["t"] - added_at
     # The marker must wake the worker well before its drainDelay runs out (8 s proves it;
     # 1 s is the "within about a second").
-    assert latency < 1000, f"Node worker took our job after {latency} ms (drainDelay {drain_delay}s)"
+    assert latency < 1000, (
+        f"Node worker took our job after {latency} ms (drainDelay {drain_delay}s)")
 
 
 def test_blocked_node_worker_takes_our_delayed_job_at_its_due_time(node, queue, r, prefix, qname):
@@ -488,22 +489,25 @@ def test_node_queue_events_sees_our_worker_side_events(node, queue, r, prefix, q
     events = node.events()
     start = events.mark()
 
-    jid, tok = take(queue, expect_id=job.id)                                   # active
+    # take -> active; retry -> waiting (prev active)
+    jid, tok = take(queue, expect_id=job.id)
     fields = ["failedReason", "try again", "stacktrace", json.dumps(["Error: try again"])]
-    queue.scripts.retry_job(jid, now_ms(), tok, fields_to_update=fields)       # waiting prev active
-    jid, tok = take(queue, expect_id=job.id)                                   # active
+    queue.scripts.retry_job(jid, now_ms(), tok, fields_to_update=fields)
+    # take -> active; backoff -> delayed (due); promote -> waiting (prev delayed)
+    jid, tok = take(queue, expect_id=job.id)
     before = now_ms()
-    queue.scripts.move_to_delayed(jid, before, tok, 60000,
-                                  fields_to_update=fields)                     # delayed (due)
-    queue.promote_job(jid)                                                     # waiting prev delayed
-    jid, tok = take(queue, expect_id=job.id)                                   # active
-    queue.scripts.move_job_from_active_to_wait(jid, tok)                       # waiting prev active
-    jid, _tok = take(queue, expect_id=job.id)                                  # active
-    # The lock "expires" (the worker died); two stall checks find it.
+    queue.scripts.move_to_delayed(jid, before, tok, 60000, fields_to_update=fields)
+    queue.promote_job(jid)
+    # take -> active; hand back -> waiting (prev active)
+    jid, tok = take(queue, expect_id=job.id)
+    queue.scripts.move_job_from_active_to_wait(jid, tok)
+    # take -> active; the lock "expires" (the worker died); two stall checks find it:
+    # waiting (prev active), stalled
+    jid, _tok = take(queue, expect_id=job.id)
     r.delete(keys.lock(jid))
     queue.scripts.move_stalled_jobs_to_wait(1, now_ms(), 30000)
     r.delete(keys.stalled_check)
-    stalled = queue.scripts.move_stalled_jobs_to_wait(1, now_ms(), 30000)     # waiting, stalled
+    stalled = queue.scripts.move_stalled_jobs_to_wait(1, now_ms(), 30000)
     assert stalled == [jid]
 
     last = events.wait_event("stalled", timeout=10, start=start)
