@@ -205,6 +205,11 @@ TWIN_CASES = [
                                                                 "delay": 1234567890123456}}),
     ("remove-true", "gone", {}, {"removeOnComplete": True, "removeOnFail": True}),
     ("empty-data", "empty", {}, {"attempts": 0}),
+    # data need not be an object; JSON text must match JSON.stringify's (no spaces, no
+    # \u escapes for non-ASCII, the same float forms)
+    ("data-null", "null-data", None, {}),
+    ("data-list", "list-data", [1, {"a": "é😀"}, None, 1.5, 1e21, 0.1, 2 ** 53], {}),
+    ("data-string", "str-data", "plain \u2028 text", {"priority": 1}),
     ("short-keys", "shorts", {"x": 1},
      {"deduplication": {"id": "dd", "ttl": 60000}, "failParentOnFailure": True, "keepLogs": 3,
       "telemetry": {"metadata": "abc", "omitContext": True}, "sizeLimit": 1000}),
