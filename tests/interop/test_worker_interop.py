@@ -440,3 +440,31 @@ def test_jobs_our_worker_hands_back_at_shutdown_are_finished_by_node(node, queue
               if ln["event"] == "waiting" and ln["args"].get("prev") == "active"]
     assert sorted(a["jobId"] for a in handed) == sorted(j.id for j in jobs)
     assert "error" not in event_names(events.snapshot())
+
+
+def test_deduplication_across_producers_and_our_worker(node, queue, r, prefix, qname):
+    """Simple-mode deduplication: while a job owns the id, adds from either side are dropped;
+    once our worker finishes it, the id is free again for Node."""
+    keys = QueueKeys(qname, prefix)
+    events = node.events()
+    first = node.run("add", name="d", data={"n": 1}, opts={"deduplication": {"id": "dd"}})
+    again = node.run("add", name="d", data={"n": 2}, opts={"deduplication": {"id": "dd"}})
+    ours = queue.add("d", {"n": 3}, {"deduplication": {"id": "dd"}})
+    assert again["id"] == first["id"] and ours.id == first["id"]
+    assert r.get(keys.dedup("dd")) == first["id"]
+    assert queue.get_job_counts("waiting") == {"waiting": 1}
+    worker = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=1,
+                                behaviour={"returnData": True})
+    done = worker.wait_event("completed", timeout=10, jobId=first["id"])
+    assert done["result"] == {"n": 1}
+    worker.wait_event("exit", timeout=10)
+    assert not r.exists(keys.dedup("dd")), "finishing the owner must free the deduplication id"
+    later = node.run("add", name="d", data={"n": 4}, opts={"deduplication": {"id": "dd"}})
+    assert later["id"] != first["id"]
+    assert r.get(keys.dedup("dd")) == later["id"]
+    events.wait_for(lambda ln: ln.get("event") == "added" and ln["args"]["jobId"] == later["id"],
+                    timeout=10, what="the added event of the job after deduplication")
+    dropped = [ln["args"] for ln in events.snapshot() if ln["event"] == "deduplicated"]
+    assert [d["deduplicationId"] for d in dropped] == ["dd", "dd"]
+    assert all(d["jobId"] == first["id"] for d in dropped)
+    assert "error" not in event_names(events.snapshot())
