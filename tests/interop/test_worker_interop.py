@@ -468,3 +468,47 @@ def test_deduplication_across_producers_and_our_worker(node, queue, r, prefix, q
     assert [d["deduplicationId"] for d in dropped] == ["dd", "dd"]
     assert all(d["jobId"] == first["id"] for d in dropped)
     assert "error" not in event_names(events.snapshot())
+
+
+def test_node_job_admin_on_our_jobs_then_our_worker(node, queue, r, prefix, qname):
+    """Node's retry/changePriority/changeDelay rewrite our jobs with Node's own scripts; our
+    worker then runs them correctly (and wakes for the changed delay marker)."""
+    failing = queue.add("f", {"i": 1})
+    ours = node.python_worker(workerOpts={"drain_delay": 8},
+                              byName={"f": {"failTimes": 1, "failMessage": "first try"},
+                                      "p": {"return": "p"}, "d": {"return": "d"}},
+                              behaviour={"return": "other"})
+    ours.wait_event("failed", timeout=10, jobId=failing.id)
+    # Node retries the failed job: reprocessJob clears finishedOn/failedReason and requeues.
+    node.run("retry", jobId=failing.id)
+    ours.wait_event("completed", timeout=5, jobId=failing.id)
+    # job.retry() keeps the attempt counters (no reset asked) and deletes failedReason.
+    second = [ln["job"] for ln in ours.events("process") if ln["jobId"] == failing.id][1]
+    assert (second["attemptsMade"], second["attemptsStarted"]) == (1, 2)
+    assert second["failedReason"] is None and second["finishedOn"] is None
+    back = queue.get_job(failing.id)
+    assert (back.attempts_made, back.failed_reason, back.returnvalue) == (2, None, None)
+
+    # Node moves a long-delayed job of ours to 1 s from now: our blocked worker takes the
+    # new delay marker and runs it then, not at the old due time or a drain-delay boundary.
+    delayed = queue.add("d", {}, {"delay": 120000})
+    wait_blocked_on_marker(r, prefix, qname)
+    changed_at = now_ms()
+    node.run("changeDelay", jobId=delayed.id, delay=1000)
+    line = ours.wait_event("process", timeout=8, jobId=delayed.id)
+    early_late = line["job"]["processedOn"] - (changed_at + 1000)
+    assert -50 <= early_late < 900, f"changed delayed job ran at due{early_late:+d} ms"
+
+    # Node re-prioritises waiting jobs of ours while the worker is held by the queue pause.
+    queue.pause()
+    a = queue.add("p", {"n": "a"}, {"priority": 5})
+    b = queue.add("p", {"n": "b"}, {"priority": 5})
+    c = queue.add("p", {"n": "c"})
+    node.run("changePriority", jobId=b.id, priority=1)
+    node.run("changePriority", jobId=c.id, priority=9)
+    start = ours.mark()
+    queue.resume()
+    for job in (b, a, c):
+        ours.wait_event("completed", timeout=5, jobId=job.id, start=start)
+    order = [ln["jobId"] for ln in ours.snapshot()[start:] if ln.get("event") == "process"]
+    assert order == [b.id, a.id, c.id], f"priorities changed by Node not honoured: {order}"

@@ -32,6 +32,7 @@
  *   remove      {jobId}                             -> Queue.remove result
  *   promote {jobId} / updateData {jobId, data} / drain {delayed} / obliterate {force}
  *   stalledCheck {workerOpts}  -> ids a Node worker's stall check moved back (one check)
+ *   retry {jobId, state} / changePriority {jobId, priority, lifo} / changeDelay {jobId, delay}
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                                     (all steps share one Queue connection)
@@ -222,6 +223,16 @@ async function runOne(queue, cmd) {
         await worker.close();
       }
       return stalled;
+    }
+    case 'retry':
+    case 'changePriority':
+    case 'changeDelay': {
+      const job = await Job.fromId(queue, cmd.jobId);
+      if (!job) throw new Error(`job ${cmd.jobId} not found`);
+      if (cmd.cmd === 'retry') await job.retry(cmd.state || 'failed');
+      else if (cmd.cmd === 'changePriority') await job.changePriority({ priority: cmd.priority, lifo: !!cmd.lifo });
+      else await job.changeDelay(cmd.delay);
+      return true;
     }
     case 'drain':
       await queue.drain(!!cmd.delayed);
