@@ -254,7 +254,8 @@ class Worker:
         self._signals = 0
         self._close_greenlet: Optional[gevent.Greenlet] = None
 
-        self._batcher = _FinishBatcher(self.scripts)
+        # with one slot nothing can finish together: call directly
+        self._batcher: Optional[_FinishBatcher] = _FinishBatcher(self.scripts) if self.concurrency > 1 else None
         self._pool: Optional[gevent.pool.Pool] = None
         self._runtime: Any = None
         self._blocking: Optional[redis.Redis] = None
@@ -756,6 +757,11 @@ class Worker:
                             self.queue_name, slot.job.id, exc, delay)
                 gevent.sleep(delay)
 
+    def _finish_call(self, keys: List[str], args: List[Any]) -> Any:
+        if self._batcher is None:
+            return self.scripts.call("moveToFinished-14", keys, args)
+        return self._batcher.call(keys, args)
+
     def _finish_opts(self, job: Job, token: str, target: str) -> Dict[str, Any]:
         value = job.opts.get("removeOnComplete" if target == "completed" else "removeOnFail")
         return {
@@ -784,7 +790,7 @@ class Worker:
             keys, args = self.scripts.move_to_finished_args(job.id, finished[0], "returnvalue", value,
                                                             "completed", fetch,
                                                             self._finish_opts(job, slot.token, "completed"))
-            return self.scripts._check("moveToFinished-14", self._batcher.call(keys, args), job.id)
+            return self.scripts._check("moveToFinished-14", self._finish_call(keys, args), job.id)
         try:
             res = self._settle(slot, call)
         except _Gone:
@@ -906,7 +912,7 @@ class Worker:
         def call_failed() -> Any:
             keys, args = self.scripts.move_to_finished_args(job.id, _now_ms(), "failedReason", reason, "failed",
                                                             fetch, self._finish_opts(job, token, "failed"), fields)
-            return self.scripts._check("moveToFinished-14", self._batcher.call(keys, args), job.id)
+            return self.scripts._check("moveToFinished-14", self._finish_call(keys, args), job.id)
         try:
             res = self._settle(slot, call_failed)
         except _Gone:
