@@ -267,7 +267,7 @@ def test_offload_thread_runs_blocking_code_in_parallel_threads(redis_url, prefix
             state["now"] += 1
             state["max"] = max(state["max"], state["now"])
         idents.add(threading.get_ident())
-        blocking_sleep(0.4)  # a call that does not yield, even in a patched process
+        blocking_sleep(0.8)  # a call that does not yield, even in a patched process
         with lock:
             state["now"] -= 1
         return j.data["i"]
@@ -287,7 +287,7 @@ def test_offload_thread_runs_blocking_code_in_parallel_threads(redis_url, prefix
     assert state["max"] == 3
     assert threading.main_thread().ident not in idents
     gaps = [b - a for a, b in zip(ticks, ticks[1:])]
-    assert gaps and max(gaps) < 0.35, "the hub was blocked while the threads slept"
+    assert gaps and max(gaps) < 0.5, "the hub was blocked while the threads slept"
 
 
 def test_offload_thread_with_job_timeout(redis_url, prefix, qname, queue, r):
