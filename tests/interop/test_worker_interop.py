@@ -512,3 +512,59 @@ def test_node_job_admin_on_our_jobs_then_our_worker(node, queue, r, prefix, qnam
         ours.wait_event("completed", timeout=5, jobId=job.id, start=start)
     order = [ln["jobId"] for ln in ours.snapshot()[start:] if ln.get("event") == "process"]
     assert order == [b.id, a.id, c.id], f"priorities changed by Node not honoured: {order}"
+
+
+# ---------------------------------------------------------------------------------------
+# Flows made by Node's FlowProducer, processed by our worker
+# ---------------------------------------------------------------------------------------
+
+def _flow(qname, parent_opts=None, children=()):
+    return {"name": "parent", "queueName": qname, "data": {"p": 1}, "opts": parent_opts or {},
+            "children": [{"name": name, "queueName": qname, "data": data, "opts": opts}
+                         for name, data, opts in children]}
+
+
+def test_node_flow_runs_children_then_parent_on_our_worker(node, queue, qname):
+    tree = node.run("flow", tree=_flow(qname, children=[("c1", {"c": 1}, {}),
+                                                         ("c2", {"c": 2}, {"priority": 2})]))
+    parent_id = tree["id"]
+    child_ids = [c["id"] for c in tree["children"]]
+    assert queue.get_job_state(parent_id) == "waiting-children"
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=3,
+                              behaviour={"returnData": True})
+    ours.wait_event("exit", timeout=20)
+    order = [ln["jobId"] for ln in ours.events("process")]
+    assert sorted(order[:2]) == sorted(child_ids) and order[2] == parent_id, order
+    values = node.run("getChildrenValues", jobId=parent_id)
+    assert values == {f"{node.prefix}:{qname}:{cid}": {"c": i + 1}
+                      for i, cid in enumerate(child_ids)}
+    assert node.run("getDependenciesCount", jobId=parent_id) == {
+        "processed": 2, "unprocessed": 0, "failed": 0, "ignored": 0}
+    assert queue.get_job_state(parent_id) == "completed"
+
+
+@pytest.mark.parametrize("policy", ["failParentOnFailure", "ignoreDependencyOnFailure"])
+def test_node_flow_child_failure_policies_on_our_worker(node, queue, qname, policy):
+    tree = node.run("flow", tree=_flow(qname, children=[
+        ("bad", {"c": 1}, {policy: True}), ("good", {"c": 2}, {})]))
+    parent_id = tree["id"]
+    bad_id, good_id = (c["id"] for c in tree["children"])
+    bad_key = f"{node.prefix}:{qname}:{bad_id}"
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=3,
+                              byName={"bad": {"failTimes": 9, "failMessage": "child broke"}},
+                              behaviour={"return": "fine"})
+    ours.wait_event("exit", timeout=20)
+    parent = node.run("getJob", jobId=parent_id)
+    ran_parent = [ln for ln in ours.events("process") if ln["jobId"] == parent_id]
+    if policy == "failParentOnFailure":
+        # The parent fails at once with the deferred reason; its processor never runs.
+        assert node.run("getState", jobId=parent_id) == "failed"
+        assert parent["failedReason"] == f"child {bad_key} failed"
+        assert not ran_parent
+    else:
+        # The failure is recorded and the parent still runs once the other child is done.
+        assert node.run("getState", jobId=parent_id) == "completed"
+        assert parent["returnvalue"] == "fine" and len(ran_parent) == 1
+        assert node.run("getFailedChildrenValues", jobId=parent_id) == {bad_key: "child broke"}
+    assert node.run("getState", jobId=bad_id) == "failed"
+    assert node.run("getState", jobId=good_id) == "completed"

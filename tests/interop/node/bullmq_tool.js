@@ -33,6 +33,8 @@
  *   promote {jobId} / updateData {jobId, data} / drain {delayed} / obliterate {force}
  *   stalledCheck {workerOpts}  -> ids a Node worker's stall check moved back (one check)
  *   retry {jobId, state} / changePriority {jobId, priority, lifo} / changeDelay {jobId, delay}
+ *   flow {tree}  -> FlowProducer.add(tree), answered as {id, queue, children: [...]}
+ *   getChildrenValues / getFailedChildrenValues / getDependenciesCount {jobId}
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                                     (all steps share one Queue connection)
@@ -76,7 +78,9 @@ const nodeModules = path.resolve(__dirname, '..', '..', 'node_modules');
 const bullmq = require(path.join(nodeModules, 'bullmq'));
 const IORedis = require(path.join(nodeModules, 'ioredis'));
 
-const { Queue, Worker, QueueEvents, Job, UnrecoverableError, DelayedError, RateLimitError } = bullmq;
+const {
+  Queue, Worker, QueueEvents, Job, FlowProducer, UnrecoverableError, DelayedError, RateLimitError,
+} = bullmq;
 
 /** Print one JSON line, stamped with the current time. */
 function emitLine(obj) {
@@ -233,6 +237,26 @@ async function runOne(queue, cmd) {
       else if (cmd.cmd === 'changePriority') await job.changePriority({ priority: cmd.priority, lifo: !!cmd.lifo });
       else await job.changeDelay(cmd.delay);
       return true;
+    }
+    case 'flow': {
+      // cmd.tree: {name, queueName, data, opts, children: [...]} as FlowProducer.add takes it.
+      const flow = new FlowProducer(baseOpts(cmd));
+      try {
+        const added = await flow.add(cmd.tree);
+        const ids = node => ({ id: node.job.id, queue: node.job.queueName,
+                               children: (node.children || []).map(ids) });
+        return ids(added);
+      } finally {
+        await flow.close();
+      }
+    }
+    case 'getChildrenValues':
+    case 'getDependenciesCount':
+    case 'getFailedChildrenValues': {
+      const job = await Job.fromId(queue, cmd.jobId);
+      if (!job) throw new Error(`job ${cmd.jobId} not found`);
+      if (cmd.cmd === 'getDependenciesCount') return job.getDependenciesCount();
+      return cmd.cmd === 'getChildrenValues' ? job.getChildrenValues() : job.getFailedChildrenValues();
     }
     case 'drain':
       await queue.drain(!!cmd.delayed);
