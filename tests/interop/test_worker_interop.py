@@ -568,3 +568,26 @@ def test_node_flow_child_failure_policies_on_our_worker(node, queue, qname, poli
         assert node.run("getFailedChildrenValues", jobId=parent_id) == {bad_key: "child broke"}
     assert node.run("getState", jobId=bad_id) == "failed"
     assert node.run("getState", jobId=good_id) == "completed"
+
+
+def test_node_keep_last_if_active_job_is_created_when_our_worker_finishes(node, queue, r,
+                                                                         prefix, qname):
+    """A Node producer stores the "next" job of an active deduplication owner in `dn:<id>`;
+    finishing the owner on our worker creates it, and our worker runs it."""
+    # QueueKeys has no builder for the stored-next-job hash; protocol §1 names it dn:<id>.
+    next_key = QueueKeys(qname, prefix).base + "dn:kl"
+    dedup = {"id": "kl", "keepLastIfActive": True}
+    owner = node.run("add", name="o", data={"v": 1}, opts={"deduplication": dedup})
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=2,
+                              byName={"o": {"sleepMs": 800, "return": "owner"}},
+                              behaviour={"returnData": True})
+    ours.wait_event("process", timeout=10, jobId=owner["id"])
+    node.run("add", name="n", data={"v": 2}, opts={"deduplication": dedup})
+    last = node.run("add", name="n", data={"v": 3}, opts={"deduplication": dedup})
+    assert last["id"] == owner["id"]  # deduplicated while the owner runs
+    assert r.hget(next_key, "data") == '{"v":3}', "Node stores the last one"
+    ours.wait_event("exit", timeout=15)
+    done = ours.events("completed")
+    assert [d["result"] for d in done] == ["owner", {"v": 3}]
+    assert done[1]["jobId"] != owner["id"]
+    assert not r.exists(next_key)
