@@ -23,7 +23,7 @@ import sys
 import time
 import traceback
 import weakref
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import gevent
 import gevent.monkey

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, List, Optional
+from typing import Callable, List, Optional
 
 import gevent
 import gevent.event

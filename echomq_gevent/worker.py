@@ -59,7 +59,7 @@ from .job_options import keep_jobs
 from .keys import QueueKeys
 from .locks import LockRenewer
 from .plugins import PluginHost
-from .runtime import MAX_BLOCK_S, MIN_BLOCK_S, JobTimeoutError, MarkerWaiter, make_runtime
+from .runtime import MAX_BLOCK_S, MIN_BLOCK_S, MarkerWaiter, make_runtime
 from .scripts import Scripts, pack
 from .stalled import StalledChecker
 from .worker_options import lock_renew_interval, validate_worker_options
