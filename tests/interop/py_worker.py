@@ -8,7 +8,8 @@ Usage: ``python py_worker.py '<json command>'`` with
 ``stalled_interval``, ``max_stalled_count``, ``name``...). ``behaviour`` (or
 ``byName[job.name]``) drives the processor with the same keys as the Node tool:
 ``sleepMs``, ``failTimes``, ``failMessage``, ``unrecoverable``, ``progress``, ``log``,
-``crash`` (``os._exit(3)`` while holding the job), ``delayOnceMs`` / ``rateLimitOnceMs``
+``busyMs`` (CPU work that never yields), ``crash`` (``os._exit(3)`` while holding the
+job), ``delayOnceMs`` / ``rateLimitOnceMs``
 (first start only: ``job.move_to_delayed`` + ``DelayedError``, ``worker.rate_limit`` +
 ``RateLimitError``), ``return``, ``returnData``.
 
@@ -136,6 +137,12 @@ def make_processor(cmd: Dict[str, Any], worker_box: Dict[str, Any]) -> Any:
             job.log(line)
         if how.get("sleepMs"):
             gevent.sleep(how["sleepMs"] / 1000.0)
+        if how.get("busyMs"):
+            # Hog the hub: pure-Python work that never yields to other greenlets.
+            end = time.monotonic() + how["busyMs"] / 1000.0
+            spins = 0
+            while time.monotonic() < end:
+                spins += 1
         if how.get("delayOnceMs") and job.attempts_started == 1:
             job.move_to_delayed(int(time.time() * 1000) + how["delayOnceMs"])
             raise DelayedError()

@@ -591,3 +591,39 @@ def test_node_keep_last_if_active_job_is_created_when_our_worker_finishes(node, 
     assert [d["result"] for d in done] == ["owner", {"v": 3}]
     assert done[1]["jobId"] != owner["id"]
     assert not r.exists(next_key)
+
+
+# ---------------------------------------------------------------------------------------
+# Locks: a long job keeps its lock against the other side's stall checks
+# ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("how", [{"sleepMs": 3000}, {"busyMs": 3000}], ids=["sleeping", "hub-hog"])
+def test_our_long_job_keeps_its_lock_against_node_stall_checks(node, queue, how):
+    """lock_duration 1 s, job 3 s: our renewals (from a native thread, so even a job that
+    hogs the hub) keep Node's frequent stall checks from taking it."""
+    events = node.events()
+    job = queue.add("long", {})
+    ours = node.python_worker(workerOpts={"drain_delay": 1, "lock_duration": 1000},
+                              stopAfter=1, behaviour=dict(how, **{"return": "kept"}))
+    ours.wait_event("process", timeout=10, jobId=job.id)
+    checker = node.worker(workerOpts={"stalledInterval": 300, "lockDuration": 1000,
+                                      "drainDelay": 1}, behaviour={"return": "stolen"})
+    ours.wait_event("completed", timeout=15, jobId=job.id)
+    assert not checker.events("stalled") and not checker.events("process"), checker.describe()
+    assert "stalled" not in event_names(events.snapshot())
+    back = queue.get_job(job.id)
+    assert (back.returnvalue, back.stalled_counter, back.attempts_started) == ("kept", 0, 1)
+    assert not ours.events("lock_lost")
+
+
+def test_node_long_job_keeps_its_lock_against_our_stall_checks(node, queue):
+    job = queue.add("long", {})
+    theirs = node.worker(workerOpts={"drainDelay": 1, "lockDuration": 1000}, stopAfter=1,
+                         behaviour={"sleepMs": 3000, "return": "kept"})
+    theirs.wait_event("process", timeout=10, jobId=job.id)
+    ours = node.python_worker(workerOpts={"stalled_interval": 300, "lock_duration": 1000,
+                                          "drain_delay": 1}, behaviour={"return": "stolen"})
+    theirs.wait_event("completed", timeout=15, jobId=job.id)
+    assert not ours.events("stalled") and not ours.events("process"), ours.describe()
+    back = queue.get_job(job.id)
+    assert (back.returnvalue, back.stalled_counter, back.attempts_started) == ("kept", 0, 1)
