@@ -29,7 +29,8 @@ import threading
 import time
 import traceback
 import uuid
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 import gevent
 import gevent.event
