@@ -76,6 +76,8 @@ _LIMITER_FULL = 9007199254740991
 #: Names of processor errors that mean "the processor moved the job itself".
 _MOVED_BY_PROCESSOR = ("DelayedError", "WaitingChildrenError", "WaitingError")
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+#: Most pick-ups the fetch loop pipelines at once when many slots are free.
+_MAX_BURST = 64
 
 
 def _now_ms() -> int:
@@ -250,6 +252,7 @@ class Worker:
         self._closed = gevent.event.Event()
         self._loop_done = gevent.event.Event()
         self._drained = False
+        self._burst = 1
         self._block_until = 0
         self._limit_until = 0
         self._signals = 0
@@ -573,14 +576,41 @@ class Worker:
             return
         if self._drained and not self._wait_for_work():
             return
-        token = f"{self.id}:{next(self._tokens)}"
-        res = self.scripts.move_to_active(token, self.lock_duration, _now_ms(),
-                                          packed_opts=pack(Scripts.fetch_opts(token, self.lock_duration,
-                                                                              self.limiter, self.name)))
+        self._fetch(min(self._burst, self.concurrency - len(self._active)))
+
+    def _fetch(self, count: int) -> None:
+        """``count`` pick-ups (``moveToActive``), pipelined when more than one; start every
+        job they bring. The burst doubles while every pick-up brings a job (a backlog and
+        free slots: fill them in a few round trips) and falls back to 1 otherwise."""
+        tokens = [f"{self.id}:{next(self._tokens)}" for _ in range(max(1, count))]
+        now = _now_ms()
+        packed = [pack(Scripts.fetch_opts(t, self.lock_duration, self.limiter, self.name)) for t in tokens]
+        if len(tokens) == 1:
+            answers: List[Any] = [self.scripts.move_to_active(tokens[0], self.lock_duration, now,
+                                                              packed_opts=packed[0])]
+        else:
+            keys = self.scripts._fetch_keys()
+            pipe = self.client.pipeline(transaction=False)
+            for opts in packed:
+                self.scripts.queue_call(pipe, "moveToActive-11", keys, [self.keys.base, now, opts])
+            answers = self.scripts.execute_pipeline(pipe)
         self.last_fetch_at = time.time()
-        job = self._next_from(res, token)
-        if job is not None:
-            self._start(job, token)
+        error: Optional[BaseException] = None
+        started = 0
+        for token, answer in zip(tokens, answers):
+            if isinstance(answer, BaseException):
+                error = error or answer
+                continue
+            job = self._next_from(answer, token)
+            if job is not None:
+                started += 1
+                self._start(job, token)
+        if started == len(tokens) and error is None:
+            self._burst = min(self._burst * 2, _MAX_BURST)
+        else:
+            self._burst = 1
+        if error is not None:
+            raise error
 
     def _wait_for_work(self) -> bool:
         """Block on the marker. True: time to call moveToActive; False: look again."""
