@@ -22,9 +22,11 @@ import importlib.util
 import json
 import math
 import os
+import queue
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -193,36 +195,85 @@ class Bench:
 
     def start_driver(self, cmd: List[str], cfg: Dict[str, Any], ready_timeout: float = 60,
                      stdin: bool = False) -> subprocess.Popen:
-        """Start a driver subprocess and wait for its ``READY`` line."""
-        proc = subprocess.Popen(cmd + [json.dumps(cfg)], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None,
-                                text=True, cwd=ROOT, bufsize=1)
-        end = time.monotonic() + ready_timeout
-        assert proc.stdout is not None
-        while True:
-            line = proc.stdout.readline()
-            if line.strip() == "READY":
-                return proc
-            if not line and proc.poll() is not None:
-                err = proc.stderr.read() if proc.stderr else ""
-                raise BenchError(f"driver {' '.join(cmd)} exited with {proc.returncode} before READY: "
-                                 f"{err.strip()[-3000:]}")
-            if time.monotonic() > end:
-                proc.kill()
-                raise BenchError(f"driver {' '.join(cmd)} did not print READY within {ready_timeout} s")
+        """Start a driver subprocess and wait for its ``READY`` line.
+
+        Its stdout lines are read by a daemon thread (see :meth:`read_line`), its stderr goes
+        to a temporary file (a chatty driver can never block on a full pipe); the file's tail
+        is quoted in errors and removed by :meth:`stop_driver`/:meth:`reap`.
+        """
+        err = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".err", delete=False)
+        proc = subprocess.Popen(cmd + [json.dumps(cfg)], stdout=subprocess.PIPE, stderr=err,
+                                stdin=subprocess.PIPE if stdin else None, text=True, cwd=ROOT, bufsize=1)
+        err.close()
+        proc.bench_err_path = err.name  # type: ignore[attr-defined]
+        lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        proc.bench_lines = lines  # type: ignore[attr-defined]
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                lines.put(line.rstrip("\n"))
+            lines.put(None)
+
+        threading.Thread(target=pump, name="bench-driver-stdout", daemon=True).start()
+        try:
+            while True:
+                line = self.read_line(proc, ready_timeout)
+                if line == "READY":
+                    return proc
+        except BenchError as exc:
+            self.reap(proc)
+            raise BenchError(f"driver {' '.join(cmd)} did not start: {exc}") from None
+
+    def read_line(self, proc: subprocess.Popen, timeout: float) -> str:
+        """The driver's next stdout line; BenchError (with its stderr tail) on exit or timeout."""
+        try:
+            line = proc.bench_lines.get(timeout=timeout)  # type: ignore[attr-defined]
+        except queue.Empty:
+            raise BenchError(f"no output within {timeout} s; stderr: {self.stderr_tail(proc)}") from None
+        if line is None:
+            proc.wait(10)
+            raise BenchError(f"exited with {proc.returncode}; stderr: {self.stderr_tail(proc)}")
+        return line
+
+    @staticmethod
+    def stderr_tail(proc: subprocess.Popen, limit: int = 3000) -> str:
+        path = getattr(proc, "bench_err_path", None)
+        if not path:
+            return ""
+        try:
+            with open(path, encoding="utf-8", errors="replace") as fh:
+                return fh.read()[-limit:].strip()
+        except OSError:
+            return ""
+
+    @staticmethod
+    def reap(proc: Optional[subprocess.Popen]) -> None:
+        """Kill a driver if it still runs and remove its stderr file."""
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        path = getattr(proc, "bench_err_path", None)
+        if path and os.path.exists(path):
+            os.unlink(path)
 
     def stop_driver(self, proc: subprocess.Popen, report_path: Optional[str],
                     timeout: float = 60) -> Dict[str, Any]:
         """SIGTERM a worker driver, wait for it and read its report file."""
         proc.terminate()
         try:
-            _, err = proc.communicate(timeout=timeout)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            raise BenchError(f"worker driver did not exit within {timeout} s of SIGTERM: {err[-2000:]}")
+            tail = self.stderr_tail(proc)
+            self.reap(proc)
+            raise BenchError(f"worker driver did not exit within {timeout} s of SIGTERM: {tail}")
         if proc.returncode != 0:
-            raise BenchError(f"worker driver exited with {proc.returncode}: {err.strip()[-3000:]}")
+            tail = self.stderr_tail(proc)
+            self.reap(proc)
+            raise BenchError(f"worker driver exited with {proc.returncode}: {tail}")
+        self.reap(proc)
         if report_path is None:
             return {}
         with open(report_path, encoding="utf-8") as fh:
@@ -246,7 +297,8 @@ class Bench:
             if done + failed >= n:
                 return done, failed, polls
             if proc.poll() is not None:
-                raise BenchError(f"worker exited with {proc.returncode} after {done}/{n} jobs")
+                raise BenchError(f"worker exited with {proc.returncode} after {done}/{n} jobs: "
+                                 f"{self.stderr_tail(proc)}")
             if time.monotonic() > end:
                 raise BenchError(f"only {done} completed and {failed} failed of {n} jobs after {timeout} s")
             time.sleep(POLL_S)
@@ -298,9 +350,7 @@ class Bench:
             span, seen = self.span_ms(keys)
             rep = self.stop_driver(proc, report.name)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            self.reap(proc)
             os.unlink(report.name)
         cmds = command_delta(before, after, harness)
         total = sum(cmds.values())
@@ -323,24 +373,20 @@ class Bench:
         cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "mode": mode, "n": n, "chunk": 1000}
         cmd = impl.producer_cmd()
         proc = self.start_driver(cmd, cfg, stdin=True)
-        assert self.client is not None and proc.stdin is not None and proc.stdout is not None
+        assert self.client is not None and proc.stdin is not None
         try:
             before = RedisSnapshot.take(self.client)
             proc.stdin.write("GO\n")
             proc.stdin.flush()
-            line = proc.stdout.readline()
-            after = RedisSnapshot.take(self.client)
             try:
+                line = self.read_line(proc, timeout)
+                after = RedisSnapshot.take(self.client)
                 result = json.loads(line)
-            except ValueError:
-                proc.wait(timeout)
-                err = proc.stderr.read() if proc.stderr else ""
-                raise BenchError(f"{impl.key} producer ({mode}) failed: {err.strip()[-3000:]}")
+            except (BenchError, ValueError) as exc:
+                raise BenchError(f"{impl.key} producer ({mode}) failed: {exc}") from None
             proc.wait(timeout)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            self.reap(proc)
         waiting = self.client.llen(keys.wait)
         cmds = command_delta(before, after, {})
         total = sum(cmds.values())
@@ -386,10 +432,8 @@ class Bench:
             feeder.wait(timeout)
             rep = self.stop_driver(worker, report.name)
         finally:
-            for p in (worker, feeder):
-                if p is not None and p.poll() is None:
-                    p.kill()
-                    p.wait()
+            self.reap(worker)
+            self.reap(feeder)
             os.unlink(report.name)
         lat = sorted(float(x) for x in rep.get("latencies_ms", []))
         # the feeder's adds are in this window too, so these counts include one add per job

@@ -104,10 +104,10 @@ def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency:
         recorder.wait(30)
         bench.stop_driver(proc, report.name)
     finally:
-        for p in (recorder, proc):
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        if recorder is not None and recorder.poll() is None:
+            recorder.kill()
+            recorder.wait()
+        bench.reap(proc)
         os.unlink(report.name)
     total, own, incl = fold(raw)
     cmds = command_delta(before, after, harness)

@@ -115,9 +115,7 @@ def trace_one(bench: Bench, impl: Impl, n: int = 20) -> str:
     finally:
         if mon is not None:
             mon.stop()
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        bench.reap(proc)
     mine = [e for e in entries if e[1] == "lua" or e[1] not in before]
     # inner (lua) lines belong to the script call next to them; pair each with its call
     top: List[Tuple[Entry, List[Entry]]] = []

@@ -98,3 +98,14 @@ def test_markdown_table_and_chart_are_written(quick_run):
         pytest.skip("matplotlib is not installed (the bench extra), so the run draws no chart")
     png = (out / "throughput.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_a_driver_that_dies_or_hangs_is_reported_with_its_stderr():
+    from bench.harness import Bench, BenchError
+
+    with Bench(verbose=False) as bench:
+        with pytest.raises(BenchError, match="exited with 3; stderr: cannot reach the moon"):
+            bench.start_driver([sys.executable, "-c",
+                                "import sys; sys.stderr.write('cannot reach the moon'); sys.exit(3)"], {})
+        with pytest.raises(BenchError, match="no output within 0.5 s"):
+            bench.start_driver([sys.executable, "-c", "import time; time.sleep(30)"], {}, ready_timeout=0.5)
