@@ -6,7 +6,8 @@ rotating their order each round, and writes ``results.md``, ``results.json`` and
 ``throughput.png`` into ``--out`` (default ``bench/results``). ``--quick`` shrinks every N
 and runs one round (a smoke run, well under a minute). ``--trace`` instead records the exact
 Redis command sequence per job of each worker with MONITOR (``trace.md``); ``--profile``
-samples the Python workers with py-spy (``profile-<impl>.md``).
+samples the Python workers with py-spy (``profile-<impl>.md``); ``--floor`` measures one Redis
+round trip per client stack (``floor.md``).
 
 Exit status: 0 when every requested run was measured, 1 when some failed (they are
 reported on stderr and left out of the tables), 2 for bad arguments.
@@ -116,6 +117,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="profile the Python workers with py-spy on W1 no-op jobs into profile-<impl>.md")
     p.add_argument("--profile-concurrency", type=int, default=100, metavar="N",
                    help="worker concurrency of the --profile run (default 100)")
+    p.add_argument("--floor", action="store_true",
+                   help="measure one sequential Redis round trip per client stack into floor.md")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
@@ -154,6 +157,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(text)
         sys.stderr.write(f"bench: wrote {path}\n")
+        return 0
+
+    if args.floor:
+        from .floor import floor_markdown, measure_floor
+
+        with Bench(verbose=not args.quiet) as bench:
+            text = floor_markdown(measure_floor(bench, n=500 if args.quick else 20000,
+                                                rounds=1 if args.quick else 3), bench.redis_version)
+        with open(os.path.join(args.out, "floor.md"), "w", encoding="utf-8") as fh:
+            fh.write(text)
+        if not args.quiet:
+            sys.stdout.write(text)
         return 0
 
     if args.profile:

@@ -109,3 +109,15 @@ def test_a_driver_that_dies_or_hangs_is_reported_with_its_stderr():
                                 "import sys; sys.stderr.write('cannot reach the moon'); sys.exit(3)"], {})
         with pytest.raises(BenchError, match="no output within 0.5 s"):
             bench.start_driver([sys.executable, "-c", "import time; time.sleep(30)"], {}, ready_timeout=0.5)
+
+
+def test_round_trip_floor_measures_every_client_stack(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.run", "--floor", "--quick", "-q", "--out", str(tmp_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [ln for ln in (tmp_path / "floor.md").read_text(encoding="utf-8").splitlines()
+            if ln.startswith("| ") and "---" not in ln and "client stack" not in ln]
+    assert len(rows) == 6  # 3 stacks x (PING, EVALSHA)
+    for row in rows:
+        per_s = float(row.split("|")[3].replace(",", ""))
+        assert per_s > 0, row
