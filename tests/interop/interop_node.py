@@ -211,8 +211,9 @@ class NodeTool:
     def run_line(self, cmd: str, **fields: Any) -> Dict[str, Any]:
         """Run a one-shot command; return its JSON line as is (``ok`` true or false)."""
         full = self.command(cmd, **fields)
-        proc = subprocess.run([self.binary, TOOL, json.dumps(full)], capture_output=True,
-                              text=True, timeout=ONE_SHOT_TIMEOUT, stdin=subprocess.DEVNULL)
+        # The command goes on stdin: large payloads do not fit in an argument list.
+        proc = subprocess.run([self.binary, TOOL], capture_output=True, text=True,
+                              timeout=ONE_SHOT_TIMEOUT, input=json.dumps(full) + "\n")
         # split on "\n" only: JSON text may hold U+2028, which splitlines() breaks on
         lines = [ln for ln in proc.stdout.split("\n") if ln.strip()]
         if not lines:

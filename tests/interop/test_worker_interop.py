@@ -627,3 +627,75 @@ def test_node_long_job_keeps_its_lock_against_our_stall_checks(node, queue):
     assert not ours.events("stalled") and not ours.events("process"), ours.describe()
     back = queue.get_job(job.id)
     assert (back.returnvalue, back.stalled_counter, back.attempts_started) == ("kept", 0, 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Ordering, global limits on our worker, large payloads
+# ---------------------------------------------------------------------------------------
+
+def test_mixed_producers_priority_and_fifo_order(node, queue):
+    """Standard jobs first (FIFO, LIFO in front), then priorities ascending, FIFO within one
+    priority, whoever added them: the same order for a Node worker and ours."""
+    plan = [("node", "p2-a", {"priority": 2}), ("ours", "std-1", {}),
+            ("ours", "p2-b", {"priority": 2}), ("node", "p1-c", {"priority": 1}),
+            ("node", "std-2", {}), ("ours", "p2-d", {"priority": 2}),
+            ("ours", "lifo-3", {"lifo": True}), ("node", "p1-e", {"priority": 1})]
+    expected = ["lifo-3", "std-1", "std-2", "p1-c", "p1-e", "p2-a", "p2-b", "p2-d"]
+
+    def fill():
+        for who, name, opts in plan:
+            if who == "node":
+                node.run("add", name=name, data={}, opts=opts)
+            else:
+                queue.add(name, {}, opts)
+
+    queue.pause()
+    fill()
+    queue.resume()
+    theirs = node.worker(workerOpts={"drainDelay": 1}, stopAfter=len(plan),
+                         behaviour={"return": 1})
+    theirs.wait_event("exit", timeout=20)
+    assert [ln["job"]["name"] for ln in theirs.events("process")] == expected
+
+    queue.pause()
+    fill()
+    queue.resume()
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=len(plan),
+                              behaviour={"return": 1})
+    ours.wait_event("exit", timeout=20)
+    assert [ln["job"]["name"] for ln in ours.events("process")] == expected
+
+
+def test_node_global_concurrency_and_rate_limit_bind_our_worker(node, queue):
+    node.run("setGlobalConcurrency", concurrency=1)
+    for i in range(4):
+        node.run("add", name="g", data={"i": i})
+    ours = node.python_worker(workerOpts={"drain_delay": 1, "concurrency": 4}, stopAfter=4,
+                              behaviour={"sleepMs": 150, "return": 1})
+    ours.wait_event("exit", timeout=20)
+    spans = sorted((job.processed_on, job.finished_on) for job in queue.get_jobs(["completed"]))
+    assert len(spans) == 4
+    for (_s1, end1), (start2, _e2) in zip(spans, spans[1:]):
+        assert start2 >= end1, f"our worker ran jobs at once under Node's concurrency 1: {spans}"
+
+    node.run("setGlobalConcurrency", concurrency=10)
+    node.run("setGlobalRateLimit", max=1, duration=1000)
+    jobs = [node.run("add", name="r", data={"i": i}) for i in range(3)]
+    ours = node.python_worker(workerOpts={"drain_delay": 1, "concurrency": 3}, stopAfter=3,
+                              behaviour={"return": 1})
+    ours.wait_event("exit", timeout=20)
+    starts = sorted(queue.get_job(j["id"]).processed_on for j in jobs)
+    assert starts[2] - starts[0] >= 1900, f"Node's global rate limit 1/s not honoured: {starts}"
+
+
+def test_large_payloads_round_trip(node, queue):
+    big = {"blob": "é" * 300_000, "list": list(range(20_000))}
+    job = queue.add("big", big)
+    theirs = node.worker(workerOpts={"drainDelay": 1}, stopAfter=1, behaviour={"returnData": True})
+    theirs.wait_event("exit", timeout=20)
+    assert queue.get_job(job.id).returnvalue == big
+    back = node.run("add", name="big2", data=big)
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=1,
+                              behaviour={"returnData": True})
+    ours.wait_event("exit", timeout=20)
+    assert node.run("getJob", jobId=back["id"])["returnvalue"] == big
