@@ -57,7 +57,7 @@ setup(
             "psutil>=5.8",
             "matplotlib>=3.5",
         ],
-        "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8"],
+        "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3"],
     },
     entry_points={
         "console_scripts": ["echomq-gevent=echomq_gevent.cli:main"],
