@@ -579,11 +579,12 @@ def test_node_keep_last_if_active_job_is_created_when_our_worker_finishes(node, 
     dedup = {"id": "kl", "keepLastIfActive": True}
     owner = node.run("add", name="o", data={"v": 1}, opts={"deduplication": dedup})
     ours = node.python_worker(workerOpts={"drain_delay": 1}, stopAfter=2,
-                              byName={"o": {"sleepMs": 800, "return": "owner"}},
+                              byName={"o": {"sleepMs": 2500, "return": "owner"}},
                               behaviour={"returnData": True})
     ours.wait_event("process", timeout=10, jobId=owner["id"])
-    node.run("add", name="n", data={"v": 2}, opts={"deduplication": dedup})
+    node.batch({"cmd": "add", "name": "n", "data": {"v": 2}, "opts": {"deduplication": dedup}})
     last = node.run("add", name="n", data={"v": 3}, opts={"deduplication": dedup})
+    assert queue.get_job_state(owner["id"]) == "active", "the owner finished too early"
     assert last["id"] == owner["id"]  # deduplicated while the owner runs
     assert r.hget(next_key, "data") == '{"v":3}', "Node stores the last one"
     ours.wait_event("exit", timeout=15)
