@@ -302,11 +302,9 @@ class Runner:
         self._greenlets: List[gevent.Greenlet] = []
 
     def build(self) -> None:
-        from .worker import Worker
+        from .config import build_workers
 
-        for name, q in self.cfg.queues.items():
-            self.workers.append(Worker(name, processor=self.processors.get(name), connection=self.url,
-                                       prefix=self.cfg.prefix, plugins=self.host, **q.options))
+        self.workers.extend(build_workers(self.cfg, self.host, self.processors, self.url))
 
     def on_signal(self, signum: int) -> None:
         self.signals += 1

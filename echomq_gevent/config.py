@@ -557,3 +557,17 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
                             f"queue {name!r} has no processor: set processor: 'module:function' or "
                             f"load a plugin (plugins: [...]) that registers one for it")
     return host, processors
+
+
+def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Callable[..., Any]]],
+                  url: str) -> List[Any]:
+    """One :class:`~echomq_gevent.worker.Worker` per queue of the file, all sharing ``host``.
+
+    Called by the CLI and the gunicorn integration after :func:`build_plugin_host`, on the
+    hub the workers will run on; nothing talks to Redis until a worker runs.
+    """
+    from .worker import Worker
+
+    return [Worker(name, processor=processors.get(name), connection=url, prefix=cfg.prefix,
+                   plugins=host, **q.options)
+            for name, q in cfg.queues.items()]

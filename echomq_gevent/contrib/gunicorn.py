@@ -384,14 +384,10 @@ class CoHost:
         self._wire_logging()
         cfg = self.settings.config
         cfg.activate_paths()
-        from ..config import build_plugin_host
-        from ..worker import Worker
+        from ..config import build_plugin_host, build_workers
 
         host, processors = build_plugin_host(cfg, extra=self.settings.extra_plugins)
-        url = self.settings.redis_url
-        for name, qcfg in cfg.queues.items():
-            self.workers.append(Worker(name, processor=processors.get(name), connection=url,
-                                       prefix=cfg.prefix, plugins=host, **qcfg.options))
+        self.workers.extend(build_workers(cfg, host, processors, self.settings.redis_url))
         if self.settings.gc_freeze:
             # Everything loaded so far (gunicorn, the app, our modules) lives as long as the
             # process: keep it out of the cyclic collector, so a full collection under job
