@@ -401,7 +401,7 @@ class CoHost:
         self._watcher = gevent.spawn(self._watch)
         log.info("gunicorn worker %s: job workers started for queue(s) %s on %s (prefix %s)",
                  self.pid, ", ".join(w.queue_name if hasattr(w, "queue_name") else "?" for w in self.workers),
-                 _redact(url), cfg.prefix)
+                 _redact(self.settings.redis_url), cfg.prefix)
 
     def _wire_logging(self) -> None:
         """Send our log records to gunicorn's error log when the app configured none."""
