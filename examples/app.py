@@ -17,7 +17,7 @@ them.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List
 from urllib.parse import parse_qs
 
 from echomq_gevent.contrib.wsgi import EchoMQMiddleware, get_queue

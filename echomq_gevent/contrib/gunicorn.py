@@ -216,7 +216,7 @@ def _chain(namespace: MutableMapping[str, Any], name: str, ours: Callable[..., N
             run(arg)
     hook.__name__ = name
     setattr(hook, _HOOK_MARK, True)
-    setattr(hook, "_echomq_theirs", theirs)
+    hook._echomq_theirs = theirs  # type: ignore[attr-defined]
     namespace[name] = hook
 
 

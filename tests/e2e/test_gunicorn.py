@@ -402,7 +402,7 @@ def test_sigterm_drains_in_flight_jobs_and_hands_back_the_rest(gunicorn, queue, 
 
 # --- crash: SIGKILL of one worker process ---------------------------------------------------------
 def test_sigkill_of_a_worker_process_its_jobs_are_recovered_by_a_stalled_check(gunicorn, queue, r):
-    g = gunicorn(workers=2, concurrency=5, lock_duration=1000, stalled_interval=1000)
+    gunicorn(workers=2, concurrency=5, lock_duration=1000, stalled_interval=1000)
     ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 2500, "report": True}) for _ in range(10)])]
 
     def where() -> Dict[str, int]:
