@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from integration.worker_scripts_helpers import (  # noqa: F401  (fixtures)
-    TOKEN, activate, add_waiting, event_names, events, fetch, keys, make_job, now_ms, scripts,
+from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
+from integration.worker_scripts_helpers import (
+    TOKEN, activate, add_waiting, events, fetch, make_job, now_ms,
 )
 
 INTERVAL = 30000

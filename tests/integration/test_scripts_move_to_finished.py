@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import msgpack
 import pytest
 
 from echomq_gevent.errors import (
@@ -12,10 +11,10 @@ from echomq_gevent.errors import (
     JobPendingChildren,
 )
 from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts
-from integration.worker_scripts_helpers import (  # noqa: F401  (fixtures)
+from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
+from integration.worker_scripts_helpers import (
     TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, event_names, events,
-    finish_opts, keys, make_job, now_ms, scripts,
+    finish_opts, make_job, now_ms,
 )
 
 

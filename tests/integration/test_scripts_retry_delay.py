@@ -7,9 +7,10 @@ import json
 import pytest
 
 from echomq_gevent.errors import JobLockMismatch, JobLockNotExist, JobNotExist, JobNotInState
-from integration.worker_scripts_helpers import (  # noqa: F401  (fixtures)
+from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
+from integration.worker_scripts_helpers import (
     LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, event_names,
-    events, fetch, keys, make_job, now_ms, scripts,
+    events, fetch, make_job, now_ms,
 )
 
 FETCH_OPTS = {"token": TOKEN, "lockDuration": LOCK_MS}

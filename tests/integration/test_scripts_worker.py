@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import pytest
 
-from integration.worker_scripts_helpers import (  # noqa: F401  (fixtures)
-    LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, event_names,
-    events, fetch, keys, make_job, now_ms, scripts,
+from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
+from integration.worker_scripts_helpers import (
+    LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, events,
+    fetch, now_ms,
 )
 
 
