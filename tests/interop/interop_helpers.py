@@ -29,6 +29,7 @@ JOB_FIELDS = [
     ("failedReason", "failed_reason"),
     ("stacktrace", "stacktrace"),
     ("parentKey", "parent_key"),
+    ("parent", "parent"),
     ("repeatJobKey", "repeat_job_key"),
     ("processedBy", "processed_by"),
     ("deferredFailure", "deferred_failure"),

@@ -686,3 +686,29 @@ def test_remove_drain_obliterate_across(node, queue, r, prefix, qname):
     node.run("obliterate")
     leftover = list(r.scan_iter(match=keys.base + "*"))
     assert leftover == [], f"Node obliterate left keys of our jobs: {leftover}"
+
+
+def test_node_flow_jobs_read_back_equal(node, queue, qname):
+    """A FlowProducer tree: parent in waiting-children, children with parent references
+    (one with failParentOnFailure in its parent JSON), as our Queue sees them."""
+    tree = node.run("flow", tree={
+        "name": "parent", "queueName": qname, "data": {"p": 1},
+        "children": [{"name": "c1", "queueName": qname, "data": {"c": 1}},
+                     {"name": "c2", "queueName": qname, "data": {"c": 2},
+                      "opts": {"failParentOnFailure": True, "priority": 3}}]})
+    ids = [tree["id"]] + [c["id"] for c in tree["children"]]
+    reads = node.batch(*([{"cmd": "getJob", "jobId": i} for i in ids]
+                         + [{"cmd": "getState", "jobId": i} for i in ids]
+                         + [{"cmd": "counts", "types": COUNT_TYPES},
+                            {"cmd": "getJobs", "types": ["waiting-children"]}]))
+    jobs, states = reads[:3], reads[3:6]
+    counts, waiting_children = reads[6], reads[7]
+    assert states == ["waiting-children", "waiting", "prioritized"]
+    for job_id, theirs, state in zip(ids, jobs, states):
+        assert_same_job(queue.get_job(job_id), theirs)
+        assert queue.get_job_state(job_id) == state
+    assert jobs[2]["parent"]["fpof"] is True
+    assert queue.get_job(ids[2]).parent == jobs[2]["parent"]
+    assert _our_counts(queue) == counts
+    assert [j.id for j in queue.get_jobs(["waiting-children"])] == [
+        j["id"] for j in waiting_children]
