@@ -712,3 +712,29 @@ def test_node_flow_jobs_read_back_equal(node, queue, qname):
     assert _our_counts(queue) == counts
     assert [j.id for j in queue.get_jobs(["waiting-children"])] == [
         j["id"] for j in waiting_children]
+
+
+def test_get_jobs_ranges_and_order_agree_with_node(node, queue):
+    """Node's getJobs pages each type separately and de-duplicates types; ours must list
+    the same ids in the same order for every combination."""
+    for i in range(6):
+        queue.add("a", {"i": i})
+    for i in range(4):
+        jid, tok = take(queue)
+        ok = i % 2 == 1
+        queue.scripts.move_to_finished(jid, now_ms() + i, "returnvalue" if ok else "failedReason",
+                                       "1" if ok else "x", "completed" if ok else "failed",
+                                       False, finish_opts(tok))
+    for i in range(3):
+        queue.add("d", {}, {"delay": 10000 * (i + 1)})
+        queue.add("p", {}, {"priority": 3 - i})
+    cases = [(["completed", "failed"], 0, 0, False), (["completed", "failed"], 0, 1, True),
+             (["waiting", "delayed", "prioritized"], 1, 2, False), (["delayed"], 0, -1, True),
+             (["prioritized"], 0, -1, False), (["active"], 0, -1, False),
+             (["waiting", "completed", "failed", "delayed", "prioritized"], 0, 1, False),
+             (["wait", "waiting"], 0, -1, False), (["failed"], 5, 10, False)]
+    answers = node.batch(*[{"cmd": "getJobs", "types": t, "start": s, "end": e, "asc": a}
+                           for t, s, e, a in cases])
+    for (types, start, end, asc), theirs in zip(cases, answers):
+        ours = [job.id for job in queue.get_jobs(types, start, end, asc)]
+        assert ours == [job["id"] for job in theirs], f"get_jobs({types}, {start}, {end}, {asc})"
