@@ -48,3 +48,26 @@ def test_worker_and_queue_events_stream_lines(node):
     names = [line["event"] for line in events.snapshot()]
     assert names[:3] == ["ready", "added", "waiting"]
     assert "progress" in names and "error" not in names
+
+
+def test_missing_node_packages_fail_with_the_fix(monkeypatch, tmp_path):
+    """Without tests/node_modules the interop tests fail (never skip) and say what to run."""
+    import interop_node
+
+    monkeypatch.setattr(interop_node, "BULLMQ_DIR", str(tmp_path / "node_modules" / "bullmq"))
+    with pytest.raises(pytest.fail.Exception) as info:
+        interop_node.NodeTool("redis://127.0.0.1:1/0", "p", "q")
+    assert "run `make test` (npm ci in tests/)" in str(info.value)
+
+
+def test_queue_override_and_batch_errors(node, r, prefix, qname):
+    """Batch steps may target other queues; a failing step is reported in place."""
+    other = qname + "other"
+    results = node.run("batch", steps=[
+        {"cmd": "add", "queue": other, "name": "x", "data": {}},
+        {"cmd": "add", "name": "y", "data": {}, "opts": {"jobId": "0"}},
+        {"cmd": "counts", "queue": other, "types": ["waiting"]},
+    ])
+    assert results[0]["ok"] and results[2] == {"ok": True, "result": {"waiting": 1}}
+    assert results[1]["ok"] is False and results[1]["error"]
+    assert r.exists(f"{prefix}:{other}:1") and not r.exists(f"{prefix}:{qname}:1")
