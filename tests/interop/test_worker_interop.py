@@ -290,6 +290,11 @@ TWIN_JOBS = [
     # finishedOn, and a tie would keep whichever id sorts last, in Node as in ours.
     ("keep-one-b", {"i": 10}, {"removeOnComplete": 1}, {"sleepMs": 5, "return": 10}),
     ("prio", {"i": 11}, {"priority": 3}, {"return": "p"}),
+    # immediate retries keep their place rules: LIFO back to the front, priority by a new pc
+    ("lifo-retry", {"i": 14}, {"lifo": True, "attempts": 2}, {"failTimes": 1, "return": "l"}),
+    ("prio-retry", {"i": 15}, {"priority": 2, "attempts": 2}, {"failTimes": 1, "return": "q"}),
+    # stackTraceLimit keeps only the newest traces
+    ("trace-limit", {"i": 16}, {"attempts": 3, "stackTraceLimit": 1}, {"failTimes": 9}),
     # a backoff long enough that the jobs queued behind it always run first
     ("backoff", {"i": 12}, {"attempts": 2, "backoff": 600}, {"failTimes": 1, "return": "late"}),
     # the processor postpones itself (due well before job 12's retry), no attempt counted
