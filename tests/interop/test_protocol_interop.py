@@ -738,3 +738,30 @@ def test_get_jobs_ranges_and_order_agree_with_node(node, queue):
     for (types, start, end, asc), theirs in zip(cases, answers):
         ours = [job.id for job in queue.get_jobs(types, start, end, asc)]
         assert ours == [job["id"] for job in theirs], f"get_jobs({types}, {start}, {end}, {asc})"
+
+
+@pytest.mark.parametrize("policy", [None, "failParentOnFailure", "removeDependencyOnFailure",
+                                    "ignoreDependencyOnFailure", "continueParentOnFailure"])
+def test_child_added_with_a_parent_equals_node_twin(node, r, redis_url, prefix, qname, policy):
+    """`opts.parent` (the way a child joins an existing parent): parentKey, the parent JSON with
+    its policy flag, and the parent's dependencies set, byte-equal to Node's."""
+    parent_q, node_q, our_q = qname + "x", qname + "n", qname + "p"
+    node.run("add", queue=parent_q, name="parent", data={}, opts={"jobId": "P"})
+    opts = {"parent": {"id": "P", "queue": f"{prefix}:{parent_q}"}, "timestamp": TS}
+    if policy:
+        opts[policy] = True
+    node.run("add", queue=node_q, name="child", data={"c": 1}, opts=opts)
+    ours = Queue(our_q, connection=redis_url, prefix=prefix)
+    try:
+        ours.add("child", {"c": 1}, dict(opts))
+        missing = dict(opts, parent={"id": "nope", "queue": f"{prefix}:{parent_q}"})
+        with pytest.raises(Exception) as info:
+            ours.add("orphan", {}, missing)
+        assert "nope" in str(info.value) or "parent" in str(info.value).lower()
+    finally:
+        ours.close()
+    orphan = node.run_line("add", queue=node_q, name="orphan", data={}, opts=missing)
+    assert orphan["ok"] is False  # Node refuses a missing parent too
+    assert dump_queue(r, QueueKeys(our_q, prefix)) == dump_queue(r, QueueKeys(node_q, prefix))
+    deps = r.smembers(QueueKeys(parent_q, prefix).dependencies("P"))
+    assert deps == {QueueKeys(node_q, prefix).job("1"), QueueKeys(our_q, prefix).job("1")}
