@@ -14,15 +14,80 @@ greenlet/thread: a redis-py client is safe to share).
 from __future__ import annotations
 
 import json
+import threading
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+import weakref
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from .job_options import decode_job_options, encode_job_data
+from redis.exceptions import ResponseError
+
+from .errors import JobNotExist, JobNotInState, ScriptError, error_for_code
+from .job_options import decode_job_options, encode_job_data, validate_job_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scripts import Scripts
 
-__all__ = ["Job"]
+__all__ = ["Job", "job_state", "server_has_lpos", "parse_redis_version"]
+
+#: The first Redis version with LPOS; older servers get ``getState-8`` instead of ``getStateV2-8``.
+LPOS_SINCE = (6, 0, 6)
+
+#: client -> whether its server has LPOS (asked once per client with INFO server).
+_lpos_support: "weakref.WeakKeyDictionary[Any, bool]" = weakref.WeakKeyDictionary()
+_lpos_lock = threading.Lock()
+
+#: States a job can be asked to be in (``is_*``), list-backed ones first.
+_LIST_STATES = ("wait", "active", "paused")
+_ZSET_STATES = ("completed", "failed", "delayed", "prioritized", "waiting-children")
+
+
+def parse_redis_version(text: str) -> Tuple[int, ...]:
+    """``"6.0.5"`` -> ``(6, 0, 5)``; non-numeric parts (``"7.2.4-rc1"``) stop the tuple."""
+    parts: List[int] = []
+    for piece in str(text).split("."):
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts)
+
+
+def server_has_lpos(client: Any) -> bool:
+    """Whether the server behind ``client`` has LPOS (Redis >= 6.0.6).
+
+    Asked once per client object with ``INFO server`` and remembered; a server that
+    refuses INFO or reports no ``redis_version`` is taken to be recent. Called by
+    :func:`job_state` and the ``Job.is_*`` checks, from any greenlet.
+    """
+    known = _lpos_support.get(client)
+    if known is not None:
+        return known
+    try:
+        version = client.info("server").get("redis_version")
+    except ResponseError:
+        version = None
+    known = version is None or parse_redis_version(version) >= LPOS_SINCE
+    with _lpos_lock:
+        _lpos_support[client] = known
+    return known
+
+
+def job_state(scripts: "Scripts", job_id: str) -> str:
+    """A job's state through ``getStateV2-8``, or ``getState-8`` on Redis < 6.0.6.
+
+    Answers ``completed``, ``failed``, ``delayed``, ``prioritized``, ``active``,
+    ``waiting``, ``waiting-children`` or ``unknown``. Used by ``Queue.get_job_state``
+    and ``Job.get_state``.
+    """
+    if server_has_lpos(scripts.client):
+        return scripts.get_state(str(job_id))
+    return scripts.get_state_without_lpos(str(job_id))
 
 
 
@@ -242,32 +307,147 @@ class Job:
         self.scripts.move_to_delayed(self.id, now, token or self.token or "0", delay, skip_attempt=True)
         self.delay = delay
 
+    # -- admin calls (Node's job.retry(), promote(), changeDelay() ...) -------------------
+    def _explain(self, exc: ScriptError, action: str, expected: Optional[str] = None) -> ScriptError:
+        """``exc`` again, with a message that names the job, what was tried and why it failed."""
+        where = f"job {self.id} of queue {self.queue_qualified_name!r}"
+        if isinstance(exc, JobNotExist):
+            detail = f"cannot {action}: {where} does not exist (removed, cleaned or never added)"
+        elif isinstance(exc, JobNotInState) and expected:
+            try:
+                now = self.get_state()
+            except Exception:  # noqa: BLE001 - the state only decorates the message
+                now = "in another state"
+            detail = f"cannot {action}: {where} is {now}, not {expected}"
+        else:
+            detail = f"cannot {action}: {where}"
+        return error_for_code(exc.code, exc.script, exc.job_id, detail)
+
+    def retry(self, state: str = "failed", reset_attempts_made: bool = False,
+              reset_attempts_started: bool = False) -> None:
+        """Run a finished job again (Node's ``job.retry(state, opts)``).
+
+        ``state`` is the set the job must be in: ``"failed"`` (default) or
+        ``"completed"``. The job loses its result, ``finishedOn`` and ``processedOn``
+        and goes back to wait (the front with ``opts.lifo``, or prioritized); a
+        ``waiting`` event is written. Resetting ``attemptsMade`` gives a failed job its
+        full number of attempts again. Raises JobNotExist when the job is gone,
+        JobNotInState when it is not in ``state`` (the message says where it is).
+        """
+        if state not in ("completed", "failed"):
+            raise ValueError(f"job {self.id}: retry state must be 'completed' or 'failed', got {state!r}")
+        try:
+            self.scripts.reprocess_job(self.id, state, lifo=bool(self.opts.get("lifo")),
+                                       reset_attempts_made=reset_attempts_made,
+                                       reset_attempts_started=reset_attempts_started)
+        except ScriptError as exc:
+            raise self._explain(exc, "retry it", state) from None
+        self.failed_reason = None
+        self.finished_on = None
+        self.processed_on = None
+        self.returnvalue = None
+        if reset_attempts_made:
+            self.attempts_made = 0
+        if reset_attempts_started:
+            self.attempts_started = 0
+
+    def promote(self) -> None:
+        """Make a delayed job ready now (Node's ``job.promote()``); ``delay`` becomes 0.
+
+        Raises JobNotInState when the job is not delayed (also when it no longer exists).
+        """
+        try:
+            self.scripts.promote(self.id)
+        except ScriptError as exc:
+            raise self._explain(exc, "promote it", "delayed") from None
+        self.delay = 0
+
+    def change_delay(self, delay_ms: int) -> None:
+        """Reschedule a delayed job to run ``delay_ms`` milliseconds from now (Node's
+        ``job.changeDelay(delay)``: counted from now, not from the original add).
+
+        Raises JobNotExist when the job is gone, JobNotInState when it is not delayed.
+        """
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+            raise ValueError(f"job {self.id}: delay must be an integer number of milliseconds >= 0, "
+                             f"got {delay_ms!r}")
+        try:
+            self.scripts.change_delay(self.id, delay_ms, int(time.time() * 1000))
+        except ScriptError as exc:
+            raise self._explain(exc, "change its delay", "delayed") from None
+        self.delay = delay_ms
+
+    def change_priority(self, priority: int = 0, lifo: bool = False) -> None:
+        """Give the job a new priority (Node's ``job.changePriority({priority, lifo})``).
+
+        ``priority`` is validated like the job option (an integer, 0 to 2 097 151;
+        0 = no priority). A job that is ready to run is re-queued at once (``lifo``: at
+        the front of its band); a delayed or active job keeps its place and uses the
+        new priority when it next becomes ready. Raises InvalidOptionError for a bad
+        value, JobNotExist when the job is gone.
+        """
+        validate_job_options({"priority": priority, "lifo": lifo}, self.name or self.id)
+        try:
+            self.scripts.change_priority(self.id, priority, lifo)
+        except ScriptError as exc:
+            raise self._explain(exc, "change its priority") from None
+        self.priority = priority
+
+    # -- state ---------------------------------------------------------------------------
     def get_state(self) -> str:
         """``completed``, ``failed``, ``delayed``, ``prioritized``, ``active``, ``waiting``,
-        ``waiting-children`` or ``unknown``."""
-        return self.scripts.get_state(self.id)
+        ``waiting-children`` or ``unknown`` (``getState-8`` on Redis < 6.0.6)."""
+        return job_state(self.scripts, self.id)
+
+    def is_in_state(self, state: str) -> bool:
+        """Whether the job's id is in the list or set of ``state`` (one probe, as Node's
+        ``isInState``: LPOS for lists, ZSCORE for sets). ``waiting`` means the wait list
+        or the legacy paused list; a prioritized job is not ``waiting``."""
+        if state == "waiting":
+            return self.is_in_state("wait") or self.is_in_state("paused")
+        client = self.scripts.client
+        if state in _LIST_STATES:
+            key = self.scripts.keys.state_key(state)
+            if server_has_lpos(client):
+                return client.lpos(key, self.id) is not None
+            return self.id in client.lrange(key, 0, -1)
+        if state in _ZSET_STATES:
+            return client.zscore(self.scripts.keys.state_key(state), self.id) is not None
+        raise ValueError(f"job {self.id}: unknown job state {state!r}; use one of waiting, "
+                         f"{', '.join(_LIST_STATES + _ZSET_STATES)}")
 
     def is_completed(self) -> bool:
-        return self.get_state() == "completed"
+        return self.is_in_state("completed")
 
     def is_failed(self) -> bool:
-        return self.get_state() == "failed"
+        return self.is_in_state("failed")
 
     def is_active(self) -> bool:
-        return self.get_state() == "active"
+        return self.is_in_state("active")
 
     def is_waiting(self) -> bool:
-        return self.get_state() == "waiting"
+        return self.is_in_state("waiting")
 
     def is_delayed(self) -> bool:
-        return self.get_state() == "delayed"
+        return self.is_in_state("delayed")
+
+    def is_prioritized(self) -> bool:
+        return self.is_in_state("prioritized")
+
+    def is_waiting_children(self) -> bool:
+        return self.is_in_state("waiting-children")
 
     def remove(self, remove_children: bool = True) -> None:
         """Remove the job (and, by default, its pending children).
 
-        Raises RuntimeError when a worker holds its lock (it is active).
+        Raises RuntimeError when a worker holds its lock (it is active), and
+        JobBelongsToJobScheduler for a scheduler's upcoming job.
         """
-        if not self.scripts.remove_job(self.id, remove_children):
+        try:
+            removed = self.scripts.remove_job(self.id, remove_children)
+        except ScriptError as exc:
+            raise self._explain(exc, "remove it") from None
+        if not removed:
             raise RuntimeError(f"job {self.id} could not be removed because it is locked by a worker; "
                                f"wait until it finishes")
 

@@ -16,12 +16,12 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .connection import DEFAULT_URL, ConnectionLike, make_client
 from .errors import EchoMQError, ScriptError, error_for_code
-from .job import Job
+from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .scripts import Scripts
 
-__all__ = ["Queue", "JOB_TYPES", "DEFAULT_COUNT_TYPES"]
+__all__ = ["Queue", "JOB_TYPES", "DEFAULT_COUNT_TYPES", "CLEAN_TYPES"]
 
 #: Job types accepted by the getters (BullMQ names; ``waiting`` is the ``wait`` list).
 JOB_TYPES = ("active", "completed", "delayed", "failed", "prioritized", "waiting", "wait",
@@ -30,6 +30,10 @@ JOB_TYPES = ("active", "completed", "delayed", "failed", "prioritized", "waiting
 DEFAULT_COUNT_TYPES = ("active", "completed", "delayed", "failed", "prioritized", "waiting",
                        "waiting-children")
 _LIST_TYPES = ("wait", "paused", "active")
+#: What ``Queue.clean`` accepts (as Node's ``queue.clean``; ``waiting`` means ``wait``).
+CLEAN_TYPES = ("completed", "failed", "delayed", "wait", "waiting", "active", "paused", "prioritized")
+#: Most jobs one ``cleanJobsInSet-3`` call may delete (Node's batch size).
+_CLEAN_BATCH = 10000
 _ADD_SCRIPTS = ("addStandardJob-9", "addDelayedJob-6", "addPrioritizedJob-9")
 
 #: Node's Number.MAX_SAFE_INTEGER: the limiter value of a manual rate limit.
@@ -231,8 +235,12 @@ class Queue:
 
     def get_job_state(self, job_id: str) -> str:
         """``completed``, ``failed``, ``delayed``, ``prioritized``, ``active``, ``waiting``,
-        ``waiting-children`` or ``unknown``."""
-        return self.scripts.get_state(str(job_id))
+        ``waiting-children`` or ``unknown``.
+
+        Uses ``getStateV2-8``, or ``getState-8`` when the server is older than Redis
+        6.0.6 (no LPOS; the version is read once per client with INFO server).
+        """
+        return job_state(self.scripts, str(job_id))
 
     @staticmethod
     def _types(types: Sequence[Any], default: Sequence[str]) -> List[str]:
@@ -397,6 +405,69 @@ class Queue:
                                   f"wait for them or pass force=True")
             if not res:
                 return
+
+    # -- bulk admin (Node's clean, retryJobs, promoteJobs) -------------------------------
+    @staticmethod
+    def _check_count(label: str, value: Any, low: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{label} must be an integer >= {low}, got {value!r}")
+
+    def clean(self, grace_ms: int, limit: int = 0, type: str = "completed") -> List[str]:
+        """Delete jobs of one state older than ``grace_ms`` milliseconds; returns their ids.
+
+        As Node's ``queue.clean(grace, limit, type)``: ``type`` is one of
+        :data:`CLEAN_TYPES` (default ``completed``); finished jobs are aged by their
+        finish time, others by ``finishedOn``/``processedOn``/``timestamp``. ``limit`` caps
+        how many are deleted (0 = all); the work is done in calls of at most 10 000 jobs
+        until the limit is reached or a call finds fewer. Active jobs holding a lock and a
+        job scheduler's upcoming job are never deleted. Each call writes one ``cleaned``
+        event. Blocking; call it from any greenlet.
+        """
+        self._check_count("clean: grace_ms", grace_ms, 0)
+        self._check_count("clean: limit", limit, 0)
+        if type not in CLEAN_TYPES:
+            near = difflib.get_close_matches(str(type), CLEAN_TYPES, n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ValueError(f"clean: cannot clean jobs of type {type!r}{hint}; "
+                             f"use one of {', '.join(CLEAN_TYPES)}")
+        state = "wait" if type == "waiting" else type
+        cutoff = _now_ms() - grace_ms
+        deleted: List[str] = []
+        while not limit or len(deleted) < limit:
+            # Node asks min(10000, limit) every call, which can pass a limit above 10000;
+            # asking only for what is left keeps the limit exact (same calls below it).
+            per_call = min(_CLEAN_BATCH, limit - len(deleted)) if limit else _CLEAN_BATCH
+            batch = self.scripts.clean_jobs_in_set(state, cutoff, per_call)
+            deleted.extend(batch)
+            if len(batch) < per_call:
+                break
+        return deleted
+
+    def retry_jobs(self, count: int = 1000, state: str = "failed",
+                   timestamp: Optional[int] = None) -> None:
+        """Move every ``failed`` (or ``completed``) job back to wait, ``count`` per call.
+
+        As Node's ``queue.retryJobs({count, state, timestamp})``: only jobs that finished
+        at or before ``timestamp`` (ms, default now) are taken, so jobs that fail again
+        while this runs are not retried twice. Each job loses its result and finish
+        times, keeps its attempts, goes to wait (or prioritized) with a ``waiting`` event.
+        Loops until no job is left.
+        """
+        self._check_count("retry_jobs: count", count, 1)
+        if state not in ("failed", "completed"):
+            raise ValueError(f"retry_jobs: state must be 'failed' or 'completed', got {state!r}")
+        if timestamp is None:
+            timestamp = _now_ms()
+        self._check_count("retry_jobs: timestamp", timestamp, 0)
+        while self.scripts.move_jobs_to_wait(state, count, timestamp):
+            pass
+
+    def promote_jobs(self, count: int = 1000) -> None:
+        """Make every delayed job ready now (Node's ``queue.promoteJobs({count})``),
+        ``count`` per call; their ``delay`` becomes 0 and each gets a ``waiting`` event."""
+        self._check_count("promote_jobs: count", count, 1)
+        while self.scripts.move_jobs_to_wait("delayed", count):
+            pass
 
     def set_global_concurrency(self, concurrency: int) -> None:
         """At most ``concurrency`` jobs of this queue active at once, across all workers."""
