@@ -37,7 +37,7 @@
  *   getChildrenValues / getFailedChildrenValues / getDependenciesCount {jobId}
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
- *                                                     (all steps share one Queue connection)
+ *                                  (one process; a step may name another queue via "queue")
  *
  * Long-running commands:
  *   worker  {workerOpts, behaviour, byName, stopAfter, maxMs}
