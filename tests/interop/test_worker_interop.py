@@ -140,6 +140,7 @@ def test_our_worker_and_a_node_worker_share_5000_jobs_exactly_once(node, queue, 
     for start in range(0, total, 1000):
         node.run("addBulk", jobs=[{"name": "n", "data": {"i": i}}
                                   for i in range(start, start + 1000)])
+    events = node.events()  # from here on: active/completed of every job, decoded by Node
     ours = node.python_worker(workerOpts={"concurrency": 50, "drain_delay": 1},
                               behaviour={"returnData": True})
     theirs = node.worker(workerOpts={"concurrency": 50, "drainDelay": 1},
@@ -168,6 +169,15 @@ def test_our_worker_and_a_node_worker_share_5000_jobs_exactly_once(node, queue, 
     assert set(map(tuple, pipe.execute())) == {("1", "1")}
     assert queue.get_job_counts("failed", "active", "waiting") == {"failed": 0, "active": 0,
                                                                    "waiting": 0}
+    # Node's QueueEvents decoded every completion, whichever worker wrote it.
+    deadline = time.monotonic() + 30
+    while len(events.events("completed")) < total and time.monotonic() < deadline:
+        time.sleep(0.05)
+    completed = events.events("completed")
+    assert not events.events("error"), events.describe()
+    assert sorted(int(ln["args"]["jobId"]) for ln in completed) == list(range(1, total + 1))
+    assert all(ln["args"]["returnvalue"] == {"i": int(ln["args"]["jobId"]) - 1}
+               for ln in completed)
 
 
 def test_node_worker_crash_is_recovered_by_our_worker(node, queue, r, prefix, qname):
