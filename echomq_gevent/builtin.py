@@ -71,23 +71,29 @@ def echomq_failure_decision(worker: Any, job: Any, error: BaseException) -> Opti
     return default_failure_decision(worker, job, error)
 
 
-@hookimpl
-def echomq_job_failed(worker: Any, job: Any, error: BaseException) -> None:
-    log.warning("job %s (%s) on %s failed: %s", job.id, job.name, job.queue_name, error)
+class BuiltinLogging:
+    """The built-in log lines for failures, retries, stalls and lost locks.
 
+    Registered beside the built-in plugin as ``echomq_gevent.builtin_logging``. A plugin
+    module that sets ``REPLACES_BUILTIN_LOGGING = True`` (the shipped ``echomq_logging``
+    does) makes :func:`~echomq_gevent.plugins.make_plugin_manager` unregister it, so each
+    event is logged once.
+    """
 
-@hookimpl
-def echomq_job_retried(worker: Any, job: Any, error: BaseException, delay_ms: int) -> None:
-    log.info("job %s (%s) on %s failed, retrying in %d ms: %s", job.id, job.name, job.queue_name,
-             delay_ms, error)
+    @hookimpl
+    def echomq_job_failed(self, worker: Any, job: Any, error: BaseException) -> None:
+        log.warning("job %s (%s) on %s failed: %s", job.id, job.name, job.queue_name, error)
 
+    @hookimpl
+    def echomq_job_retried(self, worker: Any, job: Any, error: BaseException, delay_ms: int) -> None:
+        log.info("job %s (%s) on %s failed, retrying in %d ms: %s", job.id, job.name, job.queue_name,
+                 delay_ms, error)
 
-@hookimpl
-def echomq_job_lock_lost(worker: Any, job: Any) -> None:
-    log.error("job %s (%s) on %s lost its lock; its result was not written", job.id, job.name,
-              job.queue_name)
+    @hookimpl
+    def echomq_job_lock_lost(self, worker: Any, job: Any) -> None:
+        log.error("job %s (%s) on %s lost its lock; its result was not written", job.id, job.name,
+                  job.queue_name)
 
-
-@hookimpl
-def echomq_job_stalled(worker: Any, queue: str, job_id: str) -> None:
-    log.warning("job %s on %s stalled and was moved back to wait", job_id, queue)
+    @hookimpl
+    def echomq_job_stalled(self, worker: Any, queue: str, job_id: str) -> None:
+        log.warning("job %s on %s stalled and was moved back to wait", job_id, queue)

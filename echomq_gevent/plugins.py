@@ -17,6 +17,9 @@ from .hookspecs import PROJECT, FailureDecision, ProcessorRegistry
 
 log = logging.getLogger("echomq_gevent.plugins")
 
+#: Registered name of the built-in log lines (see ``builtin.BuiltinLogging``).
+BUILTIN_LOGGING = "echomq_gevent.builtin_logging"
+
 __all__ = ["PluginHost", "make_plugin_manager", "load_entry_points"]
 
 
@@ -34,6 +37,7 @@ def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
         from . import builtin
 
         pm.register(builtin, name="echomq_gevent.builtin")
+        pm.register(builtin.BuiltinLogging(), name=BUILTIN_LOGGING)
     if entry_points:
         load_entry_points(pm)
     for mod in modules:
@@ -47,6 +51,9 @@ def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
             pm.register(obj, name=mod)
         elif not pm.is_registered(mod):
             pm.register(mod)
+    if pm.has_plugin(BUILTIN_LOGGING) and any(
+            getattr(p, "REPLACES_BUILTIN_LOGGING", False) for p in pm.get_plugins()):
+        pm.unregister(name=BUILTIN_LOGGING)
     pm.check_pending()
     return pm
 

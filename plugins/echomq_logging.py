@@ -21,6 +21,9 @@ from echomq_gevent import hookimpl
 
 log = logging.getLogger("echomq_gevent.events")
 
+#: This plugin logs every event itself: the built-in log lines step aside.
+REPLACES_BUILTIN_LOGGING = True
+
 
 def _job_fields(job: Any) -> Dict[str, Any]:
     return {

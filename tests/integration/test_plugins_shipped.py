@@ -187,3 +187,16 @@ def test_demo_plugin_processes_demo_jobs(redis_url, prefix):
     finally:
         w.close(timeout=5)
         q.close()
+
+
+def test_logging_plugin_replaces_the_builtin_log_lines():
+    """With echomq_logging loaded an event is logged once, by it; without it the built-in
+    lines stay."""
+    import echomq_logging
+
+    from echomq_gevent.plugins import BUILTIN_LOGGING, make_plugin_manager
+
+    assert make_plugin_manager().has_plugin(BUILTIN_LOGGING)
+    pm = make_plugin_manager([echomq_logging])
+    assert not pm.has_plugin(BUILTIN_LOGGING)
+    assert pm.has_plugin("echomq_gevent.builtin")  # the failure rule and backoff stay
