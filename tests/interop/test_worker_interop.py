@@ -380,8 +380,9 @@ def test_manual_rate_limit_leaves_the_same_redis_as_node(node, r, prefix, qname)
 
 
 def test_limiter_and_removal_policies_leave_the_same_redis_as_node(node, r, prefix, qname):
-    """Worker-level keep policies (removeOnComplete/removeOnFail as worker options) and a
-    worker limiter, each side with its own spelling of the options."""
+    """Worker-level keep policies (removeOnComplete/removeOnFail as worker options), a worker
+    limiter and a worker name (stored as `pb`), each side with its own spelling of the
+    options."""
     jobs = [("a", {"i": 1}, {}, {"return": 1}),
             ("b", {"i": 2}, {}, {"failTimes": 1, "failMessage": "b failed"}),
             ("c", {"i": 3}, {}, {"sleepMs": 5, "return": 3}),
@@ -389,9 +390,9 @@ def test_limiter_and_removal_policies_leave_the_same_redis_as_node(node, r, pref
             ("e", {"i": 5}, {}, {"sleepMs": 5, "failTimes": 1})]
     _twin_run(node, r, prefix, qname, jobs,
               worker_opts={"removeOnComplete": {"count": 1}, "removeOnFail": {"count": 1},
-                           "limiter": {"max": 10, "duration": 1000}},
+                           "limiter": {"max": 10, "duration": 1000}, "name": "twin"},
               py_worker_opts={"remove_on_complete": {"count": 1}, "remove_on_fail": {"count": 1},
-                              "limiter": {"max": 10, "duration": 1000}})
+                              "limiter": {"max": 10, "duration": 1000}, "name": "twin"})
 
 
 # ---------------------------------------------------------------------------------------
