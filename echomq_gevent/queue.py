@@ -96,6 +96,7 @@ class Queue:
 
     def close(self) -> None:
         """Release the connections this queue opened (a client passed in stays open)."""
+        self.scripts.release_connections()
         if self._owns_client:
             self.client.close()
 

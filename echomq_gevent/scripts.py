@@ -18,15 +18,22 @@ protocol requires, and turns negative return codes into the typed exceptions of
 """
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import threading
+import weakref
 from hashlib import sha1
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 import msgpack
 import redis
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
+
+try:  # the C packer redis-py itself uses when hiredis is installed
+    from hiredis import pack_command as _pack_command
+except ImportError:  # pragma: no cover - redis-py without hiredis
+    _pack_command = None
 
 from .errors import error_for_code
 from .keys import QueueKeys
@@ -118,6 +125,42 @@ def _int(v: Any) -> int:
     return int(v) if v is not None else 0
 
 
+#: redis-py >= 5.3 deprecates the command-name argument of ``get_connection``; 4.x needs it.
+_CHECKOUT_TAKES_NAME = (
+    inspect.signature(redis.ConnectionPool.get_connection).parameters.get("command_name") is not None
+    and inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
+    is inspect.Parameter.empty)
+#: Fewest pool connections for which :class:`Scripts` keeps one checked out (see ``_lane_ok``).
+_LANE_MIN_POOL = 4
+
+
+def _lane_ok(client: Any) -> bool:
+    """Whether :class:`Scripts` may keep a connection of ``client``'s pool for its EVALSHAs:
+    a plain ``redis.Redis`` on a plain pool (no single-connection client, no client-side
+    cache, UTF-8 as hiredis packs it) with room for at least :data:`_LANE_MIN_POOL`."""
+    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
+        return False
+    pool = getattr(client, "connection_pool", None)
+    if pool is None or getattr(pool, "cache", None) is not None:
+        return False
+    kwargs = getattr(pool, "connection_kwargs", {})
+    if kwargs.get("encoding", "utf-8").lower().replace("-", "") != "utf8":
+        return False
+    if kwargs.get("protocol") not in (None, 2, "2"):
+        return False
+    return (getattr(pool, "max_connections", 0) or 0) >= _LANE_MIN_POOL
+
+
+def _release_lane(pool: Any, idle: List[Any]) -> None:
+    """Give the connections a :class:`Scripts` kept back to their pool (close or GC)."""
+    while idle:
+        conn = idle.pop()
+        try:
+            pool.release(conn)
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+
 class Scripts:
     """Every script of one queue, callable with Python arguments.
 
@@ -130,6 +173,17 @@ class Scripts:
         self.client = client
         self.keys = keys
         self.lib = lib or library()
+        # The "lane": connections of the client's pool this instance keeps checked out
+        # between its own EVALSHAs (at most one idle). A pool round trip costs redis-py a
+        # readiness poll of the socket and its bookkeeping per command; the lane skips both
+        # for the scripts the worker and ``Queue.add`` run per job. Given back by
+        # :meth:`release_connections` or when this object is collected.
+        self._lane: Optional[List[Any]] = None
+        self._lane_pid = 0
+        if _lane_ok(client):
+            self._lane = []
+            self._lane_pid = os.getpid()
+            weakref.finalize(self, _release_lane, client.connection_pool, self._lane)
 
     # -- low level ----------------------------------------------------------------------
     def load_all(self, client: Optional["redis.Redis"] = None) -> None:
@@ -140,11 +194,69 @@ class Scripts:
             pipe.script_load(self.lib.sources[name])
         pipe.execute()
 
+    def release_connections(self) -> None:
+        """Give the connection kept for script calls back to the client's pool (it is taken
+        again on the next call). Queue.close and Worker's close call it; idempotent."""
+        if self._lane:
+            _release_lane(self.client.connection_pool, self._lane)
+
+    def _lane_call(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """EVALSHA on the kept connection: the same bytes and the same answer (or error) as
+        ``client.evalsha``. A connection error gives the connection up and runs the call
+        through the client, with its retry policy, as every other command."""
+        lane = self._lane
+        assert lane is not None
+        if self._lane_pid != os.getpid():  # forked: the kept sockets belong to the parent
+            lane.clear()
+            self._lane_pid = os.getpid()
+        pool = self.client.connection_pool
+        try:
+            conn = lane.pop()
+        except IndexError:
+            conn = pool.get_connection("EVALSHA") if _CHECKOUT_TAKES_NAME else pool.get_connection()
+        try:
+            if _pack_command is not None:
+                conn.send_packed_command((_pack_command(("EVALSHA", sha, len(keys), *keys, *args)),))
+            else:  # pragma: no cover - without hiredis
+                conn.send_packed_command(conn.pack_command("EVALSHA", sha, len(keys), *keys, *args))
+            result = conn.read_response()
+        except ResponseError:  # a whole answer was read: the connection is clean
+            self._lane_keep(lane, pool, conn)
+            raise
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self._lane_drop(pool, conn)
+            return self.client.evalsha(sha, len(keys), *keys, *args)
+        except BaseException:  # e.g. GreenletExit mid-read: the answer may still be unread
+            self._lane_drop(pool, conn)
+            raise
+        self._lane_keep(lane, pool, conn)
+        return result
+
+    @staticmethod
+    def _lane_keep(lane: List[Any], pool: Any, conn: Any) -> None:
+        if lane:
+            pool.release(conn)  # one idle connection is enough; extra ones go back
+        else:
+            lane.append(conn)
+
+    @staticmethod
+    def _lane_drop(pool: Any, conn: Any) -> None:
+        try:
+            conn.disconnect()
+        finally:
+            pool.release(conn)
+
     def call(self, name: str, keys: Sequence[Any], args: Sequence[Any],
              client: Optional["redis.Redis"] = None) -> Any:
         """EVALSHA ``name`` with ``keys``/``args``; on NOSCRIPT load it and try once more."""
         c = client or self.client
         sha = self.lib.shas[name]
+        if self._lane is not None and c is self.client:
+            try:
+                return self._lane_call(sha, keys, args)
+            except NoScriptError:
+                c.script_load(self.lib.sources[name])
+                return self._lane_call(sha, keys, args)
         try:
             return c.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:

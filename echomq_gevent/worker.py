@@ -511,6 +511,7 @@ class Worker:
                     inuse_connections=not (self._marker is not None and self._marker.use_thread))
             except Exception:
                 pass
+        self.scripts.release_connections()
         if self._owns_client:
             try:
                 self.client.close()
