@@ -232,6 +232,48 @@ class Scripts:
         self._lane_keep(lane, pool, conn)
         return result
 
+    def _lane_batch(self, calls: List[Tuple[str, Sequence[Any], Sequence[Any]]]) -> List[Any]:
+        """Several EVALSHAs in one write on the kept connection, answers read in order (a
+        script error in place of its answer), as a non-transaction redis-py pipeline does.
+        A connection error gives the connection up and runs them as such a pipeline."""
+        lane = self._lane
+        assert lane is not None
+        if self._lane_pid != os.getpid():
+            lane.clear()
+            self._lane_pid = os.getpid()
+        shas = self.lib.shas
+        commands = [("EVALSHA", shas[name], len(keys), *keys, *args) for name, keys, args in calls]
+        pool = self.client.connection_pool
+        try:
+            conn = lane.pop()
+        except IndexError:
+            conn = pool.get_connection("EVALSHA") if _CHECKOUT_TAKES_NAME else pool.get_connection()
+        try:
+            if _pack_command is not None:
+                conn.send_packed_command((b"".join([_pack_command(c) for c in commands]),))
+            else:  # pragma: no cover - without hiredis
+                conn.send_packed_command(conn.pack_commands(commands))
+            results: List[Any] = []
+            for _ in commands:
+                try:
+                    results.append(conn.read_response())
+                except ResponseError as exc:
+                    results.append(exc)
+        except (redis.ConnectionError, redis.TimeoutError, OSError):
+            self._lane_drop(pool, conn)
+            pipe = self.client.pipeline(transaction=False)
+            try:
+                for command in commands:
+                    pipe.execute_command(*command)
+                return pipe.execute(raise_on_error=False)
+            finally:
+                pipe.reset()
+        except BaseException:
+            self._lane_drop(pool, conn)
+            raise
+        self._lane_keep(lane, pool, conn)
+        return results
+
     @staticmethod
     def _lane_keep(lane: List[Any], pool: Any, conn: Any) -> None:
         if lane:
@@ -264,12 +306,21 @@ class Scripts:
             return c.evalsha(sha, len(keys), *keys, *args)
 
     def queue_call(self, pipe: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
-        """Queue an EVALSHA on a pipeline; run the pipeline with :meth:`execute_pipeline`."""
-        pipe.evalsha(self.lib.shas[name], len(keys), *keys, *args)
+        """Queue an EVALSHA on a pipeline; run the pipeline with :meth:`execute_pipeline`.
+
+        On a fresh non-transaction pipeline of this instance's client the calls are only
+        recorded, and :meth:`execute_pipeline` sends them on the kept connection."""
         calls = getattr(pipe, "_echomq_calls", None)
         if calls is None:
             calls = []
             pipe._echomq_calls = calls
+            pipe._echomq_lane = (self._lane is not None and getattr(pipe, "transaction", True) is False
+                                 and not getattr(pipe, "command_stack", True)
+                                 and getattr(pipe, "connection_pool", None) is self.client.connection_pool)
+        if pipe._echomq_lane:
+            calls.append((name, keys, args))
+            return
+        pipe.evalsha(self.lib.shas[name], len(keys), *keys, *args)
         calls.append((name, list(keys), list(args)))
 
     def execute_pipeline(self, pipe: Any) -> List[Any]:
@@ -278,13 +329,21 @@ class Scripts:
         Calls that failed with NOSCRIPT had no effect; they are loaded and run again one by
         one, so the answer list is complete and in order. Other errors are returned in place.
         """
-        calls = getattr(pipe, "_echomq_calls", [])
-        results = pipe.execute(raise_on_error=False)
+        calls = getattr(pipe, "_echomq_calls", None) or []
+        lane = getattr(pipe, "_echomq_lane", False)
+        pipe._echomq_calls = None
+        pipe._echomq_lane = False
+        if lane:
+            if getattr(pipe, "command_stack", None):
+                raise RuntimeError("execute_pipeline: other commands were queued on a pipeline of script "
+                                   "calls; use a separate pipeline for them")
+            results = self._lane_batch(calls)
+        else:
+            results = pipe.execute(raise_on_error=False)
         for i, res in enumerate(results):
             if isinstance(res, NoScriptError):
                 name, keys, args = calls[i]
                 results[i] = self.call(name, keys, args)
-        pipe._echomq_calls = []
         return results
 
     def _check(self, script: str, result: Any, job_id: Optional[str] = None) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
 
 from echomq_gevent import Queue
 from echomq_gevent.errors import ParentJobCannotBeReplaced, ParentJobNotExist
@@ -305,28 +306,20 @@ def test_reschedule_pushes_the_owner_out(r, q):
 
 
 # -- bulk and script reload -------------------------------------------------------------
-def test_add_bulk_is_one_round_trip(r, q):
+def test_add_bulk_is_one_round_trip(r, q, monkeypatch):
     q.add_bulk([("warm", 0)])  # first call loads the scripts
-    calls = []
-    real_pipeline = q.client.pipeline
+    writes = []
+    real_send = redis.connection.Connection.send_packed_command
 
-    def counting_pipeline(*a, **kw):
-        pipe = real_pipeline(*a, **kw)
-        real_execute = pipe.execute
+    def counting_send(self, command, check_health=True):
+        writes.append(b"".join(command) if isinstance(command, (list, tuple)) else command)
+        return real_send(self, command, check_health)
 
-        def execute(*ea, **ekw):
-            calls.append(len(pipe.command_stack))
-            return real_execute(*ea, **ekw)
-        pipe.execute = execute
-        return pipe
-
-    real_command = q.client.execute_command
-    single = []
-    q.client.pipeline = counting_pipeline
-    q.client.execute_command = lambda *a, **kw: single.append(a) or real_command(*a, **kw)
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", counting_send)
     jobs = q.add_bulk([("a", 1), ("b", 2, {"priority": 3}), {"name": "c", "data": 3, "opts": {"delay": 500}},
                        ("d", 4, {"jobId": "dd", "lifo": True})])
-    assert calls == [4] and single == []
+    monkeypatch.undo()
+    assert len(writes) == 1 and writes[0].count(b"EVALSHA") == 4
     assert [j.id for j in jobs] == ["2", "3", "4", "dd"]
     assert r.lrange(q.keys.wait, 0, -1) == ["2", "1", "dd"]
     assert r.zrange(q.keys.prioritized, 0, -1) == ["3"]

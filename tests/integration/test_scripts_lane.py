@@ -117,3 +117,51 @@ def test_small_or_single_connection_clients_keep_nothing(redis_url, prefix, qnam
             assert _pool_counts(client)[2] == 0
     finally:
         client.close()
+
+
+def _batch(scripts: Scripts, calls):
+    pipe = scripts.client.pipeline(transaction=False)
+    for keys in calls:
+        scripts.queue_call(pipe, "getCounts-1", [scripts.keys.base], keys)
+    try:
+        return scripts.execute_pipeline(pipe)
+    finally:
+        pipe.reset()
+
+
+def test_pipelined_calls_go_on_the_lane_with_errors_in_place(lane, r):
+    lane.client.script_load(lane.lib.sources["getCounts-1"])
+    r.set(lane.keys.active, "not a list")
+    answers = _batch(lane, [["wait"], ["active"], ["wait", "paused"]])
+    assert answers[0] == [0] and answers[2] == [0, 0]
+    assert isinstance(answers[1], redis.ResponseError)
+    assert _pool_counts(lane.client) == (1, 0, 1)  # the pool's one connection, kept by the lane
+    assert _batch(lane, [["wait"]]) == [[0]]
+    assert _pool_counts(lane.client) == (1, 0, 1)
+
+
+def test_pipelined_noscript_and_dropped_connection_recover(lane, r):
+    lane.get_counts(["wait"])
+    r.script_flush()
+    assert _batch(lane, [["wait"], ["active"]]) == [[0], [0]]
+    conn = lane._lane[0]
+    conn.send_command("CLIENT", "ID")
+    r.client_kill_filter(_id=int(conn.read_response()))
+    assert _batch(lane, [["wait"], ["active"]]) == [[0], [0]]
+    assert lane.get_counts(["wait"]) == [0]
+
+
+def test_other_commands_on_a_script_pipeline_are_refused(lane):
+    pipe = lane.client.pipeline(transaction=False)
+    lane.queue_call(pipe, "getCounts-1", [lane.keys.base], ["wait"])
+    pipe.ping()
+    with pytest.raises(RuntimeError, match="separate pipeline"):
+        lane.execute_pipeline(pipe)
+    pipe.reset()
+
+
+def test_transaction_pipelines_are_left_to_redis_py(lane):
+    pipe = lane.client.pipeline(transaction=True)
+    lane.queue_call(pipe, "getCounts-1", [lane.keys.base], ["wait"])
+    assert lane.execute_pipeline(pipe) == [[0]]
+    pipe.reset()
