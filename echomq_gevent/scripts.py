@@ -183,7 +183,8 @@ class Scripts:
         if _lane_ok(client):
             self._lane = []
             self._lane_pid = os.getpid()
-            weakref.finalize(self, _release_lane, client.connection_pool, self._lane)
+            # not at interpreter exit: the process' sockets close with it anyway
+            weakref.finalize(self, _release_lane, client.connection_pool, self._lane).atexit = False
 
     # -- low level ----------------------------------------------------------------------
     def load_all(self, client: Optional["redis.Redis"] = None) -> None:
