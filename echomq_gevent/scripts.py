@@ -201,10 +201,11 @@ class Scripts:
         if self._lane:
             _release_lane(self.client.connection_pool, self._lane)
 
-    def _lane_call(self, sha: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
-        """EVALSHA on the kept connection: the same bytes and the same answer (or error) as
-        ``client.evalsha``. A connection error gives the connection up and runs the call
-        through the client, with its retry policy, as every other command."""
+    def _lane_call(self, *command: Any) -> Any:
+        """One command (an EVALSHA, or the SCRIPT LOAD after a NOSCRIPT) on the kept
+        connection: the same bytes and the same answer (or error) as the client would give.
+        A connection error gives the connection up and runs the command through the
+        client, with its retry policy, as every other command."""
         lane = self._lane
         assert lane is not None
         if self._lane_pid != os.getpid():  # forked: the kept sockets belong to the parent
@@ -217,16 +218,16 @@ class Scripts:
             conn = pool.get_connection("EVALSHA") if _CHECKOUT_TAKES_NAME else pool.get_connection()
         try:
             if _pack_command is not None:
-                conn.send_packed_command((_pack_command(("EVALSHA", sha, len(keys), *keys, *args)),))
+                conn.send_packed_command((_pack_command(command),))
             else:  # pragma: no cover - without hiredis
-                conn.send_packed_command(conn.pack_command("EVALSHA", sha, len(keys), *keys, *args))
+                conn.send_packed_command(conn.pack_command(*command))
             result = conn.read_response()
         except ResponseError:  # a whole answer was read: the connection is clean
             self._lane_keep(lane, pool, conn)
             raise
         except (redis.ConnectionError, redis.TimeoutError, OSError):
             self._lane_drop(pool, conn)
-            return self.client.evalsha(sha, len(keys), *keys, *args)
+            return self.client.execute_command(*command)
         except BaseException:  # e.g. GreenletExit mid-read: the answer may still be unread
             self._lane_drop(pool, conn)
             raise
@@ -296,10 +297,10 @@ class Scripts:
         sha = self.lib.shas[name]
         if self._lane is not None and c is self.client:
             try:
-                return self._lane_call(sha, keys, args)
+                return self._lane_call("EVALSHA", sha, len(keys), *keys, *args)
             except NoScriptError:
-                c.script_load(self.lib.sources[name])
-                return self._lane_call(sha, keys, args)
+                self._lane_call("SCRIPT", "LOAD", self.lib.sources[name])
+                return self._lane_call("EVALSHA", sha, len(keys), *keys, *args)
         try:
             return c.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:

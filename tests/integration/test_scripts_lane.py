@@ -77,11 +77,12 @@ def test_script_errors_raise_and_keep_the_connection(lane, r):
     assert _pool_counts(lane.client)[2] == 1
 
 
-def test_noscript_is_loaded_and_retried(lane, r):
+def test_noscript_is_loaded_and_retried_on_the_same_connection(lane, r):
     lane.get_counts(["wait"])
     r.script_flush()
     assert lane.get_counts(["wait"]) == [0]
     assert r.script_exists(lane.lib.shas["getCounts-1"]) == [True]
+    assert _pool_counts(lane.client) == (1, 0, 1)
 
 
 def test_a_killed_connection_is_replaced(lane, r):
