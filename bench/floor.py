@@ -1,8 +1,8 @@
 """``python -m bench.run --floor``: the price of one Redis round trip, per client stack.
 
 A worker at concurrency 1 cannot go faster than one sequential round trip per job. This
-measures that floor for the three client stacks the implementations use — redis-py plain,
-redis-py under gevent (ours), ioredis (BullMQ Node) — with N sequential PINGs and N
+measures that floor for the client stacks — redis-py plain, redis-py under gevent through its
+pool and on one kept connection (ours), ioredis (BullMQ Node) — with N sequential PINGs and N
 ``moveToFinished``-shaped EVALSHAs of a trivial script, each in its own subprocess, against
 the harness's private Redis. Writes ``floor.md``.
 """
@@ -19,8 +19,10 @@ from .impls import DRIVERS, node_binary
 
 STACKS = (
     ("redis-py + hiredis, plain", [sys.executable, os.path.join(DRIVERS, "floor_py.py")], {"gevent": False}),
-    ("redis-py + hiredis under gevent (ours)", [sys.executable, os.path.join(DRIVERS, "floor_py.py")],
+    ("redis-py + hiredis under gevent, pooled", [sys.executable, os.path.join(DRIVERS, "floor_py.py")],
      {"gevent": True}),
+    ("redis-py + hiredis under gevent, kept connection (ours)",
+     [sys.executable, os.path.join(DRIVERS, "floor_py.py")], {"gevent": True, "single": True}),
     ("ioredis (BullMQ Node)", [node_binary(), os.path.join(DRIVERS, "floor_node.js")], {}),
 )
 

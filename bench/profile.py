@@ -62,7 +62,7 @@ def _short(frame: str) -> str:
 
 
 def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency: int = 100,
-            rate: int = 250) -> str:
+            rate: int = 1000) -> str:
     """Profile ``impl``'s worker over one no-op run; return the Markdown text written."""
     spy = shutil.which("py-spy")
     if not spy:

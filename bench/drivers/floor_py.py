@@ -1,8 +1,9 @@
 """Benchmark driver: the cost of one sequential Redis round trip from redis-py.
 
-``python bench/drivers/floor_py.py '{"url", "n", "gevent": bool}'``: times N sequential PINGs
+``python bench/drivers/floor_py.py '{"url", "n", "gevent": bool, "single": bool}'``: times N sequential PINGs
 and N sequential EVALSHAs shaped like a ``moveToFinished`` call (14 keys, 8 arguments) against
-a trivial script, with redis-py (hiredis parser) plain or under ``gevent.monkey.patch_all()``.
+a trivial script, with redis-py (hiredis parser) plain or under ``gevent.monkey.patch_all()``,
+through the connection pool or on one kept connection (``"single": true``).
 Prints one JSON line per probe: ``{"probe", "per_s", "wall_us", "cpu_us"}``.
 """
 import json
@@ -21,7 +22,8 @@ import redis  # noqa: E402
 
 
 def main() -> None:
-    client = redis.Redis.from_url(CFG["url"], decode_responses=True)
+    client = redis.Redis.from_url(CFG["url"], decode_responses=True,
+                                  single_connection_client=bool(CFG.get("single")))
     sha = client.script_load("return 1")
     keys = [f"bench:floor:k{i}" for i in range(14)]
     args = ["1", "1795968331925", "returnvalue", "null", "completed", "1", "bench:floor:", "x" * 120]

@@ -117,7 +117,7 @@ def test_round_trip_floor_measures_every_client_stack(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [ln for ln in (tmp_path / "floor.md").read_text(encoding="utf-8").splitlines()
             if ln.startswith("| ") and "---" not in ln and "client stack" not in ln]
-    assert len(rows) == 6  # 3 stacks x (PING, EVALSHA)
+    assert len(rows) == 8  # 4 stacks x (PING, EVALSHA)
     for row in rows:
         per_s = float(row.split("|")[3].replace(",", ""))
         assert per_s > 0, row
