@@ -50,6 +50,16 @@ def qname():
     return "q" + uuid.uuid4().hex[:8]
 
 
+@pytest.fixture
+def queue(redis_url, prefix, qname):
+    """An ``echomq_gevent.Queue`` on the test's own queue name and prefix."""
+    from echomq_gevent import Queue
+
+    q = Queue(qname, connection=redis_url, prefix=prefix)
+    yield q
+    q.close()
+
+
 @pytest.fixture(autouse=True)
 def _clean_prefix(request, redis_url):
     """Delete the test's keys afterwards (only its own prefix)."""

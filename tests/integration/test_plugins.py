@@ -96,13 +96,6 @@ class Exploding:
 
 
 @pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
-
-
-@pytest.fixture
 def run_worker(redis_url, prefix, qname):
     """Start a Worker on the test queue with the given plugins; closed afterwards."""
     from echomq_gevent.worker import Worker

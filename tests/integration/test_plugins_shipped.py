@@ -36,13 +36,6 @@ def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
 
 
 @pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
-
-
-@pytest.fixture
 def worker_with(redis_url, prefix, qname):
     from echomq_gevent.worker import Worker
 

@@ -15,10 +15,8 @@ TOKEN = "tok:0"
 
 
 @pytest.fixture
-def q(redis_url, prefix, qname):
-    queue = Queue(qname, redis_url, prefix=prefix)
-    yield queue
-    queue.close()
+def q(queue):
+    return queue
 
 
 def now_ms() -> int:

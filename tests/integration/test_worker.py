@@ -10,7 +10,7 @@ from typing import Any, Callable, List
 import gevent
 import pytest
 
-from echomq_gevent import Queue, Worker
+from echomq_gevent import Worker
 from echomq_gevent.errors import ConfigError
 from echomq_gevent.hookspecs import hookimpl
 from echomq_gevent.plugins import PluginHost, make_plugin_manager
@@ -87,13 +87,6 @@ def host_with(*plugins: Any) -> PluginHost:
 
 def events(r, prefix: str, qname: str) -> List[dict]:
     return [fields for _id, fields in r.xrange(f"{prefix}:{qname}:events")]
-
-
-@pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
 
 
 def make_worker(redis_url, prefix, qname, processor=None, **opts) -> Worker:

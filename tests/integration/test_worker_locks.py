@@ -9,18 +9,10 @@ import gevent
 import gevent.event
 import pytest
 
-from echomq_gevent import Queue
 from echomq_gevent.keys import QueueKeys
 from echomq_gevent.scripts import Scripts
 
 from test_worker import Recorder, events, host_with, make_worker, running, wait_for
-
-
-@pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
 
 
 def spin(seconds: float) -> int:

@@ -17,13 +17,6 @@ from echomq_gevent.hookspecs import FailureDecision, hookimpl
 from test_worker import Recorder, events, host_with, make_worker, running, wait_for
 
 
-@pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
-
-
 blocking_sleep = gevent.monkey.get_original("time", "sleep")
 
 

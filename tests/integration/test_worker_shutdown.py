@@ -13,13 +13,6 @@ from redis_server import RedisServer
 from test_worker import Recorder, host_with, make_worker, running, wait_for
 
 
-@pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
-
-
 def test_close_waits_for_short_jobs_and_hands_back_long_ones(redis_url, prefix, qname, queue, r):
     short = queue.add("short", {"s": 0.2})
     long_ = [queue.add("long", {"s": 30}) for _ in range(2)]

@@ -28,13 +28,6 @@ from interop_helpers import (
 pytestmark = pytest.mark.interop
 
 
-@pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
-
-
 def _our_counts(queue):
     return queue.get_job_counts(*COUNT_TYPES)
 

@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-from echomq_gevent import Queue
 from echomq_gevent.keys import QueueKeys
 from interop_helpers import (
     COUNT_TYPES,
@@ -21,13 +20,6 @@ from interop_helpers import (
 )
 
 pytestmark = pytest.mark.interop
-
-
-@pytest.fixture
-def queue(redis_url, prefix, qname):
-    q = Queue(qname, connection=redis_url, prefix=prefix)
-    yield q
-    q.close()
 
 
 def test_node_producer_our_worker_node_observers(node):
