@@ -182,5 +182,14 @@ def echomq_job_lock_lost(worker: Any, job: "Job") -> None:
 
 
 @hookspec
+def echomq_job_moved(worker: Any, job: "Job", state: str, error: BaseException) -> None:
+    """The job left active without a result: the processor moved it itself and raised
+    ``DelayedError`` (``state`` ``"delayed"``) or ``WaitingChildrenError``
+    (``"waiting-children"``), or raised ``RateLimitError`` and the worker put it back at
+    the front of the queue (``"wait"``). No attempt is counted; it starts again with
+    ``echomq_job_active``."""
+
+
+@hookspec
 def echomq_job_handed_back(worker: Any, job: "Job") -> None:
     """At shutdown, the unfinished job was handed back to the front of wait."""

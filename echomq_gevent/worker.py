@@ -80,6 +80,16 @@ _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 _MAX_BURST = 64
 
 
+def _moved_state(err: BaseException) -> str:
+    """Where a processor that raised ``err`` has put its job (for ``echomq_job_moved``)."""
+    name = type(err).__name__
+    if isinstance(err, WaitingChildrenError) or name == "WaitingChildrenError":
+        return "waiting-children"
+    if name == "WaitingError":
+        return "wait"
+    return "delayed"
+
+
 def _now_ms() -> int:
     return int(time.time() * 1000)
 
@@ -889,12 +899,14 @@ class Worker:
                 self._limit_until = max(self._limit_until, _now_ms() + int(ttl))
             self._drained = False
             self._kick.set()
+            self.plugins.notify("echomq_job_moved", worker=self, job=job, state="wait", error=err)
             return None
         fetch = self._can_fetch_next()
         if isinstance(err, (DelayedError, WaitingChildrenError)) or type(err).__name__ in _MOVED_BY_PROCESSOR:
             slot.phase = "finishing"
             if self._locks is not None:
                 self._locks.untrack(job.id, token)
+            self.plugins.notify("echomq_job_moved", worker=self, job=job, state=_moved_state(err), error=err)
             if not fetch:
                 return None
             try:

@@ -4,7 +4,7 @@ Load it with ``plugins: [echomq_logging]`` (``plugin_paths`` must reach this fol
 Every record goes to the ``echomq_gevent.events`` logger at INFO (failures, stalls
 and lost locks at WARNING/ERROR) and carries its fields as ``extra`` attributes:
 ``event`` (``job.active``, ``job.completed``, ``job.failed``, ``job.retried``,
-``job.stalled``, ``job.lock_lost``, ``job.handed_back``, ``worker.started``,
+``job.stalled``, ``job.lock_lost``, ``job.moved``, ``job.handed_back``, ``worker.started``,
 ``worker.stopping``), ``queue``, ``job_id``, ``job_name``, ``attempt`` and, where they
 apply, ``duration_ms``, ``delay_ms``, ``error``. ``echomq-gevent --log-format json``
 prints them as one JSON object per line, ready for a log shipper.
@@ -92,6 +92,13 @@ def echomq_job_stalled(worker: Any, queue: str, job_id: str) -> None:
 def echomq_job_lock_lost(worker: Any, job: Any) -> None:
     f = _job_fields(job)
     _emit(logging.ERROR, "job.lock_lost", "job %s (%s) lost its lock" % (f["job_id"], f["job_name"]), **f)
+
+
+@hookimpl
+def echomq_job_moved(worker: Any, job: Any, state: str, error: BaseException) -> None:
+    f = _job_fields(job)
+    _emit(logging.INFO, "job.moved", "job %s (%s) moved to %s by its processor" % (f["job_id"], f["job_name"], state),
+          state=state, **f)
 
 
 @hookimpl

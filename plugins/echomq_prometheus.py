@@ -150,6 +150,11 @@ def echomq_job_lock_lost(worker: Any, job: Any) -> None:
 
 
 @hookimpl
+def echomq_job_moved(worker: Any, job: Any, state: str, error: BaseException) -> None:
+    _ended(job)
+
+
+@hookimpl
 def echomq_job_handed_back(worker: Any, job: Any) -> None:
     q = _queue(job)
     _ended(job)

@@ -9,7 +9,7 @@ from typing import Any, List, Tuple
 import gevent
 import pytest
 
-from echomq_gevent import FailureDecision, hookimpl
+from echomq_gevent import DelayedError, FailureDecision, RateLimitError, hookimpl
 from echomq_gevent.plugins import PluginHost, make_plugin_manager
 from echomq_gevent.queue import Queue
 
@@ -60,6 +60,10 @@ class Recorder:
     @hookimpl
     def echomq_job_failed(self, job, error):
         self.events.append(("failed", job.id, str(error)))
+
+    @hookimpl
+    def echomq_job_moved(self, job, state, error):
+        self.events.append(("moved", job.id, state))
 
 
 class Exploding:
@@ -426,3 +430,47 @@ def test_builtin_plugin_answers_bullmq_rule_when_no_user_plugin_decides():
     assert host.failure_decision(worker, job(0, 5, started=2), err) == FailureDecision.fail()
     names = [impl.plugin_name for impl in host.pm.hook.echomq_failure_decision.get_hookimpls()]
     assert names[0] == "echomq_gevent.builtin"  # asked last
+
+
+class SelfMoving:
+    """Processors that move their job themselves: once to delayed, once rate limited."""
+
+    __name__ = "test-self-moving"
+
+    def __init__(self, qname: str) -> None:
+        self.qname = qname
+        self.runs: dict = {}
+
+    def later(self, job):
+        self.runs[job.id] = self.runs.get(job.id, 0) + 1
+        if self.runs[job.id] == 1:
+            job.move_to_delayed(int(time.time() * 1000) + 50, job.token)
+            raise DelayedError()
+        return "later"
+
+    def limited(self, job):
+        self.runs[job.id] = self.runs.get(job.id, 0) + 1
+        if self.runs[job.id] == 1:
+            raise RateLimitError()
+        return "limited"
+
+    @hookimpl
+    def echomq_register_processors(self, registry):
+        registry.add(self.qname, "later", self.later)
+        registry.add(self.qname, "limited", self.limited)
+
+
+def test_telemetry_sees_jobs_their_processor_moved(queue, run_worker, qname):
+    """DelayedError and RateLimitError end a run with ``moved`` (not completed/failed/retried),
+    and the job's next run starts with ``active`` again."""
+    rec = Recorder()
+    run_worker(SelfMoving(qname), rec, concurrency=1)
+    later = queue.add("later", {})
+    limited = queue.add("limited", {})
+    for j in (later, limited):
+        wait_for(state_is(queue, j.id, "completed"), what=f"job {j.id} to complete")
+    assert rec.of(later.id) == ["active", "moved", "active", "completed"]
+    assert rec.of(limited.id) == ["active", "moved", "active", "completed"]
+    states = {j: x for e, j, x in rec.events if e == "moved"}
+    assert states == {later.id: "delayed", limited.id: "wait"}
+    assert queue.get_job(later.id).attempts_made == 1 and queue.get_job(limited.id).attempts_made == 1

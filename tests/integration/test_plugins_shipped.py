@@ -55,6 +55,11 @@ def worker_with(redis_url, prefix, qname):
 
 
 def flaky_processor(job):
+    if job.data.get("delay_once") and job.delay == 0 and job.attempts_started == 1:
+        from echomq_gevent import DelayedError
+
+        job.move_to_delayed(int(time.time() * 1000) + job.data["delay_once"], job.token)
+        raise DelayedError()
     if job.data.get("fail") and job.attempts_made == 0:
         raise RuntimeError(f"job {job.id}: first attempt fails")
     if job.data.get("always_fail"):
@@ -108,16 +113,22 @@ def test_prometheus_plugin_counts_jobs(queue, worker_with, qname):
     jobs = [queue.add("calc", {"n": i}) for i in range(4)]
     retried = queue.add("calc", {"n": 9, "fail": True}, {"attempts": 2})
     bad = queue.add("calc", {"always_fail": True})
+    moved = queue.add("calc", {"n": 8, "delay_once": 1500})
+    wait_for(lambda: queue.get_job_state(moved.id) == "delayed", what="the job to delay itself")
     for j in jobs + [retried, bad]:
         wait_for(lambda: queue.get_job_state(j.id) in ("completed", "failed"), what=f"job {j.id}")
-    wait_for(lambda: value("echomq_jobs_completed_total", name="calc") == 5, what="5 completed counted")
+    assert queue.get_job_state(moved.id) == "delayed"
+    assert value("echomq_jobs_in_flight") == 0  # the job that delayed itself is not in flight
+    for j in (moved,):
+        wait_for(lambda: queue.get_job_state(j.id) in ("completed", "failed"), what=f"job {j.id}")
+    wait_for(lambda: value("echomq_jobs_completed_total", name="calc") == 6, what="6 completed counted")
     assert value("echomq_jobs_failed_total", name="calc") == 1
     assert value("echomq_jobs_retried_total", name="calc") == 1
-    assert value("echomq_job_duration_seconds_count", name="calc") == 5
+    assert value("echomq_job_duration_seconds_count", name="calc") == 6
     assert value("echomq_jobs_in_flight") == 0
     body, ctype = prom.render()
     assert ctype.startswith("text/plain")
-    assert f'echomq_jobs_completed_total{{name="calc",queue="{qname}"}} 5.0' in body.decode()
+    assert f'echomq_jobs_completed_total{{name="calc",queue="{qname}"}} 6.0' in body.decode()
 
 
 def test_prometheus_counts_add_up_across_processes(tmp_path):
