@@ -25,7 +25,7 @@ local function handleExistingCustomId(jobKey, jobId, parentKey, parent, parentJs
       local value = redis.call("HGET", jobKey, "returnvalue") or "null"
       redis.call("HSET", parentKey .. ":processed", jobKey, value)
       if not deferRelease then
-        releaseParentIfReady(parent["queueKey"], parentKey, parent["id"], timestamp)
+        moveParentToWaitIfNoPending(parent["queueKey"], parentKey, parent["id"], timestamp)
       end
     elseif parentDepsKey ~= nil then
       redis.call("SADD", parentDepsKey, jobKey)

@@ -2,43 +2,50 @@
 --- @include "includes/addDelayMarkerIfNeeded"
 --- @include "includes/addJobWithPriority"
 --- @include "includes/isQueuePausedOrMaxed"
--- A parent waits in its queue's waiting-children ZSET until its dependencies set is
--- empty. When that happens, move it to where a worker will find it: delayed (its
--- "delay" field > 0, due at timestamp + delay, scored due * 4096 with no sequence
--- number, as BullMQ does here), prioritized, or the front of wait,
--- with the matching event in the parent queue's stream. Does nothing while children
--- are pending, or when the parent is gone or not in waiting-children.
--- parentQueueKey is "<prefix>:<queue>" (no trailing colon).
-local function releaseParentIfReady(parentQueueKey, parentKey, parentId, timestamp)
-  if redis.call("SCARD", parentKey .. ":dependencies") > 0 then
-    return
-  end
-  if redis.call("EXISTS", parentKey) ~= 1 then
-    return
-  end
+-- Releasing a parent job from waiting-children once no child is pending. Used when a
+-- child finishes (moveToFinished, through moveParentToWait) and when a custom-id add
+-- finds the child already completed (handleExistingCustomId). parentQueueKey is
+-- "<prefix>:<queue>" (no colon at the end), parentKey the parent's hash key, parentId
+-- its id.
+
+-- Make a parent runnable: delayed when its "delay" field is > 0 (due now + delay),
+-- else prioritized or the front of wait; event "delayed" or "waiting" (prev
+-- "waiting-children") in the parent queue's stream. The caller has already taken the
+-- parent out of the set it waited in.
+local function moveParentToWait(parentQueueKey, parentKey, parentId, now)
   local base = parentQueueKey .. ":"
-  if redis.call("ZREM", base .. "waiting-children", parentId) == 0 then
-    return
-  end
   local attrs = redis.call("HMGET", parentKey, "priority", "delay")
-  local priority = tonumber(attrs[1]) or 0
+  local prio = tonumber(attrs[1]) or 0
   local delay = tonumber(attrs[2]) or 0
-  local eventsKey = base .. "events"
   if delay > 0 then
-    local delayedKey = base .. "delayed"
-    local due = tonumber(timestamp) + delay
-    redis.call("ZADD", delayedKey, due * 0x1000, parentId)
-    redis.call("XADD", eventsKey, "*", "event", "delayed", "jobId", parentId, "delay", due)
-    addDelayMarkerIfNeeded(base .. "marker", delayedKey)
+    local due = tonumber(now) + delay
+    redis.call("ZADD", base .. "delayed", due * 0x1000, parentId)
+    redis.call("XADD", base .. "events", "*", "event", "delayed", "jobId", parentId, "delay", due)
+    addDelayMarkerIfNeeded(base .. "marker", base .. "delayed")
     return
   end
   local held = isQueuePausedOrMaxed(base .. "meta", base .. "active")
-  if priority > 0 then
-    addJobWithPriority(base .. "prioritized", priority, parentId, base .. "pc")
+  if prio > 0 then
+    addJobWithPriority(base .. "prioritized", prio, parentId, base .. "pc")
   else
     redis.call("RPUSH", base .. "wait", parentId)
   end
   addBaseMarkerIfNeeded(base .. "marker", held)
-  redis.call("XADD", eventsKey, "*", "event", "waiting", "jobId", parentId,
+  redis.call("XADD", base .. "events", "*", "event", "waiting", "jobId", parentId,
              "prev", "waiting-children")
+end
+
+-- Release the parent if it still exists and is in waiting-children.
+local function moveParentToWaitIfWaiting(parentQueueKey, parentKey, parentId, now)
+  if redis.call("EXISTS", parentKey) == 1
+      and redis.call("ZREM", parentQueueKey .. ":waiting-children", parentId) == 1 then
+    moveParentToWait(parentQueueKey, parentKey, parentId, now)
+  end
+end
+
+-- Release the parent once no child is pending any more.
+local function moveParentToWaitIfNoPending(parentQueueKey, parentKey, parentId, now)
+  if redis.call("SCARD", parentKey .. ":dependencies") == 0 then
+    moveParentToWaitIfWaiting(parentQueueKey, parentKey, parentId, now)
+  end
 end
