@@ -17,8 +17,7 @@
 --- @include "includes/fetchNextJob"
 --- @include "includes/getDelayedScore"
 --- @include "includes/getOrSetMaxEvents"
---- @include "includes/removeLock"
---- @include "includes/updateJobFields"
+--- @include "includes/leaveActive"
 
 local markerKey = KEYS[1]
 local activeKey = KEYS[2]
@@ -28,17 +27,9 @@ local eventsKey = KEYS[6]
 local metaKey = KEYS[7]
 local jobId = ARGV[3]
 
-if redis.call("EXISTS", jobKey) == 0 then
-  return -1
-end
-local lockResult = removeLock(jobKey, KEYS[8], ARGV[4], jobId)
-if lockResult < 0 then
-  return lockResult
-end
-updateJobFields(jobKey, ARGV[7])
-
-if redis.call("LREM", activeKey, -1, jobId) < 1 then
-  return -3
+local leaveResult = leaveActive(jobKey, activeKey, KEYS[8], ARGV[4], jobId, ARGV[7])
+if leaveResult < 0 then
+  return leaveResult
 end
 
 local score, due = getDelayedScore(delayedKey, ARGV[2], tonumber(ARGV[5]))

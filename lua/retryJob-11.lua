@@ -16,8 +16,7 @@
 --- @include "includes/getOrSetMaxEvents"
 --- @include "includes/isQueuePausedOrMaxed"
 --- @include "includes/promoteDelayedJobs"
---- @include "includes/removeLock"
---- @include "includes/updateJobFields"
+--- @include "includes/leaveActive"
 
 local activeKey = KEYS[1]
 local jobKey = KEYS[4]
@@ -28,17 +27,9 @@ local jobId = ARGV[4]
 promoteDelayedJobs(KEYS[7], markerKey, KEYS[2], KEYS[8], KEYS[6], ARGV[1], ARGV[2], KEYS[9],
                    isQueuePausedOrMaxed(metaKey, activeKey))
 
-if redis.call("EXISTS", jobKey) == 0 then
-  return -1
-end
-local lockResult = removeLock(jobKey, KEYS[11], ARGV[5], jobId)
-if lockResult < 0 then
-  return lockResult
-end
-updateJobFields(jobKey, ARGV[6])
-
-if redis.call("LREM", activeKey, -1, jobId) < 1 then
-  return -3
+local leaveResult = leaveActive(jobKey, activeKey, KEYS[11], ARGV[5], jobId, ARGV[6])
+if leaveResult < 0 then
+  return leaveResult
 end
 
 -- the job just left active, which may have freed the global concurrency
