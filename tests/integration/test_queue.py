@@ -10,24 +10,11 @@ import redis
 from echomq_gevent import Job, Queue
 from echomq_gevent.errors import EchoMQError, JobNotInState
 from echomq_gevent.scripts import Scripts
-
-TOKEN = "tok:0"
-
+from integration.queue_helpers import TOKEN, now_ms, take
 
 @pytest.fixture
 def q(queue):
     return queue
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def take(q: Queue) -> str:
-    """Move the next job to active with a lock, as a worker does."""
-    res = q.scripts.move_to_active(TOKEN, 30000, now_ms())
-    assert res[1], f"no job to take: {res}"
-    return str(res[1])
 
 
 def finish(q: Queue, job_id: str, target: str = "completed", value: str = '"ok"') -> None:

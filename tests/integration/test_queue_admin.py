@@ -2,7 +2,6 @@
 state probes (also through ``getState-8`` for servers without LPOS)."""
 from __future__ import annotations
 
-import time
 from typing import List
 
 import pytest
@@ -10,24 +9,11 @@ import pytest
 from echomq_gevent import Job, Queue
 from echomq_gevent.errors import InvalidOptionError, JobNotExist, JobNotInState
 from echomq_gevent.job import _lpos_support, parse_redis_version, server_has_lpos
-
-TOKEN = "tok:0"
-
+from integration.queue_helpers import TOKEN, now_ms, take
 
 @pytest.fixture
 def q(queue):
     return queue
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def take(q: Queue) -> str:
-    """Move the next job to active with a lock, as a worker does."""
-    res = q.scripts.move_to_active(TOKEN, 30000, now_ms())
-    assert res[1], f"no job to take: {res}"
-    return str(res[1])
 
 
 def finish(q: Queue, job_id: str, target: str = "completed", value: str = '"ok"',
