@@ -40,7 +40,7 @@ import yaml
 
 from .errors import ConfigError
 from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
-from .worker_options import WORKER_OPTIONS, option_defaults, validate_worker_options
+from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options
 
 __all__ = [
     "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config",
@@ -380,12 +380,6 @@ def _parse_logging(cfg: Config, value: Any) -> None:
             cfg.log_format = v.lower()
 
 
-def _type_words(types: Tuple[type, ...]) -> str:
-    names = {int: "an integer", float: "a number", bool: "true/false", str: "a string",
-             dict: "a mapping", type(None): "null"}
-    return " or ".join(names.get(t, t.__name__) for t in types)
-
-
 def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -> Dict[str, Any]:
     """Check one mapping of worker options key by key (so the error has the key's line)."""
     if value is None:
@@ -403,16 +397,12 @@ def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -
             continue
         if key == "processor":
             raise cfg.error(sub, "processor is per queue; set it under queues.<name>, not in defaults")
-        opt = WORKER_OPTIONS.get(key)
-        if opt is None:
+        if key not in WORKER_OPTIONS:
             raise cfg.error(sub, _suggest(key, valid))
-        if v is not None and not isinstance(v, opt.types) or (
-                isinstance(v, bool) and bool not in opt.types):
-            raise cfg.error(sub, f"must be {_type_words(opt.types)}, got {v!r}")
         try:
-            opt.check(key, v)
-        except ConfigError as exc:
-            raise cfg.error(sub, str(exc)) from None
+            check_worker_option(key, v)
+        except OptionError as exc:
+            raise cfg.error(sub, _strip_key(key, str(exc))) from None
         out[key] = v
     return out
 
@@ -434,40 +424,23 @@ def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
         processor = own.pop("processor", None)
         merged = dict(cfg.defaults)
         merged.update(own)
-        full = option_defaults()
-        full.update(merged)
-        _check_combinations(cfg, path, name, full, own)
         try:
             options = validate_worker_options(merged, where=f"queue {name!r}")
-        except ConfigError as exc:
-            raise cfg.error(path, str(exc)) from None
+        except OptionError as exc:
+            key = exc.option
+            at = path
+            if key in own:
+                at = path + (key,)
+            elif key in cfg.defaults:
+                at = ("defaults", key)
+            raise cfg.error(at, str(exc).split(": ", 1)[-1]) from None
         cfg.queues[name] = QueueConfig(name=name, options=options, processor=processor,
                                        line=cfg.marks.line(path))
 
 
-def _check_combinations(cfg: Config, path: Path, name: str, options: Dict[str, Any],
-                        own: Mapping[str, Any]) -> None:
-    """Refuse option combinations that cannot work (beyond the table's own checks)."""
-    def at(key: str) -> Path:
-        return path + (key,) if key in own else (("defaults", key) if key in cfg.defaults else path)
-
-    lock = options["lock_duration"]
-    renew = options.get("lock_renew_time")
-    if renew is not None and renew >= lock:
-        raise cfg.error(at("lock_renew_time"),
-                        f"lock_renew_time ({renew} ms) must be below lock_duration ({lock} ms), "
-                        f"or locks expire before they are renewed")
-    if lock < 100:
-        raise cfg.error(at("lock_duration"), f"lock_duration {lock} ms is too short for any renewal to "
-                                             f"arrive in time; use 1000 ms or more")
-    if options["drain_delay"] == 0:
-        raise cfg.error(at("drain_delay"), "drain_delay 0 would block on the marker forever (BZPOPMIN "
-                                           "timeout 0) and the worker could not notice a close; use a "
-                                           "value > 0, e.g. 5")
-    if options.get("offload") == "thread" and options["concurrency"] > 1000:
-        raise cfg.error(at("concurrency"), "offload: thread runs each job in a native thread; "
-                                           f"concurrency {options['concurrency']} threads is more than "
-                                           "1000; lower it or drop offload")
+def _strip_key(key: str, message: str) -> str:
+    """The validator's message without a leading ``<key> `` (the location names the key)."""
+    return message[len(key) + 1:] if key and message.startswith(key + " ") else message
 
 
 def redact_url(url: str) -> str:

@@ -130,10 +130,46 @@ class PluginHost:
     # -- telemetry ---------------------------------------------------------------------
     def notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call every implementation of a telemetry hook; one that raises is logged and
-        the others still run."""
+        the others still run.
+
+        Without wrappers the implementations are called here, newest first (pluggy's
+        order). When a plugin wraps the hook (``wrapper=True`` or the old
+        ``hookwrapper=True``), the call goes through pluggy so the wrapper runs around
+        the others; each plain implementation is guarded first, so a raising one is still
+        logged and skipped, and a wrapper that raises is logged too.
+        """
         hook = getattr(self.pm.hook, hook_name)
-        for impl in reversed(hook.get_hookimpls()):
-            try:
-                impl.function(*[kwargs[a] for a in impl.argnames])
-            except Exception:
-                log.exception("telemetry plugin %s raised in %s; ignored", impl.plugin_name, hook_name)
+        impls = hook.get_hookimpls()
+        if not any(impl.wrapper or impl.hookwrapper for impl in impls):
+            for impl in reversed(impls):
+                try:
+                    impl.function(*[kwargs[a] for a in impl.argnames])
+                except Exception:
+                    log.exception("telemetry plugin %s raised in %s; ignored", impl.plugin_name, hook_name)
+            return
+        for impl in impls:
+            if not (impl.wrapper or impl.hookwrapper) and not getattr(impl.function, _GUARDED, False):
+                impl.function = _guarded(impl.function, impl.plugin_name, hook_name)
+        try:
+            hook(**kwargs)
+        except Exception:
+            log.exception("a telemetry wrapper of %s raised; ignored", hook_name)
+
+
+_GUARDED = "__echomq_guarded__"
+
+
+def _guarded(fn: Callable[..., Any], plugin_name: str, hook_name: str) -> Callable[..., Any]:
+    """``fn`` that logs and swallows its exception (a telemetry plugin never fails a job)."""
+    import functools
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except Exception:
+            log.exception("telemetry plugin %s raised in %s; ignored", plugin_name, hook_name)
+            return None
+
+    setattr(call, _GUARDED, True)
+    return call

@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from .errors import ConfigError
 
-__all__ = ["Option", "WORKER_OPTIONS", "validate_worker_options", "option_defaults", "check_keep_jobs"]
+__all__ = ["Option", "OptionError", "WORKER_OPTIONS", "validate_worker_options", "check_worker_option",
+           "check_combinations", "option_defaults", "check_keep_jobs"]
 
 
 def _positive_int(name: str, v: Any) -> None:
@@ -144,37 +145,82 @@ def option_defaults() -> Dict[str, Any]:
     return {name: opt.default for name, opt in WORKER_OPTIONS.items()}
 
 
+class OptionError(ConfigError):
+    """A worker option is wrong; ``option`` names the key the message is about (the YAML
+    loader points at that key's line)."""
+
+    def __init__(self, message: str, option: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+def check_worker_option(key: str, value: Any) -> None:
+    """Check one option on its own (type and range); raise :class:`OptionError` naming it.
+
+    Used by :func:`validate_worker_options` and, key by key, by the YAML loader.
+    """
+    opt = WORKER_OPTIONS.get(key)
+    if opt is None:
+        import difflib
+
+        near = difflib.get_close_matches(key, list(WORKER_OPTIONS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; valid options: {', '.join(WORKER_OPTIONS)}"
+        raise OptionError(f"unknown option {key!r}{hint}", key)
+    if value is not None and (not isinstance(value, opt.types) or (isinstance(value, bool)
+                                                                   and bool not in opt.types)):
+        raise OptionError(f"{key} must be {_type_names(opt.types)}, got {value!r}", key)
+    try:
+        opt.check(key, value)
+    except ConfigError as exc:
+        raise OptionError(str(exc), key) from None
+
+
+#: Shortest lock a worker accepts: no renewal can arrive in time below it.
+MIN_LOCK_DURATION_MS = 100
+#: Most native threads ``offload: thread`` may start (one per job in flight).
+MAX_OFFLOAD_THREADS = 1000
+
+
+def check_combinations(out: Mapping[str, Any]) -> None:
+    """Refuse combinations of (complete) options that cannot work; the error's ``option``
+    is the key to change."""
+    lock = out["lock_duration"]
+    renew = out["lock_renew_time"]
+    if renew is not None and renew >= lock:
+        raise OptionError(f"lock_renew_time ({renew} ms) must be below lock_duration ({lock} ms), "
+                          f"or locks expire before they are renewed", "lock_renew_time")
+    if lock < MIN_LOCK_DURATION_MS:
+        raise OptionError(f"lock_duration {lock} ms is too short for any renewal to arrive in time; "
+                          f"use 1000 ms or more", "lock_duration")
+    if out["drain_delay"] == 0:
+        raise OptionError("drain_delay 0 would block on the marker forever (BZPOPMIN timeout 0) and the "
+                          "worker could not notice a close; use a value > 0, e.g. 5", "drain_delay")
+    if out["offload"] == "thread" and out["concurrency"] > MAX_OFFLOAD_THREADS:
+        raise OptionError(f"offload: thread runs each job in a native thread; concurrency "
+                          f"{out['concurrency']} threads is more than {MAX_OFFLOAD_THREADS}; lower it or "
+                          f"drop offload", "concurrency")
+
+
 def validate_worker_options(options: Mapping[str, Any], where: str = "worker option") -> Dict[str, Any]:
     """Check ``options`` against the table; return every option with defaults filled in.
 
-    ``where`` prefixes messages (``"queue 'mail'"``). Unknown names are refused with the
-    nearest valid name suggested; combinations that cannot work are refused too.
+    The one validator of worker options: ``Worker(...)`` calls it with its keyword
+    arguments and the YAML loader with each queue's merged options, so both accept and
+    refuse the same values. ``where`` prefixes messages (``"queue 'mail'"``). Unknown
+    names are refused with the nearest valid name suggested; combinations that cannot
+    work are refused too (:func:`check_combinations`). Raises :class:`OptionError`.
     """
-    import difflib
-
     out = option_defaults()
     for key, value in options.items():
-        opt = WORKER_OPTIONS.get(key)
-        if opt is None:
-            near = difflib.get_close_matches(key, list(WORKER_OPTIONS), n=1)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; valid options: {', '.join(WORKER_OPTIONS)}"
-            raise ConfigError(f"{where}: unknown option {key!r}{hint}")
-        if value is not None and not isinstance(value, opt.types):
-            raise ConfigError(f"{where}: {key} must be {_type_names(opt.types)}, got {value!r}")
         try:
-            opt.check(key, value)
-        except ConfigError as exc:
-            raise ConfigError(f"{where}: {exc}") from None
+            check_worker_option(key, value)
+        except OptionError as exc:
+            raise OptionError(f"{where}: {exc}", exc.option) from None
         out[key] = value
-    renew = out["lock_renew_time"]
-    if renew is not None and renew >= out["lock_duration"]:
-        raise ConfigError(
-            f"{where}: lock_renew_time ({renew} ms) must be below lock_duration ({out['lock_duration']} ms), "
-            f"or locks expire before they are renewed"
-        )
-    if out["job_timeout"] is not None and out["offload"] == "thread":
-        # a native thread cannot be interrupted; the job is failed but its thread runs on.
-        pass
+    try:
+        check_combinations(out)
+    except OptionError as exc:
+        raise OptionError(f"{where}: {exc}", exc.option) from None
     return out
 
 

@@ -474,3 +474,68 @@ def test_telemetry_sees_jobs_their_processor_moved(queue, run_worker, qname):
     states = {j: x for e, j, x in rec.events if e == "moved"}
     assert states == {later.id: "delayed", limited.id: "wait"}
     assert queue.get_job(later.id).attempts_made == 1 and queue.get_job(limited.id).attempts_made == 1
+
+
+# --- wrapper hooks -------------------------------------------------------------------------------------------
+class Timing:
+    """A new-style wrapper (``wrapper=True``) around job completion, as a tracing plugin writes it."""
+
+    __name__ = "test-timing"
+
+    def __init__(self) -> None:
+        self.spans: List[Tuple[str, str]] = []
+
+    @hookimpl(wrapper=True)
+    def echomq_job_completed(self, job, result, duration_ms):
+        self.spans.append(("enter", job.id))
+        try:
+            return (yield)
+        finally:
+            self.spans.append(("exit", job.id))
+
+
+class OldStyleTiming:
+    """An old-style ``hookwrapper=True`` around job activation."""
+
+    __name__ = "test-old-timing"
+
+    def __init__(self) -> None:
+        self.seen: List[str] = []
+
+    @hookimpl(hookwrapper=True)
+    def echomq_job_active(self, job):
+        self.seen.append("before " + job.id)
+        outcome = yield
+        outcome.get_result()
+        self.seen.append("after " + job.id)
+
+
+def test_wrapper_hooks_run_around_the_telemetry_and_a_raising_plugin_stays_guarded(queue, run_worker, qname):
+    timing, old, boom, rec = Timing(), OldStyleTiming(), Exploding(), Recorder()
+    run_worker(Processors(qname), boom, rec, timing, old)
+    job = queue.add("ok", {"w": 1})
+    wait_for(state_is(queue, job.id, "completed", "failed"), what="the job to finish")
+    assert queue.get_job_state(job.id) == "completed"
+    wait_for(lambda: ("exit", job.id) in timing.spans, what="the wrapper to close its span")
+    assert timing.spans == [("enter", job.id), ("exit", job.id)]
+    assert old.seen == ["before " + job.id, "after " + job.id]
+    # the raising plugin was called under the wrappers and the recorder still saw everything
+    assert boom.calls >= 2
+    assert rec.of(job.id) == ["active", "completed"]
+
+
+def test_a_raising_wrapper_is_logged_and_the_job_completes(queue, run_worker, qname, caplog):
+    class Broken:
+        __name__ = "test-broken-wrapper"
+
+        @hookimpl(wrapper=True)
+        def echomq_job_completed(self, job):
+            raise RuntimeError("wrapper is broken")
+            yield  # pragma: no cover
+
+    rec = Recorder()
+    run_worker(Processors(qname), rec, Broken())
+    job = queue.add("ok", {})
+    wait_for(state_is(queue, job.id, "completed", "failed"), what="the job to finish")
+    assert queue.get_job_state(job.id) == "completed"
+    wait_for(lambda: "wrapper is broken" in caplog.text, what="the wrapper's error in the log")
