@@ -206,11 +206,11 @@ class Queue:
         if not prepared:
             return []
         self._ensure_add_scripts()
-        pipe = self.client.pipeline(transaction=False)
+        batch = self.scripts.batch()
         for p in prepared:
-            self.scripts.add_job(p.job_id, p.name, p.timestamp, p.data_json, p.encoded, pipe=pipe,
+            self.scripts.add_job(p.job_id, p.name, p.timestamp, p.data_json, p.encoded, pipe=batch,
                                  **p.script_kwargs)
-        results = self.scripts.execute_pipeline(pipe)
+        results = batch.execute()
         out: List[Job] = []
         failure: Optional[BaseException] = None
         for p, res in zip(prepared, results):

@@ -18,27 +18,22 @@ protocol requires, and turns negative return codes into the typed exceptions of
 """
 from __future__ import annotations
 
-import inspect
 import os
 import re
 import threading
 import weakref
 from hashlib import sha1
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import msgpack
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
-try:  # the C packer redis-py itself uses when hiredis is installed
-    from hiredis import pack_command as _pack_command
-except ImportError:  # pragma: no cover - redis-py without hiredis
-    _pack_command = None
-
 from .errors import error_for_code
 from .keys import QueueKeys
+from .kept_connection import KeptConnection
 
-__all__ = ["ScriptLibrary", "Scripts", "library", "pack", "lua_dir"]
+__all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir"]
 
 _INCLUDE = re.compile(r'^\s*---\s*@include\s+"([^"]+)"\s*$', re.M)
 
@@ -125,40 +120,37 @@ def _int(v: Any) -> int:
     return int(v) if v is not None else 0
 
 
-#: redis-py >= 5.3 deprecates the command-name argument of ``get_connection``; 4.x needs it.
-_CHECKOUT_TAKES_NAME = (
-    inspect.signature(redis.ConnectionPool.get_connection).parameters.get("command_name") is not None
-    and inspect.signature(redis.ConnectionPool.get_connection).parameters["command_name"].default
-    is inspect.Parameter.empty)
-#: Fewest pool connections for which :class:`Scripts` keeps one checked out (see ``_lane_ok``).
-_LANE_MIN_POOL = 4
+
+class ScriptCall(NamedTuple):
+    """One script call, built by a :class:`Scripts` method named ``*_call`` and run by
+    :meth:`Scripts.run` or, with others, :meth:`Scripts.run_many`. ``job_id`` names the
+    job in the error a negative answer turns into."""
+
+    name: str
+    keys: List[Any]
+    args: List[Any]
+    job_id: Optional[str] = None
 
 
-def _lane_ok(client: Any) -> bool:
-    """Whether :class:`Scripts` may keep a connection of ``client``'s pool for its EVALSHAs:
-    a plain ``redis.Redis`` on a plain pool (no single-connection client, no client-side
-    cache, UTF-8 as hiredis packs it) with room for at least :data:`_LANE_MIN_POOL`."""
-    if type(client) is not redis.Redis or getattr(client, "connection", None) is not None:
-        return False
-    pool = getattr(client, "connection_pool", None)
-    if pool is None or getattr(pool, "cache", None) is not None:
-        return False
-    kwargs = getattr(pool, "connection_kwargs", {})
-    if kwargs.get("encoding", "utf-8").lower().replace("-", "") != "utf8":
-        return False
-    if kwargs.get("protocol") not in (None, 2, "2"):
-        return False
-    return (getattr(pool, "max_connections", 0) or 0) >= _LANE_MIN_POOL
+class ScriptBatch:
+    """Script calls collected to be sent in one round trip (:meth:`Scripts.batch`).
 
+    ``add`` calls, then ``execute`` once: the answers come back in order, a script error
+    in place of its answer (negative codes are left as numbers for the caller to read)."""
 
-def _release_lane(pool: Any, idle: List[Any]) -> None:
-    """Give the connections a :class:`Scripts` kept back to their pool (close or GC)."""
-    while idle:
-        conn = idle.pop()
-        try:
-            pool.release(conn)
-        except Exception:  # pragma: no cover - best effort
-            pass
+    def __init__(self, scripts: "Scripts") -> None:
+        self.scripts = scripts
+        self.calls: List[ScriptCall] = []
+
+    def add(self, call: ScriptCall) -> None:
+        self.calls.append(call)
+
+    def __len__(self) -> int:
+        return len(self.calls)
+
+    def execute(self) -> List[Any]:
+        calls, self.calls = self.calls, []
+        return self.scripts.run_many(calls, check=False)
 
 
 class Scripts:
@@ -166,25 +158,26 @@ class Scripts:
 
     Used by Queue, Job and Worker, from any greenlet or (with its own client) from a
     native thread: an instance holds no mutable state besides the set of servers its
-    scripts are known to be loaded on.
+    scripts are known to be loaded on and the connection it keeps for its calls.
+
+    The worker's per-job calls come in two shapes: a method per script that runs it and
+    checks its answer (``move_to_active``, ``move_to_finished``...), and, for calls the
+    worker sends together, ``move_to_active_many`` (batched pick-ups) and
+    ``move_to_finished_call`` + :meth:`run_many` (batched finishes).
     """
 
     def __init__(self, client: "redis.Redis", keys: QueueKeys, lib: Optional[ScriptLibrary] = None) -> None:
         self.client = client
         self.keys = keys
         self.lib = lib or library()
-        # The "lane": connections of the client's pool this instance keeps checked out
-        # between its own EVALSHAs (at most one idle). A pool round trip costs redis-py a
-        # readiness poll of the socket and its bookkeeping per command; the lane skips both
-        # for the scripts the worker and ``Queue.add`` run per job. Given back by
-        # :meth:`release_connections` or when this object is collected.
-        self._lane: Optional[List[Any]] = None
-        self._lane_pid = 0
-        if _lane_ok(client):
-            self._lane = []
-            self._lane_pid = os.getpid()
-            # not at interpreter exit: the process' sockets close with it anyway
-            weakref.finalize(self, _release_lane, client.connection_pool, self._lane).atexit = False
+        # A connection of the client's pool kept checked out for this instance's EVALSHAs
+        # (see kept_connection.py), or None when the client cannot lend one. Given back by
+        # release_connections() or when this object is collected.
+        self._kept: Optional[KeptConnection] = KeptConnection.for_client(client)
+        # raw redis-py pipelines given to queue_call: the script calls queued on each, by
+        # position, so execute_pipeline can replay a NOSCRIPT
+        self._on_pipes: "weakref.WeakKeyDictionary[Any, List[Tuple[int, ScriptCall]]]" = \
+            weakref.WeakKeyDictionary()
 
     # -- low level ----------------------------------------------------------------------
     def load_all(self, client: Optional["redis.Redis"] = None) -> None:
@@ -195,157 +188,103 @@ class Scripts:
             pipe.script_load(self.lib.sources[name])
         pipe.execute()
 
+    @property
+    def kept_connection(self) -> Optional[KeptConnection]:
+        """The connection kept for script calls (``None`` when the client cannot lend one)."""
+        return self._kept
+
     def release_connections(self) -> None:
         """Give the connection kept for script calls back to the client's pool (it is taken
         again on the next call). Queue.close and Worker's close call it; idempotent."""
-        if self._lane:
-            _release_lane(self.client.connection_pool, self._lane)
+        if self._kept is not None:
+            self._kept.release()
 
-    def _lane_call(self, *command: Any) -> Any:
-        """One command (an EVALSHA, or the SCRIPT LOAD after a NOSCRIPT) on the kept
-        connection: the same bytes and the same answer (or error) as the client would give.
-        A connection error gives the connection up and runs the command through the
-        client, with its retry policy, as every other command."""
-        lane = self._lane
-        assert lane is not None
-        if self._lane_pid != os.getpid():  # forked: the kept sockets belong to the parent
-            lane.clear()
-            self._lane_pid = os.getpid()
-        pool = self.client.connection_pool
-        try:
-            conn = lane.pop()
-        except IndexError:
-            conn = pool.get_connection("EVALSHA") if _CHECKOUT_TAKES_NAME else pool.get_connection()
-        try:
-            if _pack_command is not None:
-                conn.send_packed_command((_pack_command(command),))
-            else:  # pragma: no cover - without hiredis
-                conn.send_packed_command(conn.pack_command(*command))
-            result = conn.read_response()
-        except ResponseError:  # a whole answer was read: the connection is clean
-            self._lane_keep(lane, pool, conn)
-            raise
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            self._lane_drop(pool, conn)
-            return self.client.execute_command(*command)
-        except BaseException:  # e.g. GreenletExit mid-read: the answer may still be unread
-            self._lane_drop(pool, conn)
-            raise
-        self._lane_keep(lane, pool, conn)
-        return result
-
-    def _lane_batch(self, calls: List[Tuple[str, Sequence[Any], Sequence[Any]]]) -> List[Any]:
-        """Several EVALSHAs in one write on the kept connection, answers read in order (a
-        script error in place of its answer), as a non-transaction redis-py pipeline does.
-        A connection error gives the connection up and runs them as such a pipeline."""
-        lane = self._lane
-        assert lane is not None
-        if self._lane_pid != os.getpid():
-            lane.clear()
-            self._lane_pid = os.getpid()
-        shas = self.lib.shas
-        commands = [("EVALSHA", shas[name], len(keys), *keys, *args) for name, keys, args in calls]
-        pool = self.client.connection_pool
-        try:
-            conn = lane.pop()
-        except IndexError:
-            conn = pool.get_connection("EVALSHA") if _CHECKOUT_TAKES_NAME else pool.get_connection()
-        try:
-            if _pack_command is not None:
-                conn.send_packed_command((b"".join([_pack_command(c) for c in commands]),))
-            else:  # pragma: no cover - without hiredis
-                conn.send_packed_command(conn.pack_commands(commands))
-            results: List[Any] = []
-            for _ in commands:
-                try:
-                    results.append(conn.read_response())
-                except ResponseError as exc:
-                    results.append(exc)
-        except (redis.ConnectionError, redis.TimeoutError, OSError):
-            self._lane_drop(pool, conn)
-            pipe = self.client.pipeline(transaction=False)
-            try:
-                for command in commands:
-                    pipe.execute_command(*command)
-                return pipe.execute(raise_on_error=False)
-            finally:
-                pipe.reset()
-        except BaseException:
-            self._lane_drop(pool, conn)
-            raise
-        self._lane_keep(lane, pool, conn)
-        return results
-
-    @staticmethod
-    def _lane_keep(lane: List[Any], pool: Any, conn: Any) -> None:
-        if lane:
-            pool.release(conn)  # one idle connection is enough; extra ones go back
-        else:
-            lane.append(conn)
-
-    @staticmethod
-    def _lane_drop(pool: Any, conn: Any) -> None:
-        try:
-            conn.disconnect()
-        finally:
-            pool.release(conn)
+    def _evalsha(self, call: ScriptCall) -> Tuple[Any, ...]:
+        return ("EVALSHA", self.lib.shas[call.name], len(call.keys), *call.keys, *call.args)
 
     def call(self, name: str, keys: Sequence[Any], args: Sequence[Any],
              client: Optional["redis.Redis"] = None) -> Any:
-        """EVALSHA ``name`` with ``keys``/``args``; on NOSCRIPT load it and try once more."""
+        """EVALSHA ``name`` with ``keys``/``args``; on NOSCRIPT load it and try once more.
+        The raw answer: negative codes are not checked (see :meth:`run`)."""
         c = client or self.client
         sha = self.lib.shas[name]
-        if self._lane is not None and c is self.client:
+        kept = self._kept
+        if kept is not None and c is self.client:
             try:
-                return self._lane_call("EVALSHA", sha, len(keys), *keys, *args)
+                return kept.call("EVALSHA", sha, len(keys), *keys, *args)
             except NoScriptError:
-                self._lane_call("SCRIPT", "LOAD", self.lib.sources[name])
-                return self._lane_call("EVALSHA", sha, len(keys), *keys, *args)
+                kept.call("SCRIPT", "LOAD", self.lib.sources[name])
+                return kept.call("EVALSHA", sha, len(keys), *keys, *args)
         try:
             return c.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:
             c.script_load(self.lib.sources[name])
             return c.evalsha(sha, len(keys), *keys, *args)
 
-    def queue_call(self, pipe: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
-        """Queue an EVALSHA on a pipeline; run the pipeline with :meth:`execute_pipeline`.
+    def run(self, call: ScriptCall) -> Any:
+        """Run one :class:`ScriptCall`; a negative answer raises its typed error."""
+        return self._check(call.name, self.call(call.name, call.keys, call.args), call.job_id)
 
-        On a fresh non-transaction pipeline of this instance's client the calls are only
-        recorded, and :meth:`execute_pipeline` sends them on the kept connection."""
-        calls = getattr(pipe, "_echomq_calls", None)
-        if calls is None:
-            calls = []
-            pipe._echomq_calls = calls
-            pipe._echomq_lane = (self._lane is not None and getattr(pipe, "transaction", True) is False
-                                 and not getattr(pipe, "command_stack", True)
-                                 and getattr(pipe, "connection_pool", None) is self.client.connection_pool)
-        if pipe._echomq_lane:
-            calls.append((name, keys, args))
+    def run_many(self, calls: Sequence[ScriptCall], check: bool = True) -> List[Any]:
+        """Run ``calls`` in one round trip; the answers in order, a script error (with
+        ``check``, also a negative code as its typed error) in place of its answer.
+        Calls that met NOSCRIPT had no effect; they are loaded and run again one by one.
+        A connection error raises (none of the answers is known)."""
+        if not calls:
+            return []
+        if len(calls) == 1:
+            try:
+                results: List[Any] = [self.call(calls[0].name, calls[0].keys, calls[0].args)]
+            except ResponseError as exc:
+                results = [exc]
+        elif self._kept is not None:
+            results = self._kept.call_many([self._evalsha(c) for c in calls])
+        else:
+            pipe = self.client.pipeline(transaction=False)
+            try:
+                for c in calls:
+                    pipe.execute_command(*self._evalsha(c))
+                results = pipe.execute(raise_on_error=False)
+            finally:
+                pipe.reset()
+        for i, res in enumerate(results):
+            c = calls[i]
+            if isinstance(res, NoScriptError):
+                try:
+                    res = results[i] = self.call(c.name, c.keys, c.args)
+                except ResponseError as exc:
+                    results[i] = exc
+                    continue
+            if check and isinstance(res, int) and res < 0:
+                results[i] = error_for_code(res, c.name, c.job_id)
+        return results
+
+    def batch(self) -> ScriptBatch:
+        """An empty :class:`ScriptBatch` of this queue's scripts."""
+        return ScriptBatch(self)
+
+    def queue_call(self, pipe: Any, name: str, keys: Sequence[Any], args: Sequence[Any]) -> None:
+        """Queue a call on a :class:`ScriptBatch` (sent on the kept connection) or on a
+        redis-py pipeline (e.g. a transaction); run it with :meth:`execute_pipeline`."""
+        call = ScriptCall(name, list(keys), list(args))
+        if isinstance(pipe, ScriptBatch):
+            pipe.add(call)
             return
-        pipe.evalsha(self.lib.shas[name], len(keys), *keys, *args)
-        calls.append((name, list(keys), list(args)))
+        queued = self._on_pipes.setdefault(pipe, [])
+        queued.append((len(pipe), call))
+        pipe.execute_command(*self._evalsha(call))
 
     def execute_pipeline(self, pipe: Any) -> List[Any]:
-        """Run a pipeline of :meth:`queue_call` calls (no other commands on it).
-
-        Calls that failed with NOSCRIPT had no effect; they are loaded and run again one by
-        one, so the answer list is complete and in order. Other errors are returned in place.
-        """
-        calls = getattr(pipe, "_echomq_calls", None) or []
-        lane = getattr(pipe, "_echomq_lane", False)
-        pipe._echomq_calls = None
-        pipe._echomq_lane = False
-        if lane:
-            if getattr(pipe, "command_stack", None):
-                raise RuntimeError("execute_pipeline: other commands were queued on a pipeline of script "
-                                   "calls; use a separate pipeline for them")
-            results = self._lane_batch(calls)
-        else:
-            results = pipe.execute(raise_on_error=False)
-        for i, res in enumerate(results):
-            if isinstance(res, NoScriptError):
-                name, keys, args = calls[i]
-                results[i] = self.call(name, keys, args)
+        """Run what :meth:`queue_call` queued on ``pipe``: the answers in order, script
+        errors in place. Calls that failed with NOSCRIPT had no effect; they are loaded and
+        run again one by one, so the answer list is complete."""
+        if isinstance(pipe, ScriptBatch):
+            return pipe.execute()
+        queued = self._on_pipes.pop(pipe, [])
+        results = pipe.execute(raise_on_error=False)
+        for index, call in queued:
+            if index < len(results) and isinstance(results[index], NoScriptError):
+                results[index] = self.call(call.name, call.keys, call.args)
         return results
 
     def _check(self, script: str, result: Any, job_id: Optional[str] = None) -> Any:
@@ -381,7 +320,8 @@ class Scripts:
     def add_job(self, job_id: str, name: str, timestamp: Number, data_json: str,
                 encoded_opts: Dict[str, Any], pipe: Any = None, **parent: Any) -> Optional[str]:
         """Add one job; returns its id (or the surviving id of a duplicate). With ``pipe``
-        the call is queued and ``None`` returned."""
+        (a :meth:`batch`, or a redis-py pipeline) the call is queued and ``None`` returned;
+        :meth:`execute_pipeline` runs it."""
         script, keys = self.add_script_for(encoded_opts)
         args = self.add_job_args(job_id, name, timestamp, data_json, encoded_opts, **parent)
         if pipe is not None:
@@ -414,6 +354,17 @@ class Scripts:
         return self.call("moveToActive-11", self._fetch_keys(),
                          [self.keys.base, now_ms, packed_opts], client=client)
 
+    def move_to_active_many(self, tokens: Sequence[str], lock_duration: int, now_ms: int,
+                            limiter: Optional[Dict[str, int]] = None,
+                            name: Optional[str] = None) -> List[Any]:
+        """One ``moveToActive-11`` pick-up per token, in one round trip: the answers in
+        token order (as :meth:`move_to_active`), a script error in place of its answer."""
+        keys = self._fetch_keys()
+        return self.run_many([
+            ScriptCall("moveToActive-11", keys,
+                       [self.keys.base, now_ms, pack(self.fetch_opts(t, lock_duration, limiter, name))])
+            for t in tokens])
+
     def move_to_finished_args(self, job_id: str, now_ms: int, field: str, value: str, target: str,
                               fetch_next: bool, finish_opts: Dict[str, Any],
                               fields_to_update: Optional[Sequence[Any]] = None) -> Tuple[List[str], List[Any]]:
@@ -426,6 +377,15 @@ class Scripts:
         if fields_to_update:
             args.append(pack(list(fields_to_update)))
         return keys, args
+
+    def move_to_finished_call(self, job_id: str, now_ms: int, field: str, value: str, target: str,
+                              fetch_next: bool, finish_opts: Dict[str, Any],
+                              fields_to_update: Optional[Sequence[Any]] = None) -> ScriptCall:
+        """The ``moveToFinished-14`` call :meth:`move_to_finished` makes, for :meth:`run`
+        or :meth:`run_many` (the worker sends the finishes of one hub turn together)."""
+        keys, args = self.move_to_finished_args(job_id, now_ms, field, value, target, fetch_next,
+                                                finish_opts, fields_to_update)
+        return ScriptCall("moveToFinished-14", keys, args, job_id)
 
     def move_to_finished(self, job_id: str, now_ms: int, field: str, value: str, target: str,
                          fetch_next: bool, finish_opts: Dict[str, Any],

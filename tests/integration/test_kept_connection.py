@@ -1,6 +1,8 @@
-"""The connection ``Scripts`` keeps checked out for its EVALSHAs (the "lane"): the same
-bytes and answers as ``client.evalsha``, recovery from NOSCRIPT and dropped connections,
-and the connection going back to the pool on close or collection."""
+"""The connection ``Scripts`` keeps checked out for its EVALSHAs
+(``echomq_gevent.kept_connection``): the same bytes and answers as ``client.evalsha``,
+recovery from NOSCRIPT and dropped connections, and the connection going back to the pool
+on close or collection. ``test_redis_py_versions.py`` runs this module against the lowest
+and the newest redis-py the package allows."""
 from __future__ import annotations
 
 import gc
@@ -11,7 +13,8 @@ import redis
 
 from echomq_gevent.errors import JobNotExist
 from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts, _pack_command
+from echomq_gevent.kept_connection import KeptConnection, _RedisPy, pack_command
+from echomq_gevent.scripts import ScriptCall, Scripts
 
 
 def _client(redis_url: str, **kw) -> redis.Redis:
@@ -32,14 +35,14 @@ def lane(redis_url, prefix, qname):
     client.close()
 
 
-@pytest.mark.skipif(_pack_command is None, reason="hiredis is not installed")
+@pytest.mark.skipif(pack_command(("PING",)) is None, reason="hiredis is not installed")
 def test_packed_bytes_equal_redis_py_packing(redis_url):
     client = _client(redis_url)
-    conn = client.connection_pool.get_connection()
+    conn = _RedisPy.checkout(client.connection_pool)
     try:
         cmd = ("EVALSHA", "a" * 40, 3, "bull:q:wait", "bull:q:é", "bull:q:1", 1700000000123,
                "returnvalue", '{"ok":true}', msgpack.packb({"token": "t:1", "n": 5}), "0")
-        assert b"".join(conn.pack_command(*cmd)) == _pack_command(cmd)
+        assert b"".join(conn.pack_command(*cmd)) == pack_command(cmd)
     finally:
         client.connection_pool.release(conn)
         client.close()
@@ -87,7 +90,7 @@ def test_noscript_is_loaded_and_retried_on_the_same_connection(lane, r):
 
 def test_a_killed_connection_is_replaced(lane, r):
     lane.get_counts(["wait"])
-    conn = lane._lane[0]
+    conn = lane.kept_connection.idle[0]
     client_id = conn.send_command("CLIENT", "ID") or int(conn.read_response())
     r.client_kill_filter(_id=client_id)
     assert lane.get_counts(["wait", "active"]) == [0, 0]
@@ -109,10 +112,14 @@ def test_collected_scripts_give_the_connection_back(redis_url, prefix, qname):
 
 @pytest.mark.parametrize("kw", [{"max_connections": 2}, {"single_connection_client": True}])
 def test_small_or_single_connection_clients_keep_nothing(redis_url, prefix, qname, kw):
-    client = _client(redis_url, **kw)
+    # the pool is built first: redis-py 4.x's from_url hands every keyword to the pool
+    pool = redis.ConnectionPool.from_url(redis_url, decode_responses=True,
+                                         max_connections=kw.get("max_connections"))
+    client = redis.Redis(connection_pool=pool,
+                         single_connection_client=kw.get("single_connection_client", False))
     try:
         scripts = Scripts(client, QueueKeys(qname, prefix))
-        assert scripts._lane is None
+        assert scripts.kept_connection is None
         assert scripts.get_counts(["wait"]) == [0]
         if "max_connections" in kw:
             assert _pool_counts(client)[2] == 0
@@ -121,43 +128,58 @@ def test_small_or_single_connection_clients_keep_nothing(redis_url, prefix, qnam
 
 
 def _batch(scripts: Scripts, calls):
-    pipe = scripts.client.pipeline(transaction=False)
-    for keys in calls:
-        scripts.queue_call(pipe, "getCounts-1", [scripts.keys.base], keys)
-    try:
-        return scripts.execute_pipeline(pipe)
-    finally:
-        pipe.reset()
+    return scripts.run_many([ScriptCall("getCounts-1", [scripts.keys.base], keys) for keys in calls])
 
 
-def test_pipelined_calls_go_on_the_lane_with_errors_in_place(lane, r):
+def test_batched_calls_go_on_the_kept_connection_with_errors_in_place(lane, r):
     lane.client.script_load(lane.lib.sources["getCounts-1"])
     r.set(lane.keys.active, "not a list")
     answers = _batch(lane, [["wait"], ["active"], ["wait", "paused"]])
     assert answers[0] == [0] and answers[2] == [0, 0]
     assert isinstance(answers[1], redis.ResponseError)
-    assert _pool_counts(lane.client) == (1, 0, 1)  # the pool's one connection, kept by the lane
+    assert _pool_counts(lane.client) == (1, 0, 1)  # the pool's one connection, kept
     assert _batch(lane, [["wait"]]) == [[0]]
     assert _pool_counts(lane.client) == (1, 0, 1)
 
 
-def test_pipelined_noscript_and_dropped_connection_recover(lane, r):
+def test_batched_noscript_and_dropped_connection_recover(lane, r):
     lane.get_counts(["wait"])
     r.script_flush()
     assert _batch(lane, [["wait"], ["active"]]) == [[0], [0]]
-    conn = lane._lane[0]
+    conn = lane.kept_connection.idle[0]
     conn.send_command("CLIENT", "ID")
     r.client_kill_filter(_id=int(conn.read_response()))
     assert _batch(lane, [["wait"], ["active"]]) == [[0], [0]]
     assert lane.get_counts(["wait"]) == [0]
 
 
-def test_other_commands_on_a_script_pipeline_are_refused(lane):
+def test_negative_answers_become_typed_errors_in_place(lane):
+    calls = [ScriptCall("updateProgress-3", [lane.keys.job("nope"), lane.keys.events, lane.keys.meta],
+                        ["nope", "5"], "nope"),
+             ScriptCall("getCounts-1", [lane.keys.base], ["wait"])]
+    answers = lane.run_many(calls)
+    assert isinstance(answers[0], JobNotExist) and "nope" in str(answers[0])
+    assert answers[1] == [0]
+    with pytest.raises(JobNotExist):
+        lane.run(calls[0])
+
+
+def test_a_script_batch_runs_queued_calls_once(lane):
+    batch = lane.batch()
+    lane.queue_call(batch, "getCounts-1", [lane.keys.base], ["wait"])
+    lane.queue_call(batch, "getCounts-1", [lane.keys.base], ["wait", "active"])
+    assert len(batch) == 2
+    assert lane.execute_pipeline(batch) == [[0], [0, 0]]
+    assert batch.execute() == []
+
+
+def test_redis_py_pipelines_replay_noscript_in_place_beside_other_commands(lane, r):
+    r.script_flush()
     pipe = lane.client.pipeline(transaction=False)
+    pipe.ping()
     lane.queue_call(pipe, "getCounts-1", [lane.keys.base], ["wait"])
     pipe.ping()
-    with pytest.raises(RuntimeError, match="separate pipeline"):
-        lane.execute_pipeline(pipe)
+    assert lane.execute_pipeline(pipe) == [True, [0], True]
     pipe.reset()
 
 
@@ -166,3 +188,19 @@ def test_transaction_pipelines_are_left_to_redis_py(lane):
     lane.queue_call(pipe, "getCounts-1", [lane.keys.base], ["wait"])
     assert lane.execute_pipeline(pipe) == [[0]]
     pipe.reset()
+
+
+def test_for_client_refuses_clients_it_cannot_serve(redis_url):
+    class Custom(redis.Redis):
+        pass
+
+    for client in (Custom.from_url(redis_url), redis.Redis.from_url(redis_url, encoding="latin-1")):
+        try:
+            assert KeptConnection.for_client(client) is None
+        finally:
+            client.close()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        assert isinstance(KeptConnection.for_client(client), KeptConnection)
+    finally:
+        client.close()
