@@ -1,0 +1,200 @@
+"""The worker's life around its fetch loop: set-up, signals, the two-stage close, hand-back.
+
+:class:`Lifecycle` is a part of :class:`~echomq_gevent.worker.Worker` (a mixin): its
+methods run on the worker's hub and use the worker's state (``_active`` slots, the
+``_stop``/``_force``/``_closed`` events, the helpers ``_locks``, ``_stalled``,
+``_marker``, ``_hub_monitor``, ``_runtime``, ``_pool``).
+
+* ``_setup``: the job pool, the processor runtime, the blocking connection for the marker
+  (named as BullMQ names it, so ``getWorkers()`` lists the worker), the lock renewal
+  thread, the hub watchdog and the stalled checker.
+* ``_do_close``: stop fetching, wait up to the deadline for jobs in flight, hand the rest
+  back to ``wait`` (``moveJobFromActiveToWait``), then ``_teardown``.
+"""
+from __future__ import annotations
+
+import base64
+import logging
+import signal
+import threading
+import time
+from typing import Any, List
+
+import gevent
+import gevent.pool
+import greenlet
+import redis
+
+from .connection import clone_client
+from .errors import JobLockMismatch, JobLockNotExist
+from .hub import HubMonitor
+from .locks import LockRenewer
+from .runtime import MAX_BLOCK_S, MarkerWaiter, make_runtime
+from .scripts import Scripts
+from .stalled import StalledChecker
+from .worker_options import lock_renew_interval
+from .worker_slots import CONNECTION_ERRORS, Slot
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = ["Lifecycle"]
+
+
+class Lifecycle:
+    """Set-up, signals, close and hand-back of a :class:`~echomq_gevent.worker.Worker`."""
+
+    def _blocking_client_name(self) -> str:
+        name = f"{self.prefix}:{base64.b64encode(self.queue_name.encode('utf-8')).decode('ascii')}"
+        if self.name:
+            name += f":w:{self.name}"
+        return name
+
+    def _setup(self) -> None:
+        opts = self.options
+        label = f"queue {self.queue_name!r}"
+        self._pool = gevent.pool.Pool(self.concurrency)
+        self._runtime = make_runtime(opts["offload"], self.concurrency, self.scripts)
+
+        marker = MarkerWaiter(None, self.keys.marker)
+
+        def on_connect(conn: Any) -> None:
+            conn.on_connect()
+            try:
+                conn.send_command("CLIENT", "ID")
+                marker.connection_id = int(conn.read_response())
+            except redis.ResponseError:
+                marker.connection_id = None
+
+        self._blocking = clone_client(self.client, max_connections=2, client_name=self._blocking_client_name(),
+                                      socket_timeout=MAX_BLOCK_S + 5, redis_connect_func=on_connect)
+        marker.client = self._blocking
+        self._marker = marker
+        try:  # connect now: the worker shows up in getWorkers() from the start
+            self._blocking.ping()
+        except CONNECTION_ERRORS as exc:
+            log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", label, exc)
+
+        lock_scripts = Scripts(clone_client(self.client, max_connections=2), self.keys, self.scripts.lib)
+        self._locks = LockRenewer(lock_scripts, self.lock_duration, lock_renew_interval(opts),
+                                  self._on_locks_lost, label=label)
+        self._locks.start()
+
+        threshold = opts["hub_block_threshold"]
+        if threshold:
+            self._hub_monitor = HubMonitor.for_current_hub()
+            self._hub_monitor.acquire(float(threshold))
+
+        if not opts["skip_stalled_check"]:
+            self._stalled = StalledChecker(self.scripts, opts["max_stalled_count"], opts["stalled_interval"],
+                                           self._on_stalled, label=label)
+            self._stalled.start(check_now=True)
+
+    def _inside_worker(self) -> bool:
+        cur = gevent.getcurrent()
+        if cur is self._run_greenlet and self._run_greenlet is not None:
+            return True
+        return any(slot.greenlet is cur for slot in list(self._active.values()))
+
+    def _install_signal_handlers(self) -> List[Any]:
+        if greenlet.getcurrent().parent is not None or threading.current_thread() is not threading.main_thread():
+            return []
+        handlers = []
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            try:
+                handlers.append(gevent.signal_handler(signum, self._on_signal, signum))
+            except Exception as exc:  # pragma: no cover - platform without the signal
+                log.debug("cannot handle signal %s: %s", signum, exc)
+        return handlers
+
+    def _on_signal(self, signum: int) -> None:
+        self._signals += 1
+        name = signal.Signals(signum).name
+        if self._signals == 1:
+            log.info("queue %r: %s received; stopping, in-flight jobs get %s s to finish", self.queue_name,
+                     name, self.options["shutdown_timeout"])
+            gevent.spawn(self.close, None, "signal")
+        else:
+            log.warning("queue %r: %s received again; handing unfinished jobs back now", self.queue_name, name)
+            self._force.set()
+            if not self.closing:
+                gevent.spawn(self.close, 0, "signal")
+
+    def _do_close(self, timeout: float, reason: str) -> None:
+        label = f"queue {self.queue_name!r}"
+        deadline = time.monotonic() + timeout
+        try:
+            self.plugins.notify("echomq_worker_stopping", worker=self, reason=reason)
+            if self._stalled is not None:
+                self._stalled.stop()
+            if self._marker is not None:
+                self._marker.cancel(self.client)
+            if self.running:  # the loop ends at its next step (at most one Redis call away)
+                gevent.wait([self._loop_done, self._force], timeout=max(deadline - time.monotonic(), 1.0),
+                            count=1)
+            if self._pool is not None and len(self._pool):
+                remaining = max(0.0, deadline - time.monotonic())
+                if self._active:
+                    log.info("%s: waiting up to %.1f s for %d job(s) in flight", label, remaining,
+                             len(self._active))
+                waiter = gevent.spawn(self._pool.join)
+                gevent.wait([waiter, self._force], timeout=remaining, count=1)
+                waiter.kill(block=False)
+                self._hand_back_all()
+                # let jobs that are writing their result finish; then stop what is left
+                waiter = gevent.spawn(self._pool.join)
+                gevent.wait([waiter], timeout=5.0)
+                waiter.kill(block=False)
+                if len(self._pool):
+                    self._pool.kill(block=True, timeout=2.0)
+        except Exception:
+            log.exception("%s: error while closing", label)
+        finally:
+            self._teardown()
+            self._closed.set()
+
+    def _teardown(self) -> None:
+        if self._locks is not None:
+            self._locks.stop()
+        if self._runtime is not None:
+            self._runtime.close()
+        if self._hub_monitor is not None:
+            self._hub_monitor.release()
+            self._hub_monitor = None
+        if self._blocking is not None:
+            try:
+                self._blocking.connection_pool.disconnect(
+                    inuse_connections=not (self._marker is not None and self._marker.use_thread))
+            except Exception:
+                pass
+        self.scripts.release_connections()
+        if self._owns_client:
+            try:
+                self.client.close()
+            except Exception:
+                pass
+
+    def _hand_back_all(self) -> None:
+        for slot in list(self._active.values()):
+            if slot.phase == "running" and not slot.handed_back:
+                self._hand_back(slot)
+                if slot.greenlet is not None and slot.greenlet is not gevent.getcurrent():
+                    slot.greenlet.kill(block=False)
+
+    def _hand_back(self, slot: Slot) -> None:
+        """Put an unfinished job back at the front of wait (``moveJobFromActiveToWait``)."""
+        slot.handed_back = True
+        job = slot.job
+        try:
+            self.scripts.move_job_from_active_to_wait(job.id, slot.token)
+        except (JobLockMismatch, JobLockNotExist):
+            log.warning("queue %r: job %s was not handed back: its lock is no longer ours", self.queue_name, job.id)
+        except Exception as exc:
+            log.error("queue %r: could not hand job %s back (%s); it stays active and the stalled check "
+                      "of any worker will move it back to wait", self.queue_name, job.id, exc)
+        else:
+            self.counters["handed_back"] += 1
+            self.plugins.notify("echomq_job_handed_back", worker=self, job=job)
+        finally:
+            if self._locks is not None:
+                self._locks.untrack(job.id, slot.token)
+

@@ -1,0 +1,302 @@
+"""Settling a job: writing its outcome to Redis, and what the worker does on each kind.
+
+* completed: ``moveToFinished-14`` (target ``completed``, with fetch-next), sent with the
+  other finishes of the same hub turn (:class:`~echomq_gevent.worker_slots.FinishBatcher`);
+* a processor that moved its job itself (``DelayedError``, ``WaitingChildrenError``):
+  nothing to write, the slot picks up the next job;
+* rate limited (``RateLimitError``): the job goes back to the front of ``wait``;
+* failed: the plugins' ``failure_decision`` or BullMQ's rules (attempts, backoff,
+  ``UnrecoverableError``) choose retry (``moveToDelayed-11`` / ``retryJob-11``), fail
+  (``moveToFinished-14`` target ``failed``) or move (a copy goes to another queue, then
+  fail).
+
+Writes are retried on connection errors while the lock keeps being renewed; a job that is
+no longer ours (lock lost, removed, handed back) is left alone. :class:`Settling` is a
+part of :class:`~echomq_gevent.worker.Worker` (a mixin).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import gevent
+
+from . import backoff as backoff_mod
+from .errors import (
+    DelayedError,
+    InvalidJobDataError,
+    JobHasFailedChildren,
+    JobLockMismatch,
+    JobLockNotExist,
+    JobNotExist,
+    JobNotInState,
+    JobPendingChildren,
+    RateLimitError,
+    UnrecoverableError,
+    WaitingChildrenError,
+)
+from .hookspecs import FailureDecision
+from .job import Job
+from .job_options import keep_jobs
+from .scripts import ScriptCall, Scripts
+from .worker_slots import CONNECTION_ERRORS, Slot, now_ms
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = ["Settling", "RATE_LIMIT_MESSAGE"]
+
+#: The message BullMQ's RateLimitError carries; a processor error with it means "put back".
+RATE_LIMIT_MESSAGE = "bullmq:rateLimitExceeded"
+#: Names of processor errors that mean "the processor moved the job itself".
+_MOVED_BY_PROCESSOR = ("DelayedError", "WaitingChildrenError", "WaitingError")
+
+
+def _moved_state(err: BaseException) -> str:
+    """Where a processor that raised ``err`` has put its job (for ``echomq_job_moved``)."""
+    name = type(err).__name__
+    if isinstance(err, WaitingChildrenError) or name == "WaitingChildrenError":
+        return "waiting-children"
+    if name == "WaitingError":
+        return "wait"
+    return "delayed"
+
+
+class _Gone(Exception):
+    """The job is no longer ours (lock lost, removed, handed back)."""
+
+
+class Settling:
+    """Writing the outcome of a job of a :class:`~echomq_gevent.worker.Worker`."""
+
+    def _settle(self, slot: Slot, call: Callable[[], Any]) -> Any:
+        """Run a state-changing script for the slot's job; retry on connection errors
+        (the lock keeps being renewed meanwhile). Raises _Gone when the job is not ours."""
+        slot.phase = "finishing"
+        failures = 0
+        while True:
+            try:
+                return call()
+            except (JobLockMismatch, JobLockNotExist) as exc:
+                self._mark_lock_lost(slot, str(exc))
+                raise _Gone() from None
+            except (JobNotExist, JobNotInState) as exc:
+                log.warning("queue %r: job %s is no longer active here (%s); its result is not written",
+                            self.queue_name, slot.job.id, exc)
+                raise _Gone() from None
+            except CONNECTION_ERRORS as exc:
+                failures += 1
+                if self._force.is_set() or slot.handed_back:
+                    log.error("queue %r: job %s: result not written (%s); the stalled check will recover "
+                              "the job", self.queue_name, slot.job.id, exc)
+                    raise _Gone() from None
+                delay = min(5.0, 0.2 * (2 ** min(failures - 1, 10)))
+                log.warning("queue %r: job %s: cannot write the result (%s); retrying in %.1f s",
+                            self.queue_name, slot.job.id, exc, delay)
+                gevent.sleep(delay)
+
+    def _finish(self, call: ScriptCall) -> Any:
+        """Run a ``moveToFinished`` call, with the other finishes of this hub turn when the
+        worker has more than one slot; returns the checked answer."""
+        if self._batcher is None:
+            return self.scripts.run(call)
+        return self._batcher.run(call)
+
+    def _finish_opts(self, job: Job, token: str, target: str) -> Dict[str, Any]:
+        value = job.opts.get("removeOnComplete" if target == "completed" else "removeOnFail")
+        return {
+            "token": token,
+            "keepJobs": self._keep[target] if value is None else keep_jobs(value),
+            "lockDuration": self.lock_duration,
+            "attempts": int(job.opts.get("attempts") or 0),
+            "maxMetricsSize": "",
+            "limiter": self.limiter,
+            "name": self.name,
+        }
+
+    def _complete(self, slot: Slot, result: Any) -> Optional[Job]:
+        job = slot.job
+        try:
+            value = json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            return self._fail(slot, InvalidJobDataError(
+                f"job {job.id} ({job.name!r}) on queue {self.queue_name!r}: the processor's return value is "
+                f"not JSON-serialisable ({exc}); return dicts, lists, strings, numbers, booleans or None"))
+        fetch = self._can_fetch_next()
+        finished = [0]
+
+        def call() -> Any:
+            finished[0] = now_ms()
+            return self._finish(self.scripts.move_to_finished_call(
+                job.id, finished[0], "returnvalue", value, "completed", fetch,
+                self._finish_opts(job, slot.token, "completed")))
+        try:
+            res = self._settle(slot, call)
+        except _Gone:
+            return None
+        except (JobPendingChildren, JobHasFailedChildren) as exc:
+            slot.phase = "running"
+            return self._fail(slot, exc)
+        job.returnvalue = result
+        job.finished_on = finished[0]
+        job.attempts_made += 1
+        self.counters["completed"] += 1
+        self.plugins.notify("echomq_job_completed", worker=self, job=job, result=result,
+                            duration_ms=(time.monotonic() - slot.started) * 1000.0)
+        return self._next_from(res, slot.token) if fetch else None
+
+    def _decide(self, job: Job, err: BaseException) -> Tuple[str, int, Optional[str]]:
+        """("retry", delay_ms, None) | ("fail", 0, None) | ("move", 0, queue)."""
+        decision = self.plugins.failure_decision(self, job, err)
+        if isinstance(decision, FailureDecision):
+            if decision.action == "retry":
+                return "retry", int(decision.delay or 0), None
+            if decision.action == "move":
+                return "move", 0, decision.queue
+            return "fail", 0, None
+        unrecoverable = isinstance(err, UnrecoverableError) or type(err).__name__ == "UnrecoverableError"
+        attempts = int(job.opts.get("attempts") or 0)
+        limit = self.options["max_started_attempts"]
+        started_out = bool(limit) and limit <= (job.attempts_started or 0)
+        if job.attempts_made + 1 < attempts and not unrecoverable and not started_out:
+            try:
+                delay = backoff_mod.compute_delay(job.opts.get("backoff"), job.attempts_made + 1, err, job,
+                                                  self.plugins)
+            except backoff_mod.UnknownBackoffType as exc:
+                log.error("queue %r: %s; the job fails instead of retrying", self.queue_name, exc)
+                return "fail", 0, None
+            if delay == backoff_mod.NO_RETRY:
+                return "fail", 0, None
+            return "retry", delay, None
+        return "fail", 0, None
+
+    @staticmethod
+    def _reason(err: BaseException) -> str:
+        return str(err) or type(err).__name__
+
+    def _stacktrace(self, job: Job, err: BaseException) -> List[str]:
+        stack = list(job.stacktrace or [])
+        stack.append("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip("\n"))
+        limit = job.opts.get("stackTraceLimit")
+        if limit == 0 and limit is not False:
+            return []
+        if limit:
+            stack = stack[-int(limit):]
+        return stack
+
+    def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
+        job, token = slot.job, slot.token
+        now = now_ms()
+        if isinstance(err, RateLimitError) or str(err) == RATE_LIMIT_MESSAGE:
+            try:
+                ttl = self._settle(slot, lambda: self.scripts.move_job_from_active_to_wait(job.id, token))
+            except _Gone:
+                return None
+            if ttl and ttl > 0:
+                self._limit_until = max(self._limit_until, now_ms() + int(ttl))
+            self._drained = False
+            self._kick.set()
+            self.plugins.notify("echomq_job_moved", worker=self, job=job, state="wait", error=err)
+            return None
+        fetch = self._can_fetch_next()
+        if isinstance(err, (DelayedError, WaitingChildrenError)) or type(err).__name__ in _MOVED_BY_PROCESSOR:
+            slot.phase = "finishing"
+            if self._locks is not None:
+                self._locks.untrack(job.id, token)
+            self.plugins.notify("echomq_job_moved", worker=self, job=job, state=_moved_state(err), error=err)
+            if not fetch:
+                return None
+            try:
+                res = self.scripts.move_to_active(token, self.lock_duration, now_ms(), limiter=self.limiter,
+                                                  name=self.name)
+            except Exception as exc:
+                log.warning("queue %r: fetching after job %s moved itself failed: %s", self.queue_name, job.id, exc)
+                return None
+            return self._next_from(res, token)
+
+        try:
+            action, delay, target_queue = self._decide(job, err)
+        except Exception:
+            log.exception("queue %r: deciding about failed job %s raised; failing it", self.queue_name, job.id)
+            action, delay, target_queue = "fail", 0, None
+        reason = self._reason(err)
+        stack = self._stacktrace(job, err)
+        fields = ["failedReason", reason, "stacktrace", json.dumps(stack, ensure_ascii=False)]
+        job.failed_reason = reason
+        job.stacktrace = stack
+        if action == "retry":
+            if delay > 0:
+                call = lambda: self.scripts.move_to_delayed(  # noqa: E731
+                    job.id, now_ms(), token, delay, skip_attempt=False, fields_to_update=fields, fetch_next=fetch,
+                    fetch_opts=Scripts.fetch_opts(token, self.lock_duration, self.limiter, self.name))
+            else:
+                fetch = False
+                call = lambda: self.scripts.retry_job(  # noqa: E731
+                    job.id, now_ms(), token, lifo=bool(job.opts.get("lifo")), fields_to_update=fields)
+            try:
+                res = self._settle(slot, call)
+            except _Gone:
+                return None
+            job.attempts_made += 1
+            if delay > 0:
+                job.delay = delay
+            else:
+                self._drained = False
+                self._kick.set()
+            self.counters["retried"] += 1
+            self.plugins.notify("echomq_job_retried", worker=self, job=job, error=err, delay_ms=delay)
+            return self._next_from(res, token) if fetch else None
+
+        if action == "move" and target_queue:
+            self._copy_to_queue(job, target_queue)
+
+        def call_failed() -> Any:
+            return self._finish(self.scripts.move_to_finished_call(
+                job.id, now_ms(), "failedReason", reason, "failed", fetch,
+                self._finish_opts(job, token, "failed"), fields))
+        try:
+            res = self._settle(slot, call_failed)
+        except _Gone:
+            return None
+        job.attempts_made += 1
+        job.finished_on = now
+        self.counters["failed"] += 1
+        self.plugins.notify("echomq_job_failed", worker=self, job=job, error=err)
+        return self._next_from(res, token) if fetch else None
+
+    def _copy_to_queue(self, job: Job, target: str) -> None:
+        """The ``move`` failure decision: add a copy of the job (attempts reset) to ``target``."""
+        from .queue import Queue
+
+        opts = {k: v for k, v in (job.opts or {}).items() if k not in ("repeat", "prevMillis", "timestamp")}
+        queue = Queue(target, connection=self.client, prefix=self.prefix)
+        try:
+            copy = queue.add(job.name, job.data, opts)
+            log.info("queue %r: failed job %s copied to queue %r as job %s", self.queue_name, job.id, target,
+                     getattr(copy, "id", "?"))
+        except Exception as exc:
+            log.error("queue %r: could not copy failed job %s to queue %r: %s", self.queue_name, job.id, target, exc)
+
+    # ------------------------------------------------------------------ callbacks
+    def _mark_lock_lost(self, slot: Slot, how: str) -> None:
+        if slot.lock_lost or slot.handed_back:
+            return
+        slot.lock_lost = True
+        self.counters["lock_lost"] += 1
+        log.debug("queue %r: job %s lost its lock: %s", self.queue_name, slot.job.id, how)
+        self.plugins.notify("echomq_job_lock_lost", worker=self, job=slot.job)
+
+    def _on_locks_lost(self, lost: List[Tuple[str, str]]) -> None:
+        """On the hub: the renewal thread could not renew these (job id, token) locks."""
+        for job_id, token in lost:
+            slot = self._active.get(job_id)
+            if slot is None or slot.token != token or slot.phase != "running":
+                continue
+            self._mark_lock_lost(slot, "renewal refused")
+
+    def _on_stalled(self, ids: List[str]) -> None:
+        for job_id in ids:
+            self.counters["stalled"] += 1
+            self.plugins.notify("echomq_job_stalled", worker=self, queue=self.queue_name, job_id=job_id)
