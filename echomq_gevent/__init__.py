@@ -30,6 +30,9 @@ _LAZY = {
     "Queue": ".queue",
     "Worker": ".worker",
     "JobTimeoutError": ".runtime",
+    "QueueEvents": ".events",
+    "QueueEventsProducer": ".events",
+    "JobFailedError": ".events",
 }
 
 
@@ -50,6 +53,9 @@ __all__ = [
     "Job",
     "Worker",
     "JobTimeoutError",
+    "QueueEvents",
+    "QueueEventsProducer",
+    "JobFailedError",
     "hookimpl",
     "FailureDecision",
     "EchoMQError",

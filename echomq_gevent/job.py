@@ -451,6 +451,19 @@ class Job:
             raise RuntimeError(f"job {self.id} could not be removed because it is locked by a worker; "
                                f"wait until it finishes")
 
+    def wait_until_finished(self, queue_events: Any, timeout: Optional[float] = None) -> Any:
+        """Block until this job finishes; returns its returnvalue (Node's ``waitUntilFinished``).
+
+        ``queue_events`` is a running :class:`~echomq_gevent.events.QueueEvents` of the
+        job's queue. A job that already finished answers at once (its listeners are
+        registered before the job is looked up, so no finish is missed). Raises
+        :class:`~echomq_gevent.events.JobFailedError` (``failed_reason``) when the job
+        failed or no longer exists, ``WaitTimeoutError`` after ``timeout`` seconds,
+        ``EventsClosedError`` when ``queue_events`` closes first. Call it from a greenlet
+        of the hub thread.
+        """
+        return queue_events.wait_for_job(self.scripts, self.id, self.name, timeout)
+
     # -- views -------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:
         """A JSON-able view (for logs and the CLI)."""
