@@ -19,6 +19,7 @@ from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
+from .queue_getters import QueueGetters
 from .scripts import Scripts
 
 __all__ = ["Queue", "JOB_TYPES", "DEFAULT_COUNT_TYPES", "CLEAN_TYPES"]
@@ -64,7 +65,7 @@ class _PreparedJob:
         self.script_kwargs = script_kwargs
 
 
-class Queue:
+class Queue(QueueGetters):
     """A BullMQ queue (``Queue("mail")`` uses keys ``bull:mail:*``).
 
     ``connection`` is a Redis URL or a ``redis.Redis`` instance (a client that does not

@@ -29,6 +29,7 @@ import msgpack
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
+from .admin_scripts import AdminScripts
 from .errors import error_for_code
 from .keys import QueueKeys
 from .kept_connection import KeptConnection
@@ -153,7 +154,7 @@ class ScriptBatch:
         return self.scripts.run_many(calls, check=False)
 
 
-class Scripts:
+class Scripts(AdminScripts):
     """Every script of one queue, callable with Python arguments.
 
     Used by Queue, Job and Worker, from any greenlet or (with its own client) from a

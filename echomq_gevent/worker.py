@@ -96,6 +96,8 @@ class Worker(Lifecycle, FetchLoop, Settling):
         self._keep = {"completed": keep_jobs(opts["remove_on_complete"]),
                       "failed": keep_jobs(opts["remove_on_fail"])}
         self._timeout_s: Optional[float] = opts["job_timeout"] / 1000.0 if opts["job_timeout"] else None
+        #: maxMetricsSize of moveToFinished: "" records no metrics (as Node without opts.metrics)
+        self._max_metrics: Any = opts["metrics"]["maxDataPoints"] if opts["metrics"] else ""
 
         self._active: Dict[str, Slot] = {}
         #: read-only ``job id -> Job`` of the jobs in flight

@@ -76,6 +76,20 @@ def check_keep_jobs(name: str, v: Any) -> None:
     raise ConfigError(f"{name} must be true, false, a count or {{age, count}}, got {v!r}")
 
 
+def _metrics(name: str, v: Any) -> None:
+    if v is None:
+        return
+    if not isinstance(v, Mapping):
+        raise ConfigError(f"{name} must be a mapping {{maxDataPoints: N}}, got {v!r}")
+    unknown = set(v) - {"maxDataPoints"}
+    if unknown:
+        raise ConfigError(f"{name} has unknown key(s) {sorted(unknown)}; it takes maxDataPoints "
+                          f"(minutes of per-minute counts to keep)")
+    if "maxDataPoints" not in v:
+        raise ConfigError(f"{name}.maxDataPoints is missing (how many minutes of counts to keep)")
+    _positive_int(f"{name}.maxDataPoints", v["maxDataPoints"])
+
+
 def _offload(name: str, v: Any) -> None:
     if v not in (None, "thread"):
         raise ConfigError(f"{name} must be 'thread' or left out, got {v!r}")
@@ -138,6 +152,9 @@ WORKER_OPTIONS: Dict[str, Option] = {o.name: o for o in (
            _non_negative_number, "s"),
     Option("max_rate_limit_delay", (int,), 30000,
            "Longest sleep when rate limited before asking again.", _positive_int, "ms"),
+    Option("metrics", (dict, type(None)), None,
+           "Record BullMQ's per-minute counts of completed and failed jobs: {maxDataPoints: N} minutes kept.",
+           _metrics),
 )}
 
 

@@ -111,7 +111,7 @@ class Settling:
             "keepJobs": self._keep[target] if value is None else keep_jobs(value),
             "lockDuration": self.lock_duration,
             "attempts": int(job.opts.get("attempts") or 0),
-            "maxMetricsSize": "",
+            "maxMetricsSize": self._max_metrics,
             "limiter": self.limiter,
             "name": self.name,
         }

@@ -88,3 +88,49 @@ def test_wait_until_finished_on_jobs_a_node_worker_runs(node, redis_url, prefix,
         assert mine.wait_until_finished(qe, timeout=5) == {"r": [1, "é"]}
     finally:
         qe.close()
+
+
+# ---------------------------------------------------------------------------------------
+# Metrics: Node's getMetrics reads the same numbers whichever worker served the queue
+# ---------------------------------------------------------------------------------------
+
+def test_node_get_metrics_equal_over_node_and_python_served_twins(node, r, redis_url, prefix, qname):
+    import time
+
+    from echomq_gevent import Queue
+
+    # Both runs must finish inside one clock minute, or one twin records an extra point.
+    while 60000 - int(time.time() * 1000) % 60000 < 25000:
+        gevent.sleep(0.2)
+    seed_ts = int(time.time() * 1000) - 3 * 60000
+    twins = {"node": qname, "python": qname + "py"}
+    jobs = [{"name": "ok", "data": {"i": i}} for i in range(3)] + [
+        {"name": "doomed", "data": {}},
+        {"name": "flaky", "data": {}, "opts": {"attempts": 2, "backoff": {"type": "fixed", "delay": 20}}}]
+    for side, name in twins.items():
+        q = Queue(name, connection=redis_url, prefix=prefix)
+        for kind in ("completed", "failed"):
+            r.hset(q.keys.metrics(kind), mapping={"count": 4, "prevTS": seed_ts, "prevCount": 1})
+        q.close()
+        node.run("addBulk", queue=name, jobs=jobs)
+    opts = {"concurrency": 1, "metrics": {"maxDataPoints": 10}}
+    runs = [node.worker(queue=twins["node"], workerOpts=opts, byName=_BEHAVIOUR, stopAfter=5),
+            node.python_worker(queue=twins["python"], workerOpts=dict(opts, drain_delay=1), byName=_BEHAVIOUR,
+                               stopAfter=5)]
+    for run in runs:
+        run.wait_event("exit", timeout=30)
+    got = {side: {kind: node.run("queueCall", queue=name, method="getMetrics", args=[kind])
+                  for kind in ("completed", "failed")} for side, name in twins.items()}
+    for side in twins:
+        for kind in ("completed", "failed"):
+            assert got[side][kind]["meta"]["prevTS"] > seed_ts
+            got[side][kind]["meta"].pop("prevTS")
+    assert got["python"] == got["node"]
+    assert got["node"]["completed"] == {"meta": {"count": 8, "prevCount": 4}, "data": [0, 0, 3], "count": 3}
+    assert got["node"]["failed"]["meta"]["count"] == 5
+    # and our get_metrics reads what Node reads
+    q = Queue(twins["node"], connection=redis_url, prefix=prefix)
+    ours = q.get_metrics("completed")
+    q.close()
+    ours["meta"].pop("prevTS")
+    assert ours == got["node"]["completed"]

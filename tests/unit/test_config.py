@@ -40,6 +40,7 @@ def test_defaults_apply_and_queue_options_override_them():
             concurrency: 3
             processor: "myapp.jobs:send"
             limiter: {max: 10, duration: 1000}
+            metrics: {maxDataPoints: 60}
           thumbs: ~
     """)
     assert cfg.redis.url == "redis://10.0.0.1:6380/2"
@@ -47,6 +48,7 @@ def test_defaults_apply_and_queue_options_override_them():
     mail, thumbs = cfg.queues["mail"], cfg.queues["thumbs"]
     assert (mail.options["concurrency"], mail.options["lock_duration"]) == (3, 60000)
     assert mail.options["limiter"] == {"max": 10, "duration": 1000}
+    assert mail.options["metrics"] == {"maxDataPoints": 60} and thumbs.options["metrics"] is None
     assert mail.processor == "myapp.jobs:send"
     assert (thumbs.options["concurrency"], thumbs.options["lock_duration"]) == (10, 60000)
     assert mail.line == 8
@@ -171,6 +173,16 @@ BAD = [
           mail:
             limiter: {max: 10, durations: 1000}
      """, 4, "queues.mail.limiter", ["unknown key(s) ['durations']"]),
+    ("metrics-typo", """
+        queues:
+          mail:
+            metrics: {maxDatapoints: 10}
+     """, 4, "queues.mail.metrics", ["unknown key(s) ['maxDatapoints']", "maxDataPoints"]),
+    ("metrics-zero", """
+        queues:
+          mail:
+            metrics: {maxDataPoints: 0}
+     """, 4, "queues.mail.metrics", ["metrics.maxDataPoints must be an integer >= 1"]),
     ("bad-offload", """
         queues:
           mail: {offload: process}

@@ -36,6 +36,8 @@
  *   flow {tree}  -> FlowProducer.add(tree), answered as {id, queue, children: [...]}
  *   getChildrenValues / getFailedChildrenValues / getDependenciesCount {jobId}
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
+ *   queueCall   {method, args}                      -> queue[method](...args) (Node's own getters)
+ *   jobCall     {jobId, method, args}               -> (await Job.fromId(queue, jobId))[method](...args)
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                  (one process; a step may name another queue via "queue")
  *
@@ -264,6 +266,20 @@ async function runOne(queue, cmd) {
     case 'obliterate':
       await queue.obliterate({ force: !!cmd.force });
       return true;
+    case 'queueCall': {
+      // Any Queue method by name: {method, args} -> its result (undefined -> null).
+      if (typeof queue[cmd.method] !== 'function') throw new Error(`Queue has no method ${cmd.method}`);
+      const value = await queue[cmd.method](...(cmd.args || []));
+      return value === undefined ? null : value;
+    }
+    case 'jobCall': {
+      // Any Job method by name on Job.fromId(jobId): {jobId, method, args}.
+      const job = await Job.fromId(queue, cmd.jobId);
+      if (!job) throw new Error(`job ${cmd.jobId} not found`);
+      if (typeof job[cmd.method] !== 'function') throw new Error(`Job has no method ${cmd.method}`);
+      const value = await job[cmd.method](...(cmd.args || []));
+      return value === undefined ? null : value;
+    }
     case 'waitUntilFinished': {
       const events = new QueueEvents(cmd.queue, baseOpts(cmd));
       try {
