@@ -1,5 +1,6 @@
 """Script wrappers for the getters and admin calls BullMQ's ``Queue`` has beyond the
-worker's hot path (metrics, rate-limit TTL, counts per priority, ...).
+worker's hot path (metrics, rate-limit TTL, counts per priority, global concurrency,
+orphaned jobs).
 
 :class:`AdminScripts` is mixed into :class:`~echomq_gevent.scripts.Scripts`, so callers
 use them like every other script method (``queue.scripts.get_metrics("completed")``); it
@@ -7,7 +8,7 @@ relies on the host's ``keys`` and ``call``.
 """
 from __future__ import annotations
 
-from typing import Any, List
+from typing import Any, List, Sequence
 
 __all__ = ["AdminScripts", "METRICS_TYPES"]
 
@@ -26,3 +27,26 @@ class AdminScripts:
         (missing hash fields are ``None``)."""
         metrics_key = self.keys.metrics(kind)
         return self.call("getMetrics-2", [metrics_key, metrics_key + ":data"], [start, end])
+
+    def get_rate_limit_ttl(self, max_jobs: int = 0) -> int:
+        """``getRateLimitTtl-2``: remaining limiter ms once ``max_jobs`` (0 = meta "max")
+        is reached, else 0; the plain PTTL when neither limit exists."""
+        k = self.keys
+        return int(self.call("getRateLimitTtl-2", [k.limiter, k.meta], [max_jobs]))
+
+    def get_counts_per_priority(self, priorities: Sequence[int]) -> List[int]:
+        """``getCountsPerPriority-2``: ready jobs per priority (0 = the wait list)."""
+        k = self.keys
+        return [int(c) for c in self.call("getCountsPerPriority-2", [k.wait, k.prioritized], list(priorities))]
+
+    def is_maxed(self) -> bool:
+        """``isMaxed-2``: the active list has reached meta "concurrency"."""
+        k = self.keys
+        return bool(self.call("isMaxed-2", [k.meta, k.active], []))
+
+    def remove_orphaned_jobs(self, state_suffixes: Sequence[str], sub_keys: Sequence[str],
+                             candidate_ids: Sequence[str]) -> int:
+        """``removeOrphanedJobs-1``: delete the candidates no state key refers to; returns
+        how many were deleted."""
+        args: List[Any] = [len(state_suffixes), *state_suffixes, len(sub_keys), *sub_keys, *candidate_ids]
+        return int(self.call("removeOrphanedJobs-1", [self.keys.base], args))

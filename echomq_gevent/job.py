@@ -307,6 +307,30 @@ class Job:
         self.scripts.move_to_delayed(self.id, now, token or self.token or "0", delay, skip_attempt=True)
         self.delay = delay
 
+    def move_to_wait(self, token: Optional[str] = None) -> int:
+        """Put this active job back at the front of wait (Node's ``job.moveToWait``):
+        its lock (held with ``token``, by default the worker's) is released and no attempt
+        is counted. Use it in a processor before raising
+        :class:`~echomq_gevent.errors.RateLimitError`. Returns the rate limiter's
+        remaining ms (0 when not limited). Raises JobLockMismatch for another token,
+        JobLockNotExist when the lock is gone, JobNotExist for a missing job."""
+        try:
+            return self.scripts.move_job_from_active_to_wait(self.id, token or self.token or "0")
+        except ScriptError as exc:
+            raise self._explain(exc, "move it back to wait") from None
+
+    def clear_logs(self, keep_logs: Optional[int] = None) -> None:
+        """Delete the job's log lines, or keep only the newest ``keep_logs`` of them
+        (Node's ``job.clearLogs(keepLogs)``)."""
+        if keep_logs is not None and (isinstance(keep_logs, bool) or not isinstance(keep_logs, int)
+                                      or keep_logs < 0):
+            raise ValueError(f"clear_logs: keep_logs must be an integer >= 0 or None, got {keep_logs!r}")
+        key = self.scripts.keys.logs(self.id)
+        if keep_logs:
+            self.scripts.client.ltrim(key, -keep_logs, -1)
+        else:
+            self.scripts.client.delete(key)
+
     # -- admin calls (Node's job.retry(), promote(), changeDelay() ...) -------------------
     def _explain(self, exc: ScriptError, action: str, expected: Optional[str] = None) -> ScriptError:
         """``exc`` again, with a message that names the job, what was tried and why it failed."""

@@ -150,16 +150,15 @@ def _parent(name: str, v: Any, job_name: Optional[str]) -> None:
 
 def _dedup(name: str, v: Any, job_name: Optional[str]) -> None:
     if not isinstance(v, Mapping):
-        raise _fail(name, f"must be {{id, ttl?, extend?, replace?, reschedule?}}, got {v!r}", job_name)
-    if "keepLastIfActive" in v:
-        raise _fail(name, "'keepLastIfActive' is not supported yet; use id/ttl/extend/replace", job_name)
-    _check_keys(name, v, ("id", "ttl", "extend", "replace", "reschedule"), job_name)
+        raise _fail(name, f"must be {{id, ttl?, extend?, replace?, reschedule?, keepLastIfActive?}}, got {v!r}",
+                    job_name)
+    _check_keys(name, v, ("id", "ttl", "extend", "replace", "reschedule", "keepLastIfActive"), job_name)
     if not isinstance(v.get("id"), str) or not v.get("id"):
         raise _fail(name, f"'id' must be a non-empty string (deduplication id must be provided), got {v.get('id')!r}",
                     job_name)
     if "ttl" in v and (not _is_int(v["ttl"]) or v["ttl"] < 1):
         raise _fail(name, f"'ttl' must be an integer number of ms >= 1, got {v['ttl']!r}", job_name)
-    for key in ("extend", "replace", "reschedule"):
+    for key in ("extend", "replace", "reschedule", "keepLastIfActive"):
         if key in v and not isinstance(v[key], bool):
             raise _fail(name, f"{key!r} must be true or false, got {v[key]!r}", job_name)
 

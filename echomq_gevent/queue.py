@@ -19,7 +19,7 @@ from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
-from .queue_getters import QueueGetters
+from .queue_getters import QueueGetters, events_max_len
 from .scripts import Scripts
 
 __all__ = ["Queue", "JOB_TYPES", "DEFAULT_COUNT_TYPES", "CLEAN_TYPES"]
@@ -70,12 +70,16 @@ class Queue(QueueGetters):
 
     ``connection`` is a Redis URL or a ``redis.Redis`` instance (a client that does not
     decode responses is cloned into one that does). ``default_job_options`` are merged
-    under each job's own options, like Node's ``defaultJobOptions``.
+    under each job's own options, like Node's ``defaultJobOptions``. ``streams``
+    (``{"events": {"maxLen": N}}``, Node's option) stores the events stream's cap in
+    meta at once (see :meth:`set_events_max_len`); without it the cap stays as stored
+    (10 000 when none is).
     """
 
     def __init__(self, name: str, connection: ConnectionLike = DEFAULT_URL, prefix: str = DEFAULT_PREFIX,
                  max_connections: Optional[int] = None,
-                 default_job_options: Optional[Mapping[str, Any]] = None) -> None:
+                 default_job_options: Optional[Mapping[str, Any]] = None,
+                 streams: Optional[Mapping[str, Any]] = None) -> None:
         self.keys = QueueKeys(name, prefix)
         self.name = self.keys.name
         self.prefix = self.keys.prefix
@@ -85,6 +89,8 @@ class Queue(QueueGetters):
         self.scripts = Scripts(self.client, self.keys)
         self.default_job_options = validate_job_options(default_job_options, None)
         self._add_scripts_loaded = False
+        if streams is not None:
+            self.set_events_max_len(events_max_len(streams))
 
     def __repr__(self) -> str:
         return f"Queue({self.name!r}, prefix={self.prefix!r})"
@@ -497,10 +503,6 @@ class Queue(QueueGetters):
             raise ValueError(f"rate_limit expects milliseconds as an integer >= 0, got {ms!r}")
         if ms > 0:
             self.client.set(self.keys.limiter, _MAX_SAFE_INTEGER, px=ms)
-
-    def get_rate_limit_ttl(self) -> int:
-        """Milliseconds left on the limiter key (-2 no key, -1 no expiry)."""
-        return int(self.client.pttl(self.keys.limiter))
 
     def get_meta(self) -> Dict[str, str]:
         """The queue's meta hash as stored."""

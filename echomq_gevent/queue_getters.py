@@ -6,11 +6,50 @@ Node's key names), so code ported from Node reads the same values.
 """
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .admin_scripts import METRICS_TYPES
+from .keys import FIXED_SUFFIXES
 
-__all__ = ["QueueGetters"]
+__all__ = ["QueueGetters", "events_max_len"]
+
+#: BullMQ's highest job priority (2^21).
+_MAX_PRIORITY = 2_097_152
+#: The key suffixes of Node's queue key map: checked as states, never taken for job ids.
+_NODE_KEY_SUFFIXES = ("active", "wait", "waiting-children", "paused", "id", "delayed", "prioritized",
+                      "stalled-check", "completed", "failed", "stalled", "repeat", "limiter", "meta",
+                      "events", "pc", "marker", "de")
+#: The sub-keys a job may own (deleted with an orphaned job).
+_JOB_SUB_KEYS = ("logs", "dependencies", "processed", "failed", "unsuccessful", "lock")
+
+
+def _text(label: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{label} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _number_or_none(value: Any) -> Optional[int]:
+    """Node's ``Number(x)`` for a meta field holding an integer; ``None`` when absent or junk."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def events_max_len(streams: Any) -> int:
+    """N of the Queue option ``streams={"events": {"maxLen": N}}``; a clear error otherwise."""
+    events = streams.get("events") if isinstance(streams, Mapping) else None
+    if not isinstance(events, Mapping) or set(streams) != {"events"} or set(events) != {"maxLen"}:
+        raise ValueError(f"streams must be {{'events': {{'maxLen': N}}}}, got {streams!r}")
+    return events["maxLen"]
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` as a literal in a SCAN MATCH pattern."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 def _int_or_zero(value: Any) -> int:
@@ -59,3 +98,117 @@ class QueueGetters:
             "data": [_int_or_zero(point) for point in (data or [])],
             "count": int(length or 0),
         }
+
+    # -- deduplication ------------------------------------------------------------------
+    def get_deduplication_job_id(self, deduplication_id: str) -> Optional[str]:
+        """The id of the job that owns ``deduplication_id`` now, or ``None``."""
+        return self.client.get(self.keys.dedup(_text("deduplication_id", deduplication_id)))
+
+    def remove_deduplication_key(self, deduplication_id: str) -> int:
+        """End deduplication for this id at once (Node's ``removeDeduplicationKey``):
+        the next add with it creates a job. Returns 1 if a key was deleted, else 0."""
+        return int(self.client.delete(self.keys.dedup(_text("deduplication_id", deduplication_id))))
+
+    # -- global limits --------------------------------------------------------------------
+    def get_global_concurrency(self) -> Optional[int]:
+        """meta ``concurrency`` as a number, ``None`` when unset (or not a number)."""
+        return _number_or_none(self.client.hget(self.keys.meta, "concurrency"))
+
+    def get_global_rate_limit(self) -> Optional[Dict[str, int]]:
+        """``{"max", "duration"}`` from meta, ``None`` unless both are set."""
+        max_jobs, duration = self.client.hmget(self.keys.meta, "max", "duration")
+        max_jobs, duration = _number_or_none(max_jobs), _number_or_none(duration)
+        if not max_jobs or not duration:
+            return None
+        return {"max": max_jobs, "duration": duration}
+
+    def remove_rate_limit_key(self) -> int:
+        """Delete the limiter key: rate-limited workers may fetch again at once. Returns
+        1 if there was one, else 0."""
+        return int(self.client.delete(self.keys.limiter))
+
+    def get_rate_limit_ttl(self, max_jobs: Optional[int] = None) -> int:
+        """Milliseconds until the rate limiter lets workers fetch again, as Node's
+        ``getRateLimitTtl(maxJobs)``: with ``max_jobs`` (or, without it, the global limit
+        ``max`` of :meth:`set_global_rate_limit`) the limiter's TTL once that many jobs
+        started in the window, else 0. With neither it is the limiter key's plain PTTL:
+        what a manual :meth:`rate_limit` left (-2 no key, -1 no expiry)."""
+        if max_jobs is not None:
+            if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+                raise ValueError(f"get_rate_limit_ttl: max_jobs must be an integer >= 1 or None, got {max_jobs!r}")
+        return self.scripts.get_rate_limit_ttl(max_jobs or 0)
+
+    def is_maxed(self) -> bool:
+        """True when the queue has as many active jobs as its global concurrency allows."""
+        return self.scripts.is_maxed()
+
+    # -- counts ---------------------------------------------------------------------------
+    def get_counts_per_priority(self, priorities: Iterable[int]) -> Dict[str, int]:
+        """Ready jobs per priority, keyed by the priority as text (Node's shape):
+        ``{"0": jobs in wait, "3": prioritized jobs with priority 3, ...}``. Repeated
+        priorities are counted once."""
+        unique: List[int] = []
+        for p in priorities:
+            if isinstance(p, bool) or not isinstance(p, int) or not 0 <= p <= _MAX_PRIORITY:
+                raise ValueError(f"get_counts_per_priority: priorities must be integers 0..{_MAX_PRIORITY}, got {p!r}")
+            if p not in unique:
+                unique.append(p)
+        if not unique:
+            return {}
+        counts = self.scripts.get_counts_per_priority(unique)
+        return {str(p): int(c or 0) for p, c in zip(unique, counts)}
+
+    def get_workers_count(self) -> int:
+        """How many worker connections (Node's or ours) serve this queue (CLIENT LIST)."""
+        return len(self.get_workers())
+
+    # -- events stream --------------------------------------------------------------------
+    def trim_events(self, max_length: int) -> int:
+        """Trim the events stream to about ``max_length`` entries (``XTRIM MAXLEN ~``);
+        returns how many were removed. Scripts keep trimming to meta ``opts.maxLenEvents``
+        (the ``streams`` option of the constructor)."""
+        if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 0:
+            raise ValueError(f"trim_events: max_length must be an integer >= 0, got {max_length!r}")
+        return int(self.client.xtrim(self.keys.events, maxlen=max_length, approximate=True))
+
+    def set_events_max_len(self, max_len: int) -> None:
+        """Store meta ``opts.maxLenEvents``: the scripts trim the events stream to about
+        this many entries (what Node's ``streams.events.maxLen`` queue option writes)."""
+        if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
+            raise ValueError(f"streams.events.maxLen must be an integer >= 1, got {max_len!r}")
+        self.client.hset(self.keys.meta, "opts.maxLenEvents", max_len)
+
+    # -- orphaned jobs --------------------------------------------------------------------
+    def remove_orphaned_jobs(self, count: int = 1000, limit: int = 0) -> int:
+        """Delete job hashes (and their sub-keys) that no state of the queue refers to,
+        as Node's ``removeOrphanedJobs(count, limit)``: the queue's keys are scanned
+        ``count`` at a time and each batch of candidates is checked and deleted in one
+        script; ``limit`` > 0 stops once that many were removed. Returns how many were
+        removed. Not needed in normal operation (a clean-up after lost state updates)."""
+        for label, value, low in (("count", count, 1), ("limit", limit, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"remove_orphaned_jobs: {label} must be an integer >= {low}, got {value!r}")
+        base = self.keys.base
+        known = set(_NODE_KEY_SUFFIXES) | set(FIXED_SUFFIXES.values())
+        states = list(_NODE_KEY_SUFFIXES)
+        removed = 0
+        cursor = 0
+        while True:
+            cursor, found = self.client.scan(cursor, match=_glob_escape(base) + "*", count=count)
+            candidates: List[str] = []
+            for key in found:
+                suffix = key[len(base):]
+                head, sep, tail = suffix.partition(":")
+                if suffix in known or (sep and head in known):
+                    continue
+                if sep and tail not in _JOB_SUB_KEYS:
+                    continue
+                if head and head not in candidates:
+                    candidates.append(head)
+            if candidates:
+                removed += self.scripts.remove_orphaned_jobs(states, _JOB_SUB_KEYS, candidates)
+                if limit and removed >= limit:
+                    break
+            if not cursor:
+                break
+        return removed

@@ -24,7 +24,7 @@ local a = cmsgpack.unpack(ARGV[1])
 local opts = cmsgpack.unpack(ARGV[3])
 
 local finished, jobId, jobKey, maxEvents, parentJson =
-  resolveNewJobId(a, opts, KEYS[3], KEYS[2], KEYS[6], KEYS[5], KEYS[8])
+  resolveNewJobId(a, opts, KEYS[3], KEYS[2], KEYS[6], KEYS[5], KEYS[8], ARGV[2])
 if finished then
   return jobId
 end

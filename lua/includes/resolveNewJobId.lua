@@ -7,14 +7,15 @@
 --
 -- a is the unpacked ARGV[1] array: {key prefix, custom id or "", name, timestamp,
 -- parentKey, parent dependencies key, parent map, repeat job key, dedup key,
--- defer parent release}; opts the unpacked options map.
+-- defer parent release}; opts the unpacked options map; data the job's JSON text
+-- (kept only if a keepLastIfActive add is parked).
 --
 -- Returns finished, value, ...:
 --   finished == true:  value is what the script returns as is (-5, -7, or the id of
 --                      an existing or surviving job);
 --   finished == false: value is the new job's id, then its key, the events cap and
 --                      the parent JSON (nil without a parent).
-local function resolveNewJobId(a, opts, idKey, metaKey, completedKey, delayedKey, eventsKey)
+local function resolveNewJobId(a, opts, idKey, metaKey, completedKey, delayedKey, eventsKey, data)
   local base = a[1]
   local parentKey = a[5]
   local parentJson
@@ -38,8 +39,10 @@ local function resolveNewJobId(a, opts, idKey, metaKey, completedKey, delayedKey
                                         timestamp, a[10])
   end
 
+  local pending = {name = a[3], data = data, opts = opts, parentKey = parentKey,
+                   parentJson = parentJson, parentDepsKey = a[6], repeatJobKey = a[8]}
   local survivor = applyDeduplication(opts["de"], jobId, base, a[9], delayedKey, eventsKey,
-                                      maxEvents, timestamp, opts["delay"])
+                                      maxEvents, timestamp, opts["delay"], pending)
   if survivor then
     return true, survivor
   end

@@ -53,7 +53,7 @@ from echomq_gevent.job_options import (
      "'removeDependencyOnFailure' (job 'j'): cannot be used together with failParentOnFailure"),
     ({"deduplication": {"ttl": 5}}, "'id' must be a non-empty string (deduplication id must be provided)"),
     ({"deduplication": {"id": "d", "ttl": 0}}, "'ttl' must be an integer number of ms >= 1, got 0"),
-    ({"deduplication": {"id": "d", "keepLastIfActive": True}}, "'keepLastIfActive' is not supported yet"),
+    ({"deduplication": {"id": "d", "keepLastIfActive": "yes"}}, "'keepLastIfActive' must be true or false"),
     ({"deduplication": {"id": "d", "extend": "y"}}, "'extend' must be true or false"),
     ({"deduplication": {"id": "d"}, "parent": {"id": "1", "queue": "bull:p"}},
      "'deduplication' (job 'j'): cannot be used together with 'parent'"),
