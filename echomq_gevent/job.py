@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from redis.exceptions import ResponseError
 
 from .errors import JobNotExist, JobNotInState, ScriptError, error_for_code
+from .job_control import JobControl
 from .job_options import decode_job_options, encode_job_data, validate_job_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -139,7 +140,7 @@ def _json_problem(job_id: str, field: str, exc: Exception) -> str:
     return f"job {job_id}: field {field!r} is not valid JSON ({exc})"
 
 
-class Job:
+class Job(JobControl):
     """One BullMQ job, decoded from its hash.
 
     Attributes use Python names for BullMQ's fields (``attempts_made`` for
@@ -307,30 +308,6 @@ class Job:
         self.scripts.move_to_delayed(self.id, now, token or self.token or "0", delay, skip_attempt=True)
         self.delay = delay
 
-    def move_to_wait(self, token: Optional[str] = None) -> int:
-        """Put this active job back at the front of wait (Node's ``job.moveToWait``):
-        its lock (held with ``token``, by default the worker's) is released and no attempt
-        is counted. Use it in a processor before raising
-        :class:`~echomq_gevent.errors.RateLimitError`. Returns the rate limiter's
-        remaining ms (0 when not limited). Raises JobLockMismatch for another token,
-        JobLockNotExist when the lock is gone, JobNotExist for a missing job."""
-        try:
-            return self.scripts.move_job_from_active_to_wait(self.id, token or self.token or "0")
-        except ScriptError as exc:
-            raise self._explain(exc, "move it back to wait") from None
-
-    def clear_logs(self, keep_logs: Optional[int] = None) -> None:
-        """Delete the job's log lines, or keep only the newest ``keep_logs`` of them
-        (Node's ``job.clearLogs(keepLogs)``)."""
-        if keep_logs is not None and (isinstance(keep_logs, bool) or not isinstance(keep_logs, int)
-                                      or keep_logs < 0):
-            raise ValueError(f"clear_logs: keep_logs must be an integer >= 0 or None, got {keep_logs!r}")
-        key = self.scripts.keys.logs(self.id)
-        if keep_logs:
-            self.scripts.client.ltrim(key, -keep_logs, -1)
-        else:
-            self.scripts.client.delete(key)
-
     # -- admin calls (Node's job.retry(), promote(), changeDelay() ...) -------------------
     def _explain(self, exc: ScriptError, action: str, expected: Optional[str] = None) -> ScriptError:
         """``exc`` again, with a message that names the job, what was tried and why it failed."""
@@ -474,19 +451,6 @@ class Job:
         if not removed:
             raise RuntimeError(f"job {self.id} could not be removed because it is locked by a worker; "
                                f"wait until it finishes")
-
-    def wait_until_finished(self, queue_events: Any, timeout: Optional[float] = None) -> Any:
-        """Block until this job finishes; returns its returnvalue (Node's ``waitUntilFinished``).
-
-        ``queue_events`` is a running :class:`~echomq_gevent.events.QueueEvents` of the
-        job's queue. A job that already finished answers at once (its listeners are
-        registered before the job is looked up, so no finish is missed). Raises
-        :class:`~echomq_gevent.events.JobFailedError` (``failed_reason``) when the job
-        failed or no longer exists, ``WaitTimeoutError`` after ``timeout`` seconds,
-        ``EventsClosedError`` when ``queue_events`` closes first. Call it from a greenlet
-        of the hub thread.
-        """
-        return queue_events.wait_for_job(self.scripts, self.id, self.name, timeout)
 
     # -- views -------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

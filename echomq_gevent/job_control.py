@@ -1,0 +1,63 @@
+"""Job calls beyond the processor's basics: waiting for a result, handing a job back,
+trimming its log.
+
+:class:`JobControl` is mixed into :class:`~echomq_gevent.job.Job` (it uses the job's
+``id``, ``name``, ``token``, ``scripts`` and ``_explain``), so these are ordinary job
+methods: ``job.wait_until_finished(events)``, ``job.move_to_wait(token)``.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .errors import ScriptError
+
+__all__ = ["JobControl"]
+
+
+class JobControl:
+    """Mixin of :class:`~echomq_gevent.job.Job`."""
+
+    __slots__ = ()
+
+    id: str
+    name: str
+    token: Optional[str]
+    scripts: Any
+    _explain: Any
+
+    def wait_until_finished(self, queue_events: Any, timeout: Optional[float] = None) -> Any:
+        """Block until this job finishes; returns its returnvalue (Node's ``waitUntilFinished``).
+
+        ``queue_events`` is a running :class:`~echomq_gevent.events.QueueEvents` of the
+        job's queue. A job that already finished answers at once (its listeners are
+        registered before the job is looked up, so no finish is missed). Raises
+        :class:`~echomq_gevent.events.JobFailedError` (``failed_reason``) when the job
+        failed or no longer exists, ``WaitTimeoutError`` after ``timeout`` seconds,
+        ``EventsClosedError`` when ``queue_events`` closes first. Call it from a greenlet
+        of the hub thread.
+        """
+        return queue_events.wait_for_job(self.scripts, self.id, self.name, timeout)
+
+    def move_to_wait(self, token: Optional[str] = None) -> int:
+        """Put this active job back at the front of wait (Node's ``job.moveToWait``):
+        its lock (held with ``token``, by default the worker's) is released and no attempt
+        is counted. Use it in a processor before raising
+        :class:`~echomq_gevent.errors.RateLimitError`. Returns the rate limiter's
+        remaining ms (0 when not limited). Raises JobLockMismatch for another token,
+        JobLockNotExist when the lock is gone, JobNotExist for a missing job."""
+        try:
+            return self.scripts.move_job_from_active_to_wait(self.id, token or self.token or "0")
+        except ScriptError as exc:
+            raise self._explain(exc, "move it back to wait") from None
+
+    def clear_logs(self, keep_logs: Optional[int] = None) -> None:
+        """Delete the job's log lines, or keep only the newest ``keep_logs`` of them
+        (Node's ``job.clearLogs(keepLogs)``)."""
+        if keep_logs is not None and (isinstance(keep_logs, bool) or not isinstance(keep_logs, int)
+                                      or keep_logs < 0):
+            raise ValueError(f"clear_logs: keep_logs must be an integer >= 0 or None, got {keep_logs!r}")
+        key = self.scripts.keys.logs(self.id)
+        if keep_logs:
+            self.scripts.client.ltrim(key, -keep_logs, -1)
+        else:
+            self.scripts.client.delete(key)
