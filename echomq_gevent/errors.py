@@ -13,7 +13,7 @@ __all__ = [
     "JobBelongsToJobScheduler", "JobHasFailedChildren", "SchedulerJobIdCollision",
     "SchedulerJobSlotsBusy", "InvalidOptionError", "InvalidJobIdError", "InvalidJobDataError",
     "UnrecoverableError", "DelayedError", "RateLimitError", "WaitingChildrenError",
-    "ConfigError", "error_for_code",
+    "ConfigError", "JobCancelled", "error_for_code",
 ]
 
 
@@ -134,6 +134,17 @@ class RateLimitError(EchoMQError):
 
     def __init__(self, message: str = "bullmq:rateLimitExceeded") -> None:
         super().__init__(message)
+
+
+class JobCancelled(EchoMQError):
+    """The job was cancelled while its processor ran (``Worker.cancel_job``,
+    ``cancel_all_jobs``, or its lock was lost). Raised inside a greenlet processor at its
+    next cooperative switch; a thread-offloaded processor sees ``job.cancelled`` and may
+    raise it with ``job.check_cancelled()``. ``reason`` is the text given, if any."""
+
+    def __init__(self, reason: Optional[str] = None) -> None:
+        self.reason = reason
+        super().__init__(f"job cancelled: {reason}" if reason else "job cancelled")
 
 
 class ConfigError(EchoMQError, ValueError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .errors import ScriptError
+from .errors import JobCancelled, ScriptError
 
 __all__ = ["JobControl"]
 
@@ -17,13 +17,37 @@ __all__ = ["JobControl"]
 class JobControl:
     """Mixin of :class:`~echomq_gevent.job.Job`."""
 
-    __slots__ = ()
+    __slots__ = ("_cancel_reason",)
 
     id: str
     name: str
     token: Optional[str]
     scripts: Any
     _explain: Any
+
+    # -- cancellation (set by the worker running the job) ----------------------------------
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker running this job cancelled it (``Worker.cancel_job``,
+        ``cancel_all_jobs``, or its lock was lost). A processor offloaded to a thread polls
+        it (or :meth:`check_cancelled`) and stops; a greenlet processor is interrupted
+        with :class:`~echomq_gevent.errors.JobCancelled` anyway."""
+        return getattr(self, "_cancel_reason", None) is not None
+
+    @property
+    def cancel_reason(self) -> Optional[str]:
+        """Why the job was cancelled ("" when no reason was given), or ``None``."""
+        return getattr(self, "_cancel_reason", None)
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~echomq_gevent.errors.JobCancelled` if the job was cancelled."""
+        reason = getattr(self, "_cancel_reason", None)
+        if reason is not None:
+            raise JobCancelled(reason or None)
+
+    def mark_cancelled(self, reason: Optional[str]) -> None:
+        """Called by the worker (any greenlet of its hub): set :attr:`cancelled`."""
+        self._cancel_reason = reason or ""
 
     def wait_until_finished(self, queue_events: Any, timeout: Optional[float] = None) -> Any:
         """Block until this job finishes; returns its returnvalue (Node's ``waitUntilFinished``).

@@ -7,7 +7,8 @@
 * :mod:`.worker_settle`: writing a job's outcome (complete, retry, fail, put back) and
   the failure decision;
 * :mod:`.worker_lifecycle`: set-up, signals, the two-stage close and the hand-back;
-* :mod:`.worker_slots`: the per-job slot, the ``active_jobs`` view, the finish batcher.
+* :mod:`.worker_slots`: the per-job slot, the ``active_jobs`` view, the finish batcher;
+* :mod:`.worker_cancel`: cancelling running jobs (``cancel_job``, ``cancel_all_jobs``).
 
 Around it: locks are renewed from a native thread (:mod:`.locks`), stalled jobs are
 recovered (:mod:`.stalled`), the hub is watched (:mod:`.hub`), processors run on the
@@ -37,6 +38,7 @@ from .plugins import PluginHost
 from .runtime import MarkerWaiter
 from .scripts import Scripts
 from .stalled import StalledChecker
+from .worker_cancel import Cancelling
 from .worker_fetch import FetchLoop
 from .worker_lifecycle import Lifecycle
 from .worker_options import validate_worker_options
@@ -51,7 +53,7 @@ __all__ = ["Worker", "ActiveJobs", "RATE_LIMIT_MESSAGE"]
 _LIMITER_FULL = 9007199254740991
 
 
-class Worker(Lifecycle, FetchLoop, Settling):
+class Worker(Lifecycle, FetchLoop, Settling, Cancelling):
     """Processes the jobs of one queue.
 
     ``Worker(queue_name, processor=None, connection=..., prefix="bull", plugins=None, **options)``

@@ -295,6 +295,8 @@ class Settling:
             if slot is None or slot.token != token or slot.phase != "running":
                 continue
             self._mark_lock_lost(slot, "renewal refused")
+            # stop the processor too: another worker may take the job over now
+            self._cancel_slot(slot, "the job's lock was lost")
 
     def _on_stalled(self, ids: List[str]) -> None:
         for job_id in ids:

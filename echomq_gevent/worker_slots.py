@@ -38,7 +38,7 @@ def now_ms() -> int:
 class Slot:
     """One in-flight job: what the worker knows about it while it runs."""
 
-    __slots__ = ("job", "token", "started", "phase", "lock_lost", "handed_back", "greenlet")
+    __slots__ = ("job", "token", "started", "phase", "lock_lost", "handed_back", "greenlet", "in_processor")
 
     def __init__(self, job: Job, token: str) -> None:
         self.job = job
@@ -49,6 +49,8 @@ class Slot:
         self.lock_lost = False
         self.handed_back = False
         self.greenlet: Any = None
+        #: True only while the processor itself runs (a cancellation may interrupt it then)
+        self.in_processor = False
 
 
 class ActiveJobs(Mapping):

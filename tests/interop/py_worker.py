@@ -16,7 +16,8 @@ job), ``delayOnceMs`` / ``rateLimitOnceMs``
 It prints one JSON line per event, each with ``t`` (ms since the epoch): ``ready``,
 ``process`` (our Job as Node names its fields, at processor start), ``active``,
 ``completed``, ``failed`` (final), ``retried``, ``stalled``, ``lock_lost``,
-``handed_back``, ``error``, ``exit``. ``stop`` on stdin (or stdin closing) closes the
+``handed_back``, ``error``, ``exit``. ``cancel <jobId> [reason]`` on stdin calls
+``worker.cancel_job`` (answered by ``cancelled`` or ``cancel-refused``). ``stop`` on stdin (or stdin closing) closes the
 worker gracefully.
 
 The test process itself is not monkey-patched; this one is, first thing, as a real
@@ -189,8 +190,16 @@ def main() -> int:
             buf += chunk
             while b"\n" in buf:
                 line, buf = buf.split(b"\n", 1)
-                if line.strip() == b"stop":
+                text = line.strip().decode("utf-8", "replace")
+                if text == "stop":
                     stop("stdin")
+                elif text.startswith("cancel "):  # "cancel <jobId> [reason]"
+                    parts = text.split(" ", 2)
+                    try:
+                        worker.cancel_job(parts[1], parts[2] if len(parts) > 2 else None)
+                        emit({"event": "cancelled", "jobId": parts[1]})
+                    except Exception as exc:  # reported, the worker goes on
+                        emit({"event": "cancel-refused", "jobId": parts[1], "error": str(exc)})
 
     gevent.spawn(watch_stdin)
     if cmd.get("maxMs"):

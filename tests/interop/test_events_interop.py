@@ -134,3 +134,23 @@ def test_node_get_metrics_equal_over_node_and_python_served_twins(node, r, redis
     q.close()
     ours["meta"].pop("prevTS")
     assert ours == got["node"]["completed"]
+
+
+# ---------------------------------------------------------------------------------------
+# Cancellation: a job cancelled on our worker ends failed, as Node's QueueEvents sees it
+# ---------------------------------------------------------------------------------------
+
+def test_a_job_cancelled_on_our_worker_is_failed_with_the_reason_node_sees(node, queue):
+    watcher = node.events()
+    long_job = queue.add("long", {})
+    ours = node.python_worker(workerOpts={"drain_delay": 1}, behaviour={"sleepMs": 30000}, stopAfter=1)
+    ours.wait_event("process", timeout=10, jobId=long_job.id)
+    ours.send("cancel 999 nothing")
+    refused = ours.wait_event("cancel-refused", timeout=5)
+    assert "is not active on this worker" in refused["error"]
+    ours.send(f"cancel {long_job.id} operator asked")
+    ours.wait_event("cancelled", timeout=5, jobId=long_job.id)
+    failed = watcher.wait_event("failed", timeout=10)
+    assert failed["args"] == {"jobId": long_job.id, "failedReason": "job cancelled: operator asked",
+                              "prev": "active"}
+    assert node.run("getJob", jobId=long_job.id)["failedReason"] == "job cancelled: operator asked"
