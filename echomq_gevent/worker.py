@@ -88,7 +88,7 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling):
         self.id = str(uuid.uuid4())
         opts = self.options
         self.name: Optional[str] = opts["name"]
-        self.concurrency: int = opts["concurrency"]
+        self._concurrency: int = opts["concurrency"]
         self.lock_duration: int = opts["lock_duration"]
         self.drain_delay: float = float(opts["drain_delay"])
         self.limiter: Optional[Dict[str, int]] = (
@@ -141,6 +141,27 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling):
     # ------------------------------------------------------------------ public surface
     def __repr__(self) -> str:
         return f"<Worker {self.queue_name!r} prefix={self.prefix!r} concurrency={self.concurrency} id={self.id}>"
+
+    @property
+    def concurrency(self) -> int:
+        """How many jobs run at once. Assignable while the worker runs: a higher value is
+        used at the next fetch (the loop is woken); a lower one lets the running jobs
+        finish and fetches again only below it. No job is dropped or interrupted."""
+        return self._concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        validate_worker_options(dict(self.options, concurrency=value), where=f"Worker for queue {self.queue_name!r}")
+        self._concurrency = value
+        self.options["concurrency"] = value
+        if getattr(self, "_batcher", 0) is None and value > 1:
+            self._batcher = FinishBatcher(self.scripts)
+        runtime_pool = getattr(getattr(self, "_runtime", None), "pool", None)
+        if runtime_pool is not None:  # thread offload: one native thread per slot
+            runtime_pool.maxsize = max(value, 1)
+        kick = getattr(self, "_kick", None)
+        if kick is not None:
+            kick.set()
 
     @property
     def completed_count(self) -> int:

@@ -167,7 +167,10 @@ class FetchLoop:
         self._pool.spawn(self._run_slot, slot)
 
     def _can_fetch_next(self) -> bool:
-        return self.running and not self.closing and not self._paused
+        # the finishing job still holds its slot: refill it only within the concurrency
+        # (which may have been lowered while it ran)
+        return (self.running and not self.closing and not self._paused
+                and len(self._active) <= self.concurrency)
 
     # ------------------------------------------------------------------ one slot
     def _run_slot(self, slot: Slot) -> None:

@@ -52,7 +52,9 @@ class Lifecycle:
     def _setup(self) -> None:
         opts = self.options
         label = f"queue {self.queue_name!r}"
-        self._pool = gevent.pool.Pool(self.concurrency)
+        # a Group, not a bounded Pool: the fetch loop's slot arithmetic is the bound, so
+        # ``worker.concurrency = n`` can change it while jobs run
+        self._pool = gevent.pool.Group()
         self._runtime = make_runtime(opts["offload"], self.concurrency, self.scripts)
 
         marker = MarkerWaiter(None, self.keys.marker)

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 import gevent
+import gevent.event
 import pytest
 
 from echomq_gevent.errors import EchoMQError, JobCancelled
@@ -113,3 +114,39 @@ def test_cancel_of_an_unknown_job_is_refused_and_changes_nothing(redis_url, pref
         w.cancel_all_jobs(reason=5)
     assert w.cancel_all_jobs() == 0
     assert {k: r.dump(k) for k in r.scan_iter(match=queue.keys.base + "*")} == before
+
+
+# ------------------------------------------------------------------ runtime concurrency
+def test_concurrency_grows_and_shrinks_while_running_without_dropping_a_job(redis_url, prefix, qname, queue):
+    jobs = queue.add_bulk([("work", {"i": i}) for i in range(8)])
+    gate = gevent.event.Event()
+    state = {"now": 0, "max_after_shrink": 0, "shrunk": False}
+    done = []
+
+    def proc(job):
+        state["now"] += 1
+        if state["shrunk"]:
+            state["max_after_shrink"] = max(state["max_after_shrink"], state["now"])
+        try:
+            gate.wait()
+            gevent.sleep(0.05)
+        finally:
+            state["now"] -= 1
+        done.append(job.id)
+        return job.data["i"]
+
+    w = make_worker(redis_url, prefix, qname, proc, concurrency=1)
+    with running(w):
+        wait_for(lambda: len(w.active_jobs) == 1, what="one job at concurrency 1")
+        w.concurrency = 4
+        wait_for(lambda: len(w.active_jobs) == 4, what="four jobs after growing")
+        w.concurrency = 1
+        state["shrunk"] = True
+        gate.set()
+        wait_for(lambda: len(done) == 8, timeout=15, what="every job")
+        with pytest.raises(EchoMQError, match="concurrency"):
+            w.concurrency = 0
+        assert w.concurrency == 1
+    assert sorted(done) == sorted(j.id for j in jobs) and w.completed_count == 8
+    # the four running when it shrank finished; after them, one at a time
+    assert state["max_after_shrink"] == 1 and w.options["concurrency"] == 1
