@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .errors import JobCancelled, ScriptError
+from .errors import EchoMQError, JobCancelled, ScriptError
 
 __all__ = ["JobControl"]
 
@@ -17,13 +17,49 @@ __all__ = ["JobControl"]
 class JobControl:
     """Mixin of :class:`~echomq_gevent.job.Job`."""
 
-    __slots__ = ("_cancel_reason",)
+    __slots__ = ("_cancel_reason", "_worker")
 
     id: str
     name: str
     token: Optional[str]
     scripts: Any
     _explain: Any
+
+    # -- manual processing (a job taken with Worker.get_next_job) -------------------------
+    def attach_worker(self, worker: Any) -> None:
+        """Called by ``Worker.get_next_job``: the worker whose options settle this job."""
+        self._worker = worker
+
+    def _manual_worker(self, action: str) -> Any:
+        worker = getattr(self, "_worker", None)
+        if worker is None:
+            raise EchoMQError(f"cannot {action} job {self.id}: it was not taken with Worker.get_next_job "
+                              f"(a running worker settles its own jobs)")
+        return worker
+
+    def move_to_completed(self, returnvalue: Any, token: str, fetch_next: bool = False) -> Any:
+        """Complete a job taken with ``Worker.get_next_job(token)``: store ``returnvalue``
+        (JSON) with the worker's keep-jobs and metrics options. With ``fetch_next`` the next
+        job is taken under the same token in the same call and returned (or ``None``).
+        JobLockMismatch / JobLockNotExist when ``token`` does not hold the lock (nothing is
+        written then)."""
+        return self._manual_worker("complete").manual_complete(self, returnvalue, token, fetch_next)
+
+    def move_to_failed(self, err: BaseException, token: str, fetch_next: bool = False) -> Any:
+        """Fail the current attempt of a job taken with ``Worker.get_next_job(token)``,
+        with the worker's rules: retried (backoff) while attempts are left and ``err`` is
+        not an ``UnrecoverableError``, else failed for good with ``str(err)`` as the reason.
+        Returns the next job with ``fetch_next`` when one was taken."""
+        return self._manual_worker("fail").manual_fail(self, err, token, fetch_next)
+
+    def extend_lock(self, token: str, duration_ms: int) -> bool:
+        """Renew this job's lock for ``duration_ms`` if ``token`` holds it (Node's
+        ``job.extendLock``); False when it does not (expired, or another worker's)."""
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"extend_lock: token must be a non-empty string, got {token!r}")
+        if isinstance(duration_ms, bool) or not isinstance(duration_ms, int) or duration_ms < 1:
+            raise ValueError(f"extend_lock: duration_ms must be an integer >= 1, got {duration_ms!r}")
+        return bool(self.scripts.extend_lock(self.id, token, duration_ms))
 
     # -- cancellation (set by the worker running the job) ----------------------------------
     @property

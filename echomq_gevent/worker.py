@@ -8,7 +8,8 @@
   the failure decision;
 * :mod:`.worker_lifecycle`: set-up, signals, the two-stage close and the hand-back;
 * :mod:`.worker_slots`: the per-job slot, the ``active_jobs`` view, the finish batcher;
-* :mod:`.worker_cancel`: cancelling running jobs (``cancel_job``, ``cancel_all_jobs``).
+* :mod:`.worker_cancel`: cancelling running jobs (``cancel_job``, ``cancel_all_jobs``);
+* :mod:`.worker_manual`: processing by hand (``get_next_job``, ``job.move_to_completed``...).
 
 Around it: locks are renewed from a native thread (:mod:`.locks`), stalled jobs are
 recovered (:mod:`.stalled`), the hub is watched (:mod:`.hub`), processors run on the
@@ -41,6 +42,7 @@ from .stalled import StalledChecker
 from .worker_cancel import Cancelling
 from .worker_fetch import FetchLoop
 from .worker_lifecycle import Lifecycle
+from .worker_manual import ManualProcessing
 from .worker_options import validate_worker_options
 from .worker_settle import RATE_LIMIT_MESSAGE, Settling
 from .worker_slots import ActiveJobs, FinishBatcher, Slot, now_ms
@@ -53,7 +55,7 @@ __all__ = ["Worker", "ActiveJobs", "RATE_LIMIT_MESSAGE"]
 _LIMITER_FULL = 9007199254740991
 
 
-class Worker(Lifecycle, FetchLoop, Settling, Cancelling):
+class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
     """Processes the jobs of one queue.
 
     ``Worker(queue_name, processor=None, connection=..., prefix="bull", plugins=None, **options)``
@@ -240,6 +242,7 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling):
         """
         if timeout is None:
             timeout = float(self.options["shutdown_timeout"])
+        self._close_manual()
         if self.closing:
             if timeout <= 0:
                 self._force.set()
