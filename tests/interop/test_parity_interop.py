@@ -2,6 +2,8 @@
 ``bullmq@6.7.0``: keepLastIfActive deduplication, and the getters Node and we answer alike."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from echomq_gevent import Queue
@@ -129,3 +131,53 @@ def test_remove_orphaned_jobs_twins(node, r, redis_url, prefix, qname):
 
 def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name)
+
+
+def test_manual_processing_twins_leave_the_same_redis(node, r, redis_url, prefix, qname):
+    """getNextJob + moveToCompleted/moveToFailed by Node on one queue, by our Worker on its
+    twin: same ids taken, same keys left (times aside)."""
+    from echomq_gevent import Worker
+
+    twins = {"node": qname + "n", "python": qname + "p"}
+    jobs = [{"name": "a", "data": {"n": 1}, "opts": {"timestamp": TWIN_TS}},
+            {"name": "b", "data": {"n": 2}, "opts": {"timestamp": TWIN_TS, "attempts": 2}},
+            {"name": "c", "data": {"n": 3}, "opts": {"timestamp": TWIN_TS, "removeOnFail": True}}]
+    actions = [{"do": "complete", "value": {"ok": 1}}, {"do": "fail", "message": "first try"},
+               {"do": "fail", "message": "gone"}, {"do": "fail", "message": "second try"},
+               {"do": "complete", "value": "none left"}]
+    for name in twins.values():
+        node.run("addBulk", queue=name, jobs=jobs)
+    taken = {"node": node.run("manualRun", queue=twins["node"], token="tok", actions=actions,
+                              workerOpts={"removeOnComplete": {"count": 10}})}
+    ours = Worker(twins["python"], None, connection=redis_url, prefix=prefix,
+                  remove_on_complete={"count": 10})
+    got = []
+    for action in actions:
+        job = ours.get_next_job("tok", block=False)
+        got.append(job.id if job else None)
+        if job is None:
+            continue
+        if action["do"] == "complete":
+            job.move_to_completed(action["value"], "tok")
+        else:
+            job.move_to_failed(RuntimeError(action["message"]), "tok")
+    ours.close(timeout=1)
+    taken["python"] = got
+    assert taken["python"] == taken["node"] == ["1", "2", "3", "2", None]
+    dumps = {}
+    for side, name in twins.items():
+        q = Queue(name, connection=redis_url, prefix=prefix)
+        dump = {}
+        for suffix, (kind, value) in _comparable(r, q.keys).items():
+            if kind == "hash" and "finishedOn" in value:
+                value = dict(value, finishedOn="<time>")
+            if kind == "hash" and "stacktrace" in value:
+                value = dict(value, stacktrace=len(json.loads(value["stacktrace"])))
+            if kind == "zset" and suffix in ("completed", "failed"):
+                value = sorted(member for member, _score in value)
+            if suffix in ("stalled-check", "marker"):
+                continue
+            dump[suffix] = (kind, value)
+        dumps[side] = dump
+        q.close()
+    assert dumps["python"] == dumps["node"]

@@ -37,6 +37,8 @@
  *   getChildrenValues / getFailedChildrenValues / getDependenciesCount {jobId}
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   queueCall   {method, args}                      -> queue[method](...args) (Node's own getters)
+ *   manualRun   {workerOpts, token, actions: [{do: 'complete', value} | {do: 'fail', message}]}
+ *               -> ids taken by worker.getNextJob(token) and settled one by one (null: none)
  *   jobCall     {jobId, method, args}               -> (await Job.fromId(queue, jobId))[method](...args)
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                  (one process; a step may name another queue via "queue")
@@ -279,6 +281,24 @@ async function runOne(queue, cmd) {
       if (typeof job[cmd.method] !== 'function') throw new Error(`Job has no method ${cmd.method}`);
       const value = await job[cmd.method](...(cmd.args || []));
       return value === undefined ? null : value;
+    }
+    case 'manualRun': {
+      // Manual processing: a Worker without processor; per action take the next job with
+      // getNextJob(token) and settle it: {do: 'complete', value} or {do: 'fail', message}.
+      const worker = new Worker(cmd.queue, null, Object.assign({}, baseOpts(cmd), cmd.workerOpts || {}, { autorun: false }));
+      const taken = [];
+      try {
+        for (const action of cmd.actions) {
+          const job = await worker.getNextJob(cmd.token, { block: false });
+          if (!job) { taken.push(null); continue; }
+          taken.push(job.id);
+          if (action.do === 'complete') await job.moveToCompleted(action.value, cmd.token, false);
+          else await job.moveToFailed(new Error(action.message), cmd.token, false);
+        }
+      } finally {
+        await worker.close();
+      }
+      return taken;
     }
     case 'waitUntilFinished': {
       const events = new QueueEvents(cmd.queue, baseOpts(cmd));
