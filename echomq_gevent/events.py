@@ -298,7 +298,7 @@ class QueueEvents:
                 self._closed.wait(delay)
                 delay = min(delay * 2, _RETRY_MAX_S)
                 continue
-            except redis.ResponseError as exc:
+            except Exception as exc:  # a server error reply, or the connection torn down by close()
                 if self.closing:
                     break
                 self._report(EchoMQError(f"queue {self.name!r}: XREAD on {self.keys.events!r} failed: {exc}"))
@@ -337,14 +337,16 @@ class QueueEvents:
             box.put(None)
         greenlet = self._greenlet
         if greenlet is not None and not greenlet.ready():
-            try:
-                # the reader may sit in XREAD BLOCK: dropping the connection ends it
-                self.client.connection_pool.disconnect(inuse_connections=True)
-            except Exception:  # pragma: no cover - best effort
-                log.debug("disconnecting the events connection failed", exc_info=True)
-            greenlet.join(timeout)
-            if not greenlet.ready():
-                greenlet.kill(block=False)
+            if self._use_thread:
+                try:
+                    # the pool thread sits in XREAD BLOCK: dropping the connection ends it
+                    self.client.connection_pool.disconnect(inuse_connections=True)
+                except Exception:  # pragma: no cover - best effort
+                    log.debug("disconnecting the events connection failed", exc_info=True)
+                greenlet.join(timeout)
+            if not greenlet.ready():  # on the hub (patched sockets) the read is simply abandoned
+                greenlet.kill(block=True, timeout=timeout)
+        self.client.connection_pool.disconnect()
         self.client.close()
 
     # -- waiting for one job --------------------------------------------------------------
