@@ -47,6 +47,11 @@ def events_max_len(streams: Any) -> int:
     return events["maxLen"]
 
 
+def _label(value: Any) -> str:
+    """A Prometheus label value: backslash, double quote and newline escaped."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def _glob_escape(text: str) -> str:
     """``text`` as a literal in a SCAN MATCH pattern."""
     return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
@@ -212,3 +217,28 @@ class QueueGetters:
             if not cursor:
                 break
         return removed
+
+    # -- Prometheus -------------------------------------------------------------------------
+    def export_prometheus_metrics(self, global_variables: Optional[Mapping[str, Any]] = None) -> str:
+        """The queue's job counts and finished totals in Prometheus' text format, with the
+        metric names and labels of Node's ``exportPrometheusMetrics``: ``bullmq_job_count``
+        (gauge, one sample per state), ``bullmq_job_completed_total`` and
+        ``bullmq_job_failed_total`` (counters, from the metrics workers record with
+        ``metrics={"maxDataPoints": N}``). ``global_variables`` become extra labels on
+        every sample."""
+        extra = ""
+        for key, value in (global_variables or {}).items():
+            if not isinstance(key, str) or not key.replace("_", "a").isalnum() or key[0].isdigit():
+                raise ValueError(f"export_prometheus_metrics: label name {key!r} is not a Prometheus label name")
+            extra += f', {key}="{_label(value)}"'
+        queue = _label(self.name)
+        lines = ["# HELP bullmq_job_count Jobs of the queue per state",
+                 "# TYPE bullmq_job_count gauge"]
+        for state, count in self.get_job_counts().items():
+            lines.append(f'bullmq_job_count{{queue="{queue}", state="{state}"{extra}}} {count}')
+        for kind in METRICS_TYPES:
+            total = self.get_metrics(kind, 0, 0)["meta"]["count"]
+            lines += [f"# HELP bullmq_job_{kind}_total Jobs {kind} since metrics were first recorded",
+                      f"# TYPE bullmq_job_{kind}_total counter",
+                      f'bullmq_job_{kind}_total{{queue="{queue}"{extra}}} {total}']
+        return "\n".join(lines)

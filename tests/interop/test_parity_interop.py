@@ -181,3 +181,20 @@ def test_manual_processing_twins_leave_the_same_redis(node, r, redis_url, prefix
         dumps[side] = dump
         q.close()
     assert dumps["python"] == dumps["node"]
+
+
+def test_prometheus_export_samples_equal_nodes(node, queue, r):
+    queue.add_bulk([("a", {}), ("b", {}, {"delay": 60000}), ("c", {}, {"priority": 2})])
+    r.hset(queue.keys.metrics("completed"), mapping={"count": 12, "prevTS": 1, "prevCount": 0})
+    r.hset(queue.keys.metrics("failed"), "count", 3)
+    labels = {"env": 'pro"d', "region": "eu\\1"}
+    theirs = node.run("queueCall", method="exportPrometheusMetrics", args=[labels])
+    ours = queue.export_prometheus_metrics(labels)
+
+    def samples(text):
+        return [line for line in text.split("\n") if not line.startswith("# HELP")]
+
+    assert samples(ours) == samples(theirs)
+    assert 'bullmq_job_completed_total{queue="%s", env="pro\\"d", region="eu\\\\1"} 12' % queue.name in ours
+    with pytest.raises(ValueError, match="label name"):
+        queue.export_prometheus_metrics({"bad-name": 1})
