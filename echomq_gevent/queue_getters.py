@@ -242,3 +242,69 @@ class QueueGetters:
                       f"# TYPE bullmq_job_{kind}_total counter",
                       f'bullmq_job_{kind}_total{{queue="{queue}"{extra}}} {total}']
         return "\n".join(lines)
+
+    # -- Node's one-state shortcuts -----------------------------------------------------------
+    def get_waiting_count(self) -> int:
+        return self.get_job_count_by_types("waiting")
+
+    def get_waiting_children_count(self) -> int:
+        return self.get_job_count_by_types("waiting-children")
+
+    def get_active_count(self) -> int:
+        return self.get_job_count_by_types("active")
+
+    def get_delayed_count(self, timestamp: Optional[int] = None) -> int:
+        """Delayed jobs; with ``timestamp`` (ms) only those due strictly before it."""
+        if timestamp is None:
+            return self.get_job_count_by_types("delayed")
+        if isinstance(timestamp, bool) or not isinstance(timestamp, int) or timestamp < 0:
+            raise ValueError(f"get_delayed_count: timestamp must be milliseconds as an integer >= 0, got {timestamp!r}")
+        return int(self.scripts.get_counts(["delayed"], timestamp)[0] or 0)
+
+    def get_prioritized_count(self) -> int:
+        return self.get_job_count_by_types("prioritized")
+
+    def get_completed_count(self) -> int:
+        return self.get_job_count_by_types("completed")
+
+    def get_failed_count(self) -> int:
+        return self.get_job_count_by_types("failed")
+
+    def get_waiting(self, start: int = 0, end: int = -1) -> List[Any]:
+        """Waiting jobs, oldest first (as Node's ``getWaiting``); the others below likewise,
+        finished ones newest first."""
+        return self.get_jobs("waiting", start, end, asc=True)
+
+    def get_waiting_children(self, start: int = 0, end: int = -1) -> List[Any]:
+        return self.get_jobs("waiting-children", start, end, asc=True)
+
+    def get_active(self, start: int = 0, end: int = -1) -> List[Any]:
+        return self.get_jobs("active", start, end, asc=True)
+
+    def get_delayed(self, start: int = 0, end: int = -1) -> List[Any]:
+        return self.get_jobs("delayed", start, end, asc=True)
+
+    def get_prioritized(self, start: int = 0, end: int = -1) -> List[Any]:
+        return self.get_jobs("prioritized", start, end, asc=True)
+
+    def get_completed(self, start: int = 0, end: int = -1) -> List[Any]:
+        return self.get_jobs("completed", start, end, asc=False)
+
+    def get_failed(self, start: int = 0, end: int = -1) -> List[Any]:
+        return self.get_jobs("failed", start, end, asc=False)
+
+    def get_version(self) -> Optional[str]:
+        """meta ``version`` (``bullmq:6.7.0`` once a Node Queue has met this queue), or ``None``."""
+        return self.client.hget(self.keys.meta, "version")
+
+    def update_job_progress(self, job_id: str, progress: Any) -> None:
+        """Node's ``queue.updateJobProgress``: ``job.update_progress`` without reading the job."""
+        from .job import Job
+
+        Job(self.scripts, _text("job_id", str(job_id))).update_progress(progress)
+
+    def add_job_log(self, job_id: str, line: str, keep_logs: Optional[int] = None) -> int:
+        """Node's ``queue.addJobLog``: append a log line to a job; returns the lines kept."""
+        if keep_logs is not None and (isinstance(keep_logs, bool) or not isinstance(keep_logs, int) or keep_logs < 0):
+            raise ValueError(f"add_job_log: keep_logs must be an integer >= 0 or None, got {keep_logs!r}")
+        return int(self.scripts.add_log(_text("job_id", str(job_id)), str(line), keep_logs))

@@ -189,3 +189,13 @@ def test_job_move_to_wait_checks_the_token(queue, r):
     queue.remove_job(gone.id)
     with pytest.raises(JobNotExist, match="does not exist"):
         gone.move_to_wait(TOKEN)
+
+
+def test_shortcuts_bad_input(queue, r):
+    with pytest.raises(JobNotExist):
+        queue.update_job_progress("404", 5)
+    with pytest.raises(ValueError, match="keep_logs"):
+        queue.add_job_log("1", "x", -1)
+    with pytest.raises(ValueError, match="timestamp"):
+        queue.get_delayed_count("now")
+    assert queue.get_version() is None and not r.exists(queue.keys.job("404"))

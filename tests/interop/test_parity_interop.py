@@ -198,3 +198,24 @@ def test_prometheus_export_samples_equal_nodes(node, queue, r):
     assert 'bullmq_job_completed_total{queue="%s", env="pro\\"d", region="eu\\\\1"} 12' % queue.name in ours
     with pytest.raises(ValueError, match="label name"):
         queue.export_prometheus_metrics({"bad-name": 1})
+
+
+def test_one_state_shortcuts_answer_what_node_answers(node, queue, r):
+    queue.add_bulk([("w1", {}), ("w2", {}), ("d", {}, {"delay": 60000}), ("p", {}, {"priority": 4}),
+                    ("w3", {})])
+    take(queue)
+    due = int(queue.get_job("3").timestamp) + 60001
+    for state in ("Waiting", "WaitingChildren", "Active", "Delayed", "Prioritized", "Completed", "Failed"):
+        snake = _snake(state)[1:]
+        assert getattr(queue, f"get_{snake}_count")() == node.run("queueCall", method=f"get{state}Count", args=[])
+        ours = [j.id for j in getattr(queue, f"get_{snake}")(0, -1)]
+        theirs = [j["id"] for j in node.run("queueCall", method=f"get{state}", args=[0, -1])]
+        assert ours == theirs, state
+    assert queue.get_delayed_count(due) == node.run("queueCall", method="getDelayedCount", args=[due]) == 1
+    assert queue.get_delayed_count(due - 2) == 0
+    queue.update_job_progress("2", {"p": 1})
+    assert node.run("getJob", jobId="2")["progress"] == {"p": 1}
+    assert queue.add_job_log("2", "one", 1) == 1 and queue.add_job_log("2", "two", 1) == 1
+    assert node.run("getJobLogs", jobId="2") == {"logs": ["two"], "count": 1}
+    node.run("counts")  # a Node Queue writes its version into meta
+    assert queue.get_version() == node.run("queueCall", method="getVersion", args=[])
