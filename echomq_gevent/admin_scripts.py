@@ -50,3 +50,7 @@ class AdminScripts:
         how many were deleted."""
         args: List[Any] = [len(state_suffixes), *state_suffixes, len(sub_keys), *sub_keys, *candidate_ids]
         return int(self.call("removeOrphanedJobs-1", [self.keys.base], args))
+
+    def remove_deduplication_key(self, dedup_id: str, job_id: str) -> bool:
+        """``removeDeduplicationKey-1``: delete ``de:<dedup_id>`` if it names ``job_id``."""
+        return bool(self.call("removeDeduplicationKey-1", [self.keys.dedup(dedup_id)], [job_id]))

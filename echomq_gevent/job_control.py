@@ -25,6 +25,15 @@ class JobControl:
     scripts: Any
     _explain: Any
 
+    def remove_deduplication_key(self) -> bool:
+        """End this job's deduplication window now (Node's ``job.removeDeduplicationKey``):
+        True if ``de:<id>`` still named this job and was deleted; False otherwise (another
+        job owns the id, or the job was added without deduplication)."""
+        dedup_id = getattr(self, "deduplication_id", None)
+        if not dedup_id:
+            return False
+        return self.scripts.remove_deduplication_key(dedup_id, self.id)
+
     # -- manual processing (a job taken with Worker.get_next_job) -------------------------
     def attach_worker(self, worker: Any) -> None:
         """Called by ``Worker.get_next_job``: the worker whose options settle this job."""

@@ -199,3 +199,13 @@ def test_shortcuts_bad_input(queue, r):
     with pytest.raises(ValueError, match="timestamp"):
         queue.get_delayed_count("now")
     assert queue.get_version() is None and not r.exists(queue.keys.job("404"))
+
+
+def test_job_remove_deduplication_key_only_removes_its_own(queue, r):
+    first = queue.add("a", {}, {"deduplication": {"id": "own"}})
+    plain = queue.add("b", {})
+    assert plain.remove_deduplication_key() is False
+    r.set(queue.keys.dedup("own"), "someone-else")
+    assert first.remove_deduplication_key() is False and r.get(queue.keys.dedup("own")) == "someone-else"
+    r.set(queue.keys.dedup("own"), first.id)
+    assert first.remove_deduplication_key() is True and not r.exists(queue.keys.dedup("own"))

@@ -219,3 +219,16 @@ def test_one_state_shortcuts_answer_what_node_answers(node, queue, r):
     assert node.run("getJobLogs", jobId="2") == {"logs": ["two"], "count": 1}
     node.run("counts")  # a Node Queue writes its version into meta
     assert queue.get_version() == node.run("queueCall", method="getVersion", args=[])
+
+
+def test_job_remove_deduplication_key_like_node(node, queue, r):
+    job = queue.add("a", {}, {"deduplication": {"id": "nd"}})
+    key = queue.keys.dedup("nd")
+    for side in ("node", "python"):
+        r.set(key, "other")
+        theirs = node.run("jobCall", jobId=job.id, method="removeDeduplicationKey", args=[])
+        assert theirs is False and job.remove_deduplication_key() is False and r.get(key) == "other"
+        r.set(key, job.id)
+        done = (node.run("jobCall", jobId=job.id, method="removeDeduplicationKey", args=[]) if side == "node"
+                else job.remove_deduplication_key())
+        assert done is True and not r.exists(key), side
