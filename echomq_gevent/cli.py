@@ -5,6 +5,8 @@
     echomq-gevent -c conf/worker.yaml            run every queue of the file (one process, one hub)
     echomq-gevent -c conf/worker.yaml --check    validate, resolve processors and plugins, ping Redis
     echomq-gevent -c conf/worker.yaml --demo     also enqueue demo jobs every second
+    echomq-gevent --demo                         the same on the demo file shipped in the package
+                                                 (when there is no conf/worker.yaml here)
     echomq-gevent -c FILE add QUEUE NAME JSON [--opts JSON]
     echomq-gevent -c FILE status [--json]
     echomq-gevent --version
@@ -50,6 +52,7 @@ log = logging.getLogger("echomq_gevent.cli")
 
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_REDIS = 0, 1, 2, 3
 DEFAULT_CONFIG = "conf/worker.yaml"
+DEMO_PLUGIN = "echomq_gevent.contrib.demo"
 STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
 
 
@@ -170,7 +173,13 @@ class _Connection:
 def _load(args: argparse.Namespace, required: bool = True) -> Optional[Config]:
     path = args.config or os.environ.get("ECHOMQ_CONFIG")
     if not path:
-        if os.path.exists(DEFAULT_CONFIG) or required:
+        if os.path.exists(DEFAULT_CONFIG):
+            path = DEFAULT_CONFIG
+        elif getattr(args, "demo", False):  # no file of the user's: the demo's own, shipped with the package
+            from .contrib import demo
+
+            path = demo.CONFIG
+        elif required:
             path = DEFAULT_CONFIG
         else:
             return None
@@ -341,7 +350,7 @@ class Runner:
     def _demo_loop(self) -> None:
         from .queue import Queue
 
-        import demo  # plugins/demo.py, on sys.path through plugin_paths
+        from .contrib import demo
 
         queue = Queue(demo.QUEUE, connection=self.url, prefix=self.cfg.prefix)
         try:
@@ -406,8 +415,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.demo:
         if "demo" not in cfg.queues:
             raise cfg.error(("queues",), "--demo needs a queue named 'demo' (served by the demo plugin)")
-        if "demo" not in cfg.plugins:
-            extra.append("demo")
+        if DEMO_PLUGIN not in cfg.plugins and "demo" not in cfg.plugins:
+            extra.append(DEMO_PLUGIN)
     progress = ProgressPlugin()
     extra.append(progress)
     host, processors = build_plugin_host(cfg, tuple(extra))
@@ -439,7 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-c", "--config", help=f"YAML file (default: $ECHOMQ_CONFIG or {DEFAULT_CONFIG})")
     p.add_argument("--check", action="store_true",
                    help="validate the file, resolve processors and plugins, ping Redis; exit 0 if all is well")
-    p.add_argument("--demo", action="store_true", help="also enqueue demo jobs every second (queue 'demo')")
+    p.add_argument("--demo", action="store_true", help="also enqueue demo jobs every second (queue 'demo'); with no file, "
+                        "run the demo configuration shipped with the package")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"],
                    help="overrides logging.level of the file")
     p.add_argument("--log-format", choices=["text", "json"], help="overrides logging.format of the file")

@@ -470,8 +470,10 @@ def resolve_processor(spec: str) -> Callable[..., Any]:
 
 
 def _plugin_object(spec: str) -> Any:
+    from .plugins import import_plugin_module
+
     module_name, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
+    obj: Any = import_plugin_module(module_name)
     if attr:
         for part in attr.split("."):
             obj = getattr(obj, part)

@@ -20,7 +20,34 @@ log = logging.getLogger("echomq_gevent.plugins")
 #: Registered name of the built-in log lines (see ``builtin.BuiltinLogging``).
 BUILTIN_LOGGING = "echomq_gevent.builtin_logging"
 
-__all__ = ["PluginHost", "make_plugin_manager", "load_entry_points"]
+#: Plugin modules that moved into the package: old name -> new name. An old name still
+#: loads (with a warning) when no module of that name can be imported.
+RENAMED_PLUGINS = {
+    "echomq_logging": "echomq_gevent.contrib.logging",
+    "echomq_prometheus": "echomq_gevent.contrib.prometheus",
+    "demo": "echomq_gevent.contrib.demo",
+}
+
+__all__ = ["PluginHost", "make_plugin_manager", "load_entry_points", "import_plugin_module", "RENAMED_PLUGINS"]
+
+
+def import_plugin_module(name: str) -> Any:
+    """Import the plugin module ``name``; an old name of a shipped plugin
+    (:data:`RENAMED_PLUGINS`) that is not importable as such loads the module under its
+    new name and logs a warning saying what to write instead.
+
+    Called on the main greenlet while plugins load. Raises ImportError as
+    :func:`importlib.import_module` does.
+    """
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        new = RENAMED_PLUGINS.get(name)
+        if new is None or exc.name != name:
+            raise
+    log.warning("plugin %r is now %r: the old name still works but will be removed; write %r in plugins:",
+                name, new, new)
+    return importlib.import_module(new)
 
 
 def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
@@ -43,7 +70,7 @@ def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
     for mod in modules:
         if isinstance(mod, str):
             try:
-                obj = importlib.import_module(mod)
+                obj = import_plugin_module(mod)
             except ImportError as exc:
                 raise ImportError(f"plugin module {mod!r} cannot be imported: {exc}") from exc
             if pm.is_registered(obj):

@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
 from echomq_gevent.queue import Queue
+
+from target import PYTHON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -20,7 +21,7 @@ def cli(*args, cwd=None, env=None, timeout=60):
     full_env = dict(os.environ, PYTHONPATH=ROOT)
     full_env.pop("ECHOMQ_CONFIG", None)
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-m", "echomq_gevent", *args], cwd=cwd or ROOT, env=full_env,
+    return subprocess.run([PYTHON, "-m", "echomq_gevent", *args], cwd=cwd or ROOT, env=full_env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -61,7 +62,7 @@ def test_gevent_patches_before_socket_ssl_or_redis_are_imported():
         print(repr(cli.PREIMPORTED), socket.socket is gevent.socket.socket,
               gevent.monkey.is_module_patched('threading'))
     """)
-    out = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=ROOT),
+    out = subprocess.run([PYTHON, "-c", code], env=dict(os.environ, PYTHONPATH=ROOT),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["()", "True", "True"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -13,6 +12,8 @@ import pytest
 import redis
 
 from echomq_gevent.embedded import EmbeddedRedis
+
+from target import PYTHON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -110,7 +111,7 @@ def test_no_process_left_when_the_owner_is_killed(tmp_path, sig):
         time.sleep(60)
     """)
     env = dict(os.environ, PYTHONPATH=ROOT)
-    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env, text=True)
+    owner = subprocess.Popen([PYTHON, "-c", script], stdout=subprocess.PIPE, env=env, text=True)
     try:
         pid = int(owner.stdout.readline())
         assert redis_pids_in(d) == [pid]

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -20,6 +19,7 @@ import pytest
 from echomq_gevent.queue import Queue
 
 from test_cli_embedded import redis_pids_in
+from target import BIN, PYTHON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NODE_TOOL = os.path.join(ROOT, "tests", "interop", "node", "bullmq_tool.js")
@@ -45,7 +45,7 @@ def example_plugin_path(tmp_path_factory):
     """``pip install`` the example processor package once, into a folder the command's
     PYTHONPATH includes (its entry point is then visible to that process only)."""
     target = str(tmp_path_factory.mktemp("example-plugin-site"))
-    base = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
+    base = [PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
             "--target", target]
     fast = subprocess.run(base + ["--no-build-isolation", EXAMPLE_PKG], capture_output=True, text=True)
     if fast.returncode != 0:  # no `wheel` beside setuptools: build in an isolated environment
@@ -58,14 +58,17 @@ def example_plugin_path(tmp_path_factory):
 
 
 class Cli:
-    """A running ``python -m echomq_gevent`` with its output collected."""
+    """A running ``python -m echomq_gevent`` (or ``command``, e.g. the console script) with
+    its output collected."""
 
-    def __init__(self, args: List[str], cwd: str, extra_path: str = "", env: Optional[Dict[str, str]] = None):
+    def __init__(self, args: List[str], cwd: str, extra_path: str = "", env: Optional[Dict[str, str]] = None,
+                 command: Optional[List[str]] = None):
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, extra_path) if p)
         full_env.pop("ECHOMQ_CONFIG", None)
         full_env.update(env or {})
-        self.proc = subprocess.Popen([sys.executable, "-m", "echomq_gevent", *args], cwd=cwd, env=full_env,
+        command = command or [PYTHON, "-m", "echomq_gevent"]
+        self.proc = subprocess.Popen([*command, *args], cwd=cwd, env=full_env,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines: List[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -112,7 +115,7 @@ def node_add_bulk(redis_url: str, prefix: str, queue: str, jobs: List[Dict[str, 
 
 def cli_add(cwd: str, conf: str, queue: str, name: str, data: Any, extra_path: str = "") -> str:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (ROOT, extra_path) if p))
-    out = subprocess.run([sys.executable, "-m", "echomq_gevent", "-c", conf, "add", queue, name, json.dumps(data)],
+    out = subprocess.run([PYTHON, "-m", "echomq_gevent", "-c", conf, "add", queue, name, json.dumps(data)],
                          cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
@@ -282,7 +285,7 @@ def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path):
 def test_check_on_the_shipped_conf_with_embedded_redis(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("REDIS_URL", None)
-    out = subprocess.run([sys.executable, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
+    out = subprocess.run([PYTHON, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
                           "--check"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "queue demo" in out.stdout and "demo" in out.stdout
@@ -297,7 +300,7 @@ def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_te
     master, slave = pty.openpty()
     env = dict(os.environ, PYTHONPATH=ROOT, DEMO_CONCURRENCY="10")
     env.pop("REDIS_URL", None)
-    proc = subprocess.Popen([sys.executable, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
+    proc = subprocess.Popen([PYTHON, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
                              "--demo"], cwd=str(tmp_path), env=env, stdin=subprocess.DEVNULL,
                             stdout=slave, stderr=slave)
     os.close(slave)
@@ -333,6 +336,23 @@ def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_te
             proc.wait()
         os.close(master)
     assert "stopped the embedded Redis" in text()
+    assert redis_pids_in(str(tmp_path / "var")) == []
+
+
+def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path):
+    """``echomq-gevent --demo`` in an empty folder (no conf/worker.yaml, no -c): the demo
+    file shipped in the package runs on the embedded Redis, data under ./var/ there."""
+    cli = Cli(["--demo", "--no-progress"], cwd=str(tmp_path), command=[os.path.join(BIN, "echomq-gevent")],
+              env={"REDIS_URL": "", "DEMO_CONCURRENCY": "5"})
+    try:
+        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        wait_until(lambda: cli.saw("completed in"), what="a demo job to complete", proc=cli)
+        assert cli.saw("queue(s) (demo)"), cli.output()
+        assert len(redis_pids_in(str(tmp_path / "var"))) == 1
+        assert cli.stop(signal.SIGINT) == 0, cli.output()
+    finally:
+        cli.kill()
+    assert cli.saw("stopped the embedded Redis"), cli.output()
     assert redis_pids_in(str(tmp_path / "var")) == []
 
 

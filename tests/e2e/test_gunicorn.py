@@ -25,6 +25,8 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
+from target import PYTHON
+
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 QUEUE = "mail"
@@ -72,7 +74,7 @@ class Gunicorn:
             "PYTHONPATH": str(REPO) + os.pathsep + self.env.get("PYTHONPATH", ""),
         })
         self.env.update(env or {})
-        self.cmd = [sys.executable, "-m", "gunicorn", "-c", config,
+        self.cmd = [PYTHON, "-m", "gunicorn", "-c", config,
                     "--graceful-timeout", str(graceful_timeout), "--timeout", str(timeout),
                     "--keep-alive", "10", *extra_args]
         self.proc: Optional[subprocess.Popen] = None
@@ -310,7 +312,7 @@ def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queu
     # Load: 500 jobs of 10 ms cooperative sleep at concurrency 100, topped up by 500 more
     # whenever the backlog runs low, so the pool is busy for the whole measurement. The
     # producer is its own process so it never competes with the measuring client.
-    producer = subprocess.Popen([sys.executable, "-c", _PRODUCER, redis_url, prefix, QUEUE],
+    producer = subprocess.Popen([PYTHON, "-c", _PRODUCER, redis_url, prefix, QUEUE],
                                 cwd=str(REPO), env=dict(os.environ, PYTHONPATH=str(REPO)),
                                 stdout=subprocess.PIPE, text=True)
     active_seen: List[int] = []

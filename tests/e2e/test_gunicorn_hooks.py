@@ -8,7 +8,6 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,6 +20,8 @@ from echomq_gevent.config import parse_config
 from echomq_gevent.contrib import gunicorn as gu
 from echomq_gevent.contrib.wsgi import EchoMQMiddleware
 from echomq_gevent.errors import ConfigError
+
+from target import PYTHON
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,7 +152,7 @@ def test_gunicorn_with_a_sync_worker_fails_to_boot_and_says_why(tmp_path, redis_
         worker_class = "sync"
         """))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-m", "gunicorn", "-c", str(conf)], cwd=str(REPO), env=env,
+    out = subprocess.run([PYTHON, "-m", "gunicorn", "-c", str(conf)], cwd=str(REPO), env=env,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "not monkey-patched by gevent" in out.stderr and "-k gevent" in out.stderr
@@ -163,7 +164,7 @@ def test_gunicorn_refuses_a_bad_yaml_before_forking(tmp_path, redis_url, prefix)
     conf.write_text(f"from echomq_gevent.contrib.gunicorn import install\n"
                     f"install(globals(), config={str(yaml_path)!r})\n")
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    out = subprocess.run([sys.executable, "-m", "gunicorn", "-c", str(conf), "examples.app:application"],
+    out = subprocess.run([PYTHON, "-m", "gunicorn", "-c", str(conf), "examples.app:application"],
                          cwd=str(REPO), env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "lock_duration" in out.stderr and "Booting worker" not in out.stderr

@@ -17,6 +17,8 @@ import pytest
 
 from echomq_gevent import Queue, Worker
 
+from target import PYTHON
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CHILD = r'''
@@ -87,7 +89,7 @@ def spawn_worker(tmp_path, redis_url, prefix, qname):
         cfg = {"queue": qname, "url": redis_url, "prefix": prefix, "options": options}
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
         log = open(tmp_path / f"worker{len(procs)}.log", "w")
-        proc = subprocess.Popen([sys.executable, str(script), json.dumps(cfg)], cwd=REPO, env=env,
+        proc = subprocess.Popen([PYTHON, str(script), json.dumps(cfg)], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=log, text=True)
         procs.append(proc)
         assert proc.stdout.readline().strip() == "READY"

@@ -1,5 +1,6 @@
-"""The plugins shipped in ``plugins/``: structured logging, Prometheus metrics (also
-summed across processes), and the demo processors, each driven by a real Worker."""
+"""The plugins shipped in ``echomq_gevent.contrib``: structured logging, Prometheus
+metrics (also summed across processes), and the demo processors, each driven by a real
+Worker; their old top-level names still load, with a warning."""
 from __future__ import annotations
 
 import json
@@ -16,13 +17,12 @@ import pytest
 from echomq_gevent.plugins import PluginHost, make_plugin_manager
 from echomq_gevent.queue import Queue
 
+from target import PYTHON
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLUGINS = os.path.join(ROOT, "plugins")
-
-
-@pytest.fixture(autouse=True)
-def plugins_on_path(monkeypatch):
-    monkeypatch.syspath_prepend(PLUGINS)
+LOGGING = "echomq_gevent.contrib.logging"
+PROMETHEUS = "echomq_gevent.contrib.prometheus"
+DEMO = "echomq_gevent.contrib.demo"
 
 
 def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
@@ -69,7 +69,7 @@ def flaky_processor(job):
 
 def test_logging_plugin_emits_structured_records_in_order(queue, worker_with, caplog):
     caplog.set_level(logging.INFO, logger="echomq_gevent.events")
-    w = worker_with(["echomq_logging"], flaky_processor)
+    w = worker_with([LOGGING], flaky_processor)
     ok = queue.add("calc", {"n": 3})
     retried = queue.add("calc", {"n": 4, "fail": True}, {"attempts": 2})
     bad = queue.add("calc", {"always_fail": True})
@@ -103,13 +103,14 @@ def test_json_formatter_carries_the_structured_fields():
 
 
 def test_prometheus_plugin_counts_jobs(queue, worker_with, qname):
-    import echomq_prometheus as prom
     from prometheus_client import REGISTRY
+
+    import echomq_gevent.contrib.prometheus as prom
 
     def value(metric, **labels):
         return REGISTRY.get_sample_value(metric, dict(queue=qname, **labels)) or 0
 
-    worker_with(["echomq_prometheus"], flaky_processor, concurrency=3)
+    worker_with([PROMETHEUS], flaky_processor, concurrency=3)
     jobs = [queue.add("calc", {"n": i}) for i in range(4)]
     retried = queue.add("calc", {"n": 9, "fail": True}, {"attempts": 2})
     bad = queue.add("calc", {"always_fail": True})
@@ -137,7 +138,7 @@ def test_prometheus_counts_add_up_across_processes(tmp_path):
     mp.mkdir()
     writer = textwrap.dedent("""
         import sys, types
-        import echomq_prometheus as prom
+        import echomq_gevent.contrib.prometheus as prom
         n = int(sys.argv[1])
         for i in range(n):
             job = types.SimpleNamespace(id=str(i), name="mail", queue_name="shared", attempts_made=0)
@@ -148,14 +149,14 @@ def test_prometheus_counts_add_up_across_processes(tmp_path):
         print("done", flush=True)
         sys.stdin.readline()                            # stay alive until told
     """)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, PLUGINS]), PROMETHEUS_MULTIPROC_DIR=str(mp))
-    procs = [subprocess.Popen([sys.executable, "-c", writer, str(n)], env=env, stdin=subprocess.PIPE,
+    env = dict(os.environ, PYTHONPATH=ROOT, PROMETHEUS_MULTIPROC_DIR=str(mp))
+    procs = [subprocess.Popen([PYTHON, "-c", writer, str(n)], env=env, stdin=subprocess.PIPE,
                               stdout=subprocess.PIPE, text=True) for n in (3, 4)]
     try:
         for p in procs:
             assert p.stdout.readline().strip() == "done"
-        reader = "import echomq_prometheus as prom; print(prom.render()[0].decode())"
-        out = subprocess.run([sys.executable, "-c", reader], env=env, capture_output=True, text=True, timeout=60)
+        reader = "import echomq_gevent.contrib.prometheus as prom; print(prom.render()[0].decode())"
+        out = subprocess.run([PYTHON, "-c", reader], env=env, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         text = out.stdout
         assert 'echomq_jobs_completed_total{name="mail",queue="shared"} 7.0' in text, text
@@ -168,10 +169,10 @@ def test_prometheus_counts_add_up_across_processes(tmp_path):
 
 
 def test_demo_plugin_processes_demo_jobs(redis_url, prefix):
-    import demo
+    from echomq_gevent.contrib import demo
     from echomq_gevent.worker import Worker
 
-    host = PluginHost(make_plugin_manager(["demo"]))
+    host = PluginHost(make_plugin_manager([DEMO]))
     q = Queue(demo.QUEUE, connection=redis_url, prefix=prefix)
     w = Worker(demo.QUEUE, connection=redis_url, prefix=prefix, plugins=host, concurrency=20, drain_delay=0.2)
     w.start()
@@ -194,13 +195,39 @@ def test_demo_plugin_processes_demo_jobs(redis_url, prefix):
 
 
 def test_logging_plugin_replaces_the_builtin_log_lines():
-    """With echomq_logging loaded an event is logged once, by it; without it the built-in
-    lines stay."""
-    import echomq_logging
-
+    """With the logging plugin loaded an event is logged once, by it; without it the
+    built-in lines stay."""
+    from echomq_gevent.contrib import logging as echomq_logging
     from echomq_gevent.plugins import BUILTIN_LOGGING, make_plugin_manager
 
     assert make_plugin_manager().has_plugin(BUILTIN_LOGGING)
     pm = make_plugin_manager([echomq_logging])
     assert not pm.has_plugin(BUILTIN_LOGGING)
     assert pm.has_plugin("echomq_gevent.builtin")  # the failure rule and backoff stay
+
+
+@pytest.mark.parametrize("old,new", [("echomq_logging", LOGGING), ("echomq_prometheus", PROMETHEUS),
+                                     ("demo", DEMO)])
+def test_old_plugin_names_load_the_shipped_module_with_a_warning(old, new, caplog):
+    import importlib
+
+    from echomq_gevent.plugins import make_plugin_manager
+
+    caplog.set_level(logging.WARNING, logger="echomq_gevent.plugins")
+    pm = make_plugin_manager([old])
+    assert pm.get_plugin(old) is importlib.import_module(new)
+    warned = [r.getMessage() for r in caplog.records if r.name == "echomq_gevent.plugins"]
+    assert any(repr(old) in m and repr(new) in m for m in warned), warned
+
+
+def test_an_old_plugin_name_that_is_a_module_of_the_users_is_that_module(tmp_path, monkeypatch, caplog):
+    (tmp_path / "demo.py").write_text("MINE = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "demo", raising=False)
+    from echomq_gevent.plugins import make_plugin_manager
+
+    caplog.set_level(logging.WARNING, logger="echomq_gevent.plugins")
+    pm = make_plugin_manager(["demo"])
+    assert getattr(pm.get_plugin("demo"), "MINE", False)
+    assert not [r for r in caplog.records if r.name == "echomq_gevent.plugins"]
+    monkeypatch.delitem(sys.modules, "demo", raising=False)

@@ -1,6 +1,7 @@
 """Prometheus metrics for the worker, via ``prometheus_client``.
 
-Load it with ``plugins: [echomq_prometheus]``. Metrics (labels in braces):
+Load it with ``plugins: [echomq_gevent.contrib.prometheus]`` (``pip install
+'echomq-gevent[prometheus]'`` brings ``prometheus_client``). Metrics (labels in braces):
 
 * ``echomq_jobs_completed_total{queue,name}``, ``echomq_jobs_failed_total{queue,name}``,
   ``echomq_jobs_retried_total{queue,name}``: counters;

@@ -1,4 +1,11 @@
-"""The demo processor plugin that ``conf/worker.yaml`` loads.
+"""The demo processor plugin (``plugins: [echomq_gevent.contrib.demo]``).
+
+``conf/worker.yaml`` loads it, and ``echomq-gevent --demo`` adds it to any file that
+has a queue named ``demo``. Run without a file (no ``-c``, no ``$ECHOMQ_CONFIG``, no
+``conf/worker.yaml`` in the working directory), ``echomq-gevent --demo`` uses
+:data:`CONFIG`, the ``demo.yaml`` shipped beside this module: the embedded Redis
+(``pip install 'echomq-gevent[embedded]'``, data under ``./var/``) unless
+``$REDIS_URL`` names one.
 
 It serves the queue ``demo`` with four job names, so a newcomer running
 ``make demo`` (``echomq-gevent -c conf/worker.yaml --demo``) sees jobs being
@@ -18,6 +25,7 @@ name does with any plugin). A processor runs on its job's greenlet: the sleeps a
 """
 from __future__ import annotations
 
+import os
 import random
 import uuid
 from typing import Any, Dict, List, Tuple
@@ -27,6 +35,8 @@ import gevent
 from echomq_gevent import UnrecoverableError, hookimpl
 
 QUEUE = "demo"
+#: The configuration ``echomq-gevent --demo`` runs when it is given no file.
+CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.yaml")
 
 
 def resize(job: Any) -> Dict[str, Any]:

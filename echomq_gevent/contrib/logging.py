@@ -1,6 +1,6 @@
 """Structured logging telemetry: one log record per lifecycle event.
 
-Load it with ``plugins: [echomq_logging]`` (``plugin_paths`` must reach this folder).
+Load it with ``plugins: [echomq_gevent.contrib.logging]``.
 Every record goes to the ``echomq_gevent.events`` logger at INFO (failures, stalls
 and lost locks at WARNING/ERROR) and carries its fields as ``extra`` attributes:
 ``event`` (``job.active``, ``job.completed``, ``job.failed``, ``job.retried``,
