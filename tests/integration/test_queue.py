@@ -244,7 +244,9 @@ def test_get_workers_from_client_names(q, redis_url):
     clients = []
     try:
         for suffix in ("", ":w:w1", ":qe"):
-            c = redis.Redis.from_url(redis_url, decode_responses=True, single_connection_client=True)
+            # its own pool: redis-py 4.x's from_url would hand single_connection_client to the pool
+            pool = redis.ConnectionPool.from_url(redis_url, decode_responses=True)
+            c = redis.Redis(connection_pool=pool, single_connection_client=True)
             c.client_setname(q.client_name() + suffix)
             clients.append(c)
         workers = q.get_workers()
@@ -254,6 +256,7 @@ def test_get_workers_from_client_names(q, redis_url):
     finally:
         for c in clients:
             c.close()
+            c.connection_pool.disconnect()
     # the server drops closed connections asynchronously: poll with a deadline
     deadline = time.monotonic() + 5
     while q.get_workers() and time.monotonic() < deadline:
