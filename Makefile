@@ -4,12 +4,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-fast bench bench-smoke lint clean
+.PHONY: demo test test-fast test-wheel matrix bench bench-smoke lint dist clean
 
-$(VENV)/.installed: setup.py
+$(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e '.[test,embedded,prometheus,gunicorn]'
+	$(PIP) install --quiet -e '.[test,dev]'
 	touch $@
 
 tests/node_modules/.installed: tests/package.json tests/package-lock.json
@@ -28,13 +28,33 @@ test: $(VENV)/.installed tests/node_modules/.installed
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -p no:cacheprovider -m "not interop" $(PYTEST_ARGS)
 
+## dist: the sdist and the wheel, in dist/
+dist: $(VENV)/.installed
+	rm -rf dist
+	$(PY) -m build --outdir dist .
+
+## test-wheel: build, install the wheel into fresh virtual environments outside the
+## checkout and run the end-to-end tests against it (what CI does)
+test-wheel: $(VENV)/.installed tests/node_modules/.installed
+	PYTEST_ARGS="$(PYTEST_ARGS)" bash .ci/wheel
+
+## matrix: unit and integration tests on the lowest and newest dependencies the metadata
+## allows, on Python 3.9, 3.11 and 3.13 (noxfile.py; NOX_ARGS="-s tests-3.9(lowest)" picks one)
+matrix: $(VENV)/.installed
+	$(VENV)/bin/nox --no-color $(NOX_ARGS)
+
+## lint: ruff; fails on any finding
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
 ## bench: the side-by-side benchmarks (results under bench/results/)
 bench: $(VENV)/.installed tests/node_modules/.installed
 	$(PIP) install --quiet -e '.[bench]'
 	$(PY) -m bench.run $(BENCH_ARGS)
 
-lint:
-	$(VENV)/bin/ruff check . || true
+## bench-smoke: the benchmarks with tiny N and one round, to see that they run
+bench-smoke:
+	$(MAKE) bench BENCH_ARGS="--quick $(BENCH_ARGS)"
 
 clean:
-	rm -rf $(VENV) tests/node_modules build dist *.egg-info var
+	rm -rf $(VENV) tests/node_modules build dist *.egg-info var .nox

