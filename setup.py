@@ -36,6 +36,8 @@ INSTALL_REQUIRES = [
     "pluggy>=1.0,<2",
     "PyYAML>=5.4",
     "msgpack>=1.0,<2",
+    # cron patterns of job schedulers (echomq_gevent.cron)
+    "croniter>=6.0,<8",
 ]
 
 EXTRAS = {
