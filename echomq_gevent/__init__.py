@@ -34,6 +34,8 @@ _LAZY = {
     "QueueEvents": ".events",
     "QueueEventsProducer": ".events",
     "JobFailedError": ".events",
+    "JobScheduler": ".schedulers",
+    "CronError": ".cron",
 }
 
 
@@ -57,6 +59,8 @@ __all__ = [
     "QueueEvents",
     "QueueEventsProducer",
     "JobFailedError",
+    "JobScheduler",
+    "CronError",
     "hookimpl",
     "FailureDecision",
     "EchoMQError",

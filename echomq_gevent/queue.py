@@ -15,11 +15,12 @@ import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .connection import DEFAULT_URL, ConnectionLike, make_client
-from .errors import EchoMQError, ScriptError, error_for_code
+from .errors import EchoMQError, InvalidOptionError, ScriptError, error_for_code
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .queue_getters import QueueGetters, events_max_len
+from .schedulers import SchedulerMixin
 from .scripts import Scripts
 
 __all__ = ["Queue", "JOB_TYPES", "DEFAULT_COUNT_TYPES", "CLEAN_TYPES"]
@@ -65,7 +66,7 @@ class _PreparedJob:
         self.script_kwargs = script_kwargs
 
 
-class Queue(QueueGetters):
+class Queue(QueueGetters, SchedulerMixin):
     """A BullMQ queue (``Queue("mail")`` uses keys ``bull:mail:*``).
 
     ``connection`` is a Redis URL or a ``redis.Redis`` instance (a client that does not
@@ -112,6 +113,11 @@ class Queue(QueueGetters):
         if not isinstance(name, str):
             raise EchoMQError(f"job name must be a string, got {name!r}")
         clean = validate_job_options(opts, name)
+        if "repeat" in clean:
+            raise InvalidOptionError(
+                f"job option 'repeat' (job {name!r}): BullMQ 6 does not repeat jobs added with opts.repeat; "
+                f"create a job scheduler instead: queue.upsert_job_scheduler(scheduler_id, repeat, "
+                f"{{'name': {name!r}, 'data': ..., 'opts': ...}})")
         if self.default_job_options:
             # as Node: defaults under the job's own options, never a default jobId
             merged = {k: v for k, v in self.default_job_options.items() if k != "jobId"}

@@ -28,6 +28,7 @@ import gevent
 from .errors import UnrecoverableError
 from .job import Job
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S
+from .schedulers import schedule_next_run
 from .worker_slots import Slot, now_ms
 
 log = logging.getLogger("echomq_gevent.worker")
@@ -229,6 +230,8 @@ class FetchLoop:
     def _process(self, slot: Slot) -> Optional[Job]:
         """Run one job and settle it. Returns the next job fetch-next brought, or None."""
         job = slot.job
+        if job.repeat_job_key:  # a scheduler's run: create the next one first, as Node's worker does
+            schedule_next_run(self.scripts, job)
         self.plugins.notify("echomq_job_active", worker=self, job=job)
         reason = self._unrecoverable_reason(job)
         if reason is not None:

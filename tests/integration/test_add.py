@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from echomq_gevent import Queue
-from echomq_gevent.errors import ParentJobCannotBeReplaced, ParentJobNotExist
+from echomq_gevent.errors import InvalidOptionError, ParentJobCannotBeReplaced, ParentJobNotExist
 
 TWO32 = 2 ** 32
 
@@ -141,8 +141,9 @@ def test_sequence_is_capped_at_the_top_of_the_bucket(r, q):
 
 
 def test_opts_json_is_cjson_encoded(r, q):
-    q.add("a", 1, {"jobId": "a/b", "repeat": {"every": 1234567890123456, "pattern": "x/y"},
-                   "backoff": {"type": "exponential", "delay": 200, "jitter": 0.25}})
+    q.scripts.add_job("a/b", "a", 1795965485000, "1",
+                      {"jobId": "a/b", "repeat": {"every": 1234567890123456, "pattern": "x/y"},
+                       "backoff": {"type": "exponential", "delay": 200, "jitter": 0.25}, "attempts": 0})
     raw = r.hget(q.keys.job("a/b"), "opts")
     assert '"jobId":"a\\/b"' in raw
     assert '"every":1.2345678901235e+15' in raw
@@ -159,6 +160,13 @@ def test_empty_options_are_an_object(r, q):
 def test_float_timestamp_as_node_sends_it(r, q):
     job_id = q.scripts.add_job("", "n", 1795965485578.0, "{}", {"attempts": 0})
     assert r.hget(q.keys.job(job_id), "timestamp") == "1795965485578"
+
+
+def test_repeat_option_is_refused_with_a_pointer_to_job_schedulers(r, q):
+    with pytest.raises(InvalidOptionError) as info:
+        q.add("report", {}, {"repeat": {"every": 1000}})
+    assert "'repeat'" in str(info.value) and "upsert_job_scheduler" in str(info.value)
+    assert r.keys(f"{q.keys.base}*") == []
 
 
 def test_repeat_job_key_and_telemetry(r, q):

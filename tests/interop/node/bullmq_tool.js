@@ -40,6 +40,9 @@
  *   manualRun   {workerOpts, token, actions: [{do: 'complete', value} | {do: 'fail', message}]}
  *               -> ids taken by worker.getNextJob(token) and settled one by one (null: none)
  *   jobCall     {jobId, method, args}               -> (await Job.fromId(queue, jobId))[method](...args)
+ *   upsertJobScheduler {schedulerId, repeat, template} -> job view of its upcoming run
+ *   getJobScheduler {schedulerId} / getJobSchedulers {start, end, asc} / getJobSchedulersCount
+ *   removeJobScheduler {schedulerId}                -> true when it existed
  *   batch       {steps: [command, ...]}             -> list of per-step {ok, result|error}
  *                                  (one process; a step may name another queue via "queue")
  *
@@ -262,6 +265,16 @@ async function runOne(queue, cmd) {
       if (cmd.cmd === 'getDependenciesCount') return job.getDependenciesCount();
       return cmd.cmd === 'getChildrenValues' ? job.getChildrenValues() : job.getFailedChildrenValues();
     }
+    case 'upsertJobScheduler':
+      return jobView(await queue.upsertJobScheduler(cmd.schedulerId, cmd.repeat, cmd.template));
+    case 'getJobScheduler':
+      return (await queue.getJobScheduler(cmd.schedulerId)) || null;
+    case 'getJobSchedulers':
+      return queue.getJobSchedulers(cmd.start || 0, cmd.end === undefined ? -1 : cmd.end, !!cmd.asc);
+    case 'getJobSchedulersCount':
+      return queue.getJobSchedulersCount();
+    case 'removeJobScheduler':
+      return queue.removeJobScheduler(cmd.schedulerId);
     case 'drain':
       await queue.drain(!!cmd.delayed);
       return true;
