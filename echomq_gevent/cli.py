@@ -226,7 +226,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """``status [QUEUE...] [--json]``: job counts per queue and the workers seen."""
+    """``status [QUEUE...] [--json]``: job counts per queue, the workers seen and the job
+    schedulers with their next run."""
     from .queue import Queue
 
     cfg = _load(args, required=False)
@@ -244,7 +245,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 counts = queue.get_job_counts(*STATUS_TYPES)
                 workers = queue.get_workers()
                 report[name] = {"counts": counts, "paused": queue.is_paused(),
-                                "workers": [w.get("name") or w.get("addr") for w in workers]}
+                                "workers": [w.get("name") or w.get("addr") for w in workers],
+                                "schedulers": [s.as_dict() for s in queue.get_job_schedulers(asc=True)]}
             finally:
                 queue.close()
     finally:
@@ -260,7 +262,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         row = f"{name:<{width}}  " + "  ".join(f"{c.get(t, 0):>{w}}" for t, w in cols)
         row += f"  {len(info['workers']):>7}" + ("  (paused)" if info["paused"] else "")
         print(row)
+    for name, info in report.items():
+        for s in info["schedulers"]:
+            print(f"{name}: scheduler {_describe_scheduler(s)}")
     return EXIT_OK
+
+
+def _describe_scheduler(s: Dict[str, Any]) -> str:
+    """One status line: ``<id> <pattern or every>, next <UTC time>, <n> runs[, limit N]``."""
+    from datetime import datetime, timezone
+
+    how = f"pattern {s['pattern']!r}" + (f" ({s['tz']})" if s.get("tz") else "") if s.get("pattern") \
+        else f"every {s.get('every')} ms"
+    nxt = s.get("next")
+    when = datetime.fromtimestamp(nxt / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if nxt else "none"
+    out = f"{s['key']!r} {how}, next run {when}, {s.get('iterationCount', 0)} runs"
+    if s.get("limit") is not None:
+        out += f" (limit {s['limit']})"
+    return out
 
 
 def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
@@ -385,6 +404,11 @@ class Runner:
         for sig in (signal.SIGTERM, signal.SIGINT):
             gevent.signal_handler(sig, self.on_signal, sig)
         runs = [gevent.spawn(self._run_one, w) for w in self.workers]
+        specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
+        if specs:  # the file's job schedulers, upserted unless stored as declared
+            from .schedulers import sync_schedulers
+
+            self._greenlets.append(gevent.spawn(sync_schedulers, self.url, self.cfg.prefix, specs, self.stopping))
         if self.demo:
             self._greenlets.append(gevent.spawn(self._demo_loop))
         if self.progress is not None and self.progress_stream is not None:

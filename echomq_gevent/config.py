@@ -45,7 +45,7 @@ from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, va
 __all__ = [
     "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config",
     "resolve_processor", "build_plugin_host", "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
-    "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url",
+    "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url", "SCHEDULER_KEYS",
 ]
 
 EMBEDDED = "embedded"
@@ -60,7 +60,9 @@ LOGGING_KEYS = ("level", "format")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 #: Keys a queue takes besides the worker options.
-QUEUE_ONLY_KEYS = ("processor",)
+QUEUE_ONLY_KEYS = ("processor", "schedulers")
+#: Keys of one entry under ``queues.<name>.schedulers``.
+SCHEDULER_KEYS = ("repeat", "template")
 
 Path = Tuple[Any, ...]
 
@@ -217,6 +219,8 @@ class QueueConfig:
     options: Dict[str, Any]
     processor: Optional[str] = None
     line: Optional[int] = None
+    #: ``schedulers:`` of the queue: id -> {"repeat": RepeatOptions, "template": {...}}
+    schedulers: Dict[str, Dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -395,8 +399,11 @@ def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -
                 raise cfg.error(sub, f"must be 'module:function', got {v!r}")
             out[key] = v
             continue
-        if key == "processor":
-            raise cfg.error(sub, "processor is per queue; set it under queues.<name>, not in defaults")
+        if key == "schedulers" and allow_processor:
+            out[key] = _parse_schedulers(cfg, v, sub)
+            continue
+        if key in QUEUE_ONLY_KEYS:
+            raise cfg.error(sub, f"{key} is per queue; set it under queues.<name>, not in defaults")
         if key not in WORKER_OPTIONS:
             raise cfg.error(sub, _suggest(key, valid))
         try:
@@ -405,6 +412,48 @@ def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -
             raise cfg.error(sub, _strip_key(key, str(exc))) from None
         out[key] = v
     return out
+
+
+def _parse_schedulers(cfg: Config, value: Any, path: Path) -> Dict[str, Dict[str, Any]]:
+    """``queues.<name>.schedulers``: id -> {repeat, template}, checked as
+    ``Queue.upsert_job_scheduler`` checks them (errors point at the key named)."""
+    from .errors import EchoMQError
+    from .schedulers import validate_repeat, validate_template
+
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise cfg.error(path, f"must be a mapping from scheduler id to {{repeat, template}}, got {value!r}")
+    out: Dict[str, Dict[str, Any]] = {}
+    for scheduler_id, spec in value.items():
+        sub = path + (scheduler_id,)
+        if not isinstance(spec, dict):
+            raise cfg.error(sub, f"must be a mapping with repeat (and template), got {spec!r}")
+        for key in spec:
+            if key not in SCHEDULER_KEYS:
+                raise cfg.error(sub + (key,), _suggest(key, SCHEDULER_KEYS))
+        if "repeat" not in spec:
+            raise cfg.error(sub, "needs repeat: {every: <ms>} or {pattern: '<cron>', tz: <zone>}")
+        for key, check in (("repeat", lambda: validate_repeat(spec["repeat"])),
+                           ("template", lambda: validate_template(spec.get("template"), scheduler_id))):
+            try:
+                check()
+            except (EchoMQError, ValueError) as exc:
+                raise cfg.error(_named_key(sub + (key,), spec.get(key), str(exc), key), str(exc)) from None
+        out[scheduler_id] = {"repeat": spec["repeat"], "template": spec.get("template")}
+    return out
+
+
+def _named_key(path: Path, value: Any, message: str, prefix: str) -> Path:
+    """The path of the (nested) key of ``value`` that ``message`` names, else ``path``."""
+    if isinstance(value, dict):
+        for name, inner in value.items():
+            if f"'{name}'" in message or f"{prefix}.{name}" in message:
+                return path + (name,)
+        for name, inner in value.items():
+            if isinstance(inner, dict) and any(f"'{k}'" in message for k in inner):
+                return _named_key(path + (name,), inner, message, name)
+    return path
 
 
 def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
@@ -422,6 +471,7 @@ def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
             raise cfg.error(path, str(exc)) from None
         own = _parse_options(cfg, value if value is not None else {}, path, allow_processor=True)
         processor = own.pop("processor", None)
+        schedulers = own.pop("schedulers", {})
         merged = dict(cfg.defaults)
         merged.update(own)
         try:
@@ -435,7 +485,7 @@ def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
                 at = ("defaults", key)
             raise cfg.error(at, str(exc).split(": ", 1)[-1]) from None
         cfg.queues[name] = QueueConfig(name=name, options=options, processor=processor,
-                                       line=cfg.marks.line(path))
+                                       line=cfg.marks.line(path), schedulers=schedulers)
 
 
 def _strip_key(key: str, message: str) -> str:

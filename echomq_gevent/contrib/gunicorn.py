@@ -396,6 +396,11 @@ class CoHost:
             gc.freeze()
         for w in self.workers:
             w.start()
+        specs = {name: q.schedulers for name, q in cfg.queues.items() if q.schedulers}
+        if specs:  # the file's job schedulers, upserted unless stored as declared
+            from ..schedulers import sync_schedulers
+
+            gevent.spawn(sync_schedulers, self.settings.redis_url, cfg.prefix, specs)
         self.state = "running"
         self._heartbeat = gevent.spawn(self._beat)
         self._watcher = gevent.spawn(self._watch)

@@ -420,3 +420,56 @@ def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(t
     finally:
         cli.kill()
     assert redis_pids_in(var) == []
+
+
+def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redis_url, prefix, qname):
+    """Schedulers declared in the file are created at start and served; a restart with the
+    same file leaves them as they are; ``status`` lists them with their next run."""
+    (tmp_path / "schedjobs.py").write_text("def tick(job):\n    return job.data\n")
+    conf = tmp_path / "worker.yaml"
+    conf.write_text(textwrap.dedent(f"""
+        redis: {{url: "{redis_url}"}}
+        prefix: {prefix}
+        plugin_paths: ["."]
+        entry_points: false
+        queues:
+          {qname}:
+            processor: "schedjobs:tick"
+            drain_delay: 1
+            schedulers:
+              fast:
+                repeat: {{every: 200}}
+                template: {{name: tick, data: {{from: yaml}}}}
+              nightly:
+                repeat: {{pattern: "0 3 * * *", tz: Europe/Paris}}
+    """))
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    try:
+        run = Cli(["-c", str(conf)], cwd=str(tmp_path))
+        try:
+            def completed_runs():
+                return [j for j in queue.client.zrange(queue.keys.completed, 0, -1) if j.startswith("repeat:fast:")]
+            wait_until(lambda: len(completed_runs()) >= 3, timeout=60, what="3 runs of the YAML scheduler", proc=run)
+        finally:
+            assert run.stop() == 0, run.output()
+        assert queue.get_job(completed_runs()[0]).returnvalue == {"from": "yaml"}
+        nightly = queue.get_job_scheduler("nightly")
+        assert nightly.pattern == "0 3 * * *" and nightly.tz == "Europe/Paris"
+        upcoming = f"repeat:nightly:{nightly.next}"
+        # same file again: the nightly scheduler is left as it is (same upcoming run, same count)
+        again = Cli(["-c", str(conf)], cwd=str(tmp_path))
+        try:
+            wait_until(lambda: again.saw("'nightly' unchanged"), timeout=60, what="the unchanged scheduler log",
+                       proc=again)
+        finally:
+            assert again.stop() == 0, again.output()
+        assert queue.get_job_scheduler("nightly").next == nightly.next
+        assert queue.get_job(upcoming) is not None
+        status = subprocess.run([sys.executable, "-m", "echomq_gevent", "-c", str(conf), "status"],
+                                cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
+                                text=True, timeout=60)
+        assert status.returncode == 0, status.stderr
+        assert f"{qname}: scheduler 'nightly' pattern '0 3 * * *' (Europe/Paris), next run " in status.stdout
+        assert f"{qname}: scheduler 'fast' every 200 ms, next run " in status.stdout
+    finally:
+        queue.close()

@@ -261,7 +261,76 @@ BAD = [
         - just
         - a list
      """, None, "(top level)", ["must be a mapping"]),
+    ("scheduler-bad-cron", """
+        queues:
+          reports:
+            schedulers:
+              nightly:
+                repeat:
+                  pattern: "0 25 * * *"
+     """, 7, "queues.reports.schedulers.nightly.repeat.pattern", ["invalid cron pattern '0 25 * * *'"]),
+    ("scheduler-every-and-pattern", """
+        queues:
+          reports:
+            schedulers:
+              s: {repeat: {every: 1000, pattern: "* * * * *"}}
+     """, 5, "queues.reports.schedulers.s.repeat.every", ["cannot be used together"]),
+    ("scheduler-bad-tz", """
+        queues:
+          reports:
+            schedulers:
+              s:
+                repeat: {pattern: "0 9 * * *", tz: Europe/Pariss}
+     """, 6, "queues.reports.schedulers.s.repeat.tz", ["unknown time zone 'Europe/Pariss'"]),
+    ("scheduler-key-typo", """
+        queues:
+          reports:
+            schedulers:
+              s:
+                repeat: {every: 1000}
+                templte: {name: x}
+     """, 7, "queues.reports.schedulers.s.templte", ["did you mean 'template'"]),
+    ("scheduler-without-repeat", """
+        queues:
+          reports:
+            schedulers:
+              s: {template: {name: x}}
+     """, 5, "queues.reports.schedulers.s", ["needs repeat"]),
+    ("scheduler-template-job-id", """
+        queues:
+          reports:
+            schedulers:
+              s:
+                repeat: {every: 1000}
+                template:
+                  opts: {jobId: fixed}
+     """, 8, "queues.reports.schedulers.s.template.opts", ["'jobId'", "sets it for each run"]),
+    ("schedulers-in-defaults", """
+        defaults:
+          schedulers: {}
+        queues: {mail: {}}
+     """, 3, "defaults.schedulers", ["per queue"]),
 ]
+
+
+def test_schedulers_are_read_per_queue():
+    cfg = parse("""
+        queues:
+          reports:
+            schedulers:
+              nightly:
+                repeat: {pattern: "0 3 * * *", tz: Europe/Paris}
+                template: {name: report, data: {kind: nightly}}
+              fast: {repeat: {every: 500}}
+          mail: {}
+    """)
+    assert cfg.queues["reports"].schedulers == {
+        "nightly": {"repeat": {"pattern": "0 3 * * *", "tz": "Europe/Paris"},
+                    "template": {"name": "report", "data": {"kind": "nightly"}}},
+        "fast": {"repeat": {"every": 500}, "template": None},
+    }
+    assert cfg.queues["mail"].schedulers == {}
+    assert "schedulers" not in cfg.queues["reports"].options
 
 
 @pytest.mark.parametrize("text,line,key,words", [b[1:] for b in BAD], ids=[b[0] for b in BAD])

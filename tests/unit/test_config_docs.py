@@ -7,7 +7,14 @@ import re
 
 import yaml
 
-from echomq_gevent.config import EMBEDDED_KEYS, LOGGING_KEYS, REDIS_KEYS, TOP_LEVEL_KEYS
+from echomq_gevent.config import (
+    EMBEDDED_KEYS,
+    LOGGING_KEYS,
+    QUEUE_ONLY_KEYS,
+    REDIS_KEYS,
+    SCHEDULER_KEYS,
+    TOP_LEVEL_KEYS,
+)
 from echomq_gevent.worker_options import WORKER_OPTIONS
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
@@ -45,16 +52,18 @@ def test_queue_option_defaults_and_units_match():
 
 def test_every_config_key_is_documented():
     text = read_doc()
-    for key in TOP_LEVEL_KEYS + REDIS_KEYS + EMBEDDED_KEYS + LOGGING_KEYS + ("processor",):
+    for key in TOP_LEVEL_KEYS + REDIS_KEYS + EMBEDDED_KEYS + LOGGING_KEYS + QUEUE_ONLY_KEYS + SCHEDULER_KEYS:
         assert f"`{key}`" in text, f"docs/configuration.md does not describe `{key}`"
 
 
 def test_every_yaml_example_in_the_docs_is_a_valid_file_or_fragment():
     from echomq_gevent.config import parse_config
 
-    with open(os.path.join(os.path.dirname(DOC), "plugins.md"), encoding="utf-8") as fh:
-        plugins_doc = fh.read()
-    blocks = re.findall(r"```yaml\n(.*?)```", read_doc() + plugins_doc, re.S)
+    others = ""
+    for page in ("plugins.md", "schedulers.md"):
+        with open(os.path.join(os.path.dirname(DOC), page), encoding="utf-8") as fh:
+            others += fh.read()
+    blocks = re.findall(r"```yaml\n(.*?)```", read_doc() + others, re.S)
     assert len(blocks) >= 4
     for block in blocks:
         text = block if "queues:" in block else block + "queues: {q: {}}\n"
