@@ -76,10 +76,11 @@ def _to_ms(value: Any, field: str) -> int:
     raise _bad(field, f"must be ms since the epoch, an aware datetime or an ISO 8601 string, got {value!r}")
 
 
-def validate_repeat(repeat: Any) -> Dict[str, Any]:
+def validate_repeat(repeat: Any, strict: bool = True) -> Dict[str, Any]:
     """Check RepeatOptions; return a copy with dates as ms and without ``None`` values.
 
     Raises InvalidOptionError (a CronError for a bad pattern or time zone) naming the field.
+    ``strict=False`` (a run written by another producer) skips keys it does not know.
     """
     if not isinstance(repeat, Mapping):
         raise InvalidOptionError(f"job scheduler repeat options must be a mapping such as "
@@ -87,6 +88,8 @@ def validate_repeat(repeat: Any) -> Dict[str, Any]:
     out: Dict[str, Any] = {}
     for key, value in repeat.items():
         if key not in REPEAT_OPTIONS:
+            if not strict:
+                continue
             raise _bad(key, f"is not a repeat option{_suggest(key, REPEAT_OPTIONS)}; use "
                             f"{', '.join(REPEAT_OPTIONS)}")
         if value is not None:
@@ -294,7 +297,7 @@ def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -
     raw_repeat = job.opts.get("repeat")
     if not isinstance(raw_repeat, Mapping):
         raise InvalidOptionError(f"its options have no 'repeat' map (got {raw_repeat!r})")
-    repeat = validate_repeat(raw_repeat)
+    repeat = validate_repeat(raw_repeat, strict=False)
     count = repeat["count"] + 1 if repeat.get("count") else 1
     if "limit" in repeat and count > repeat["limit"]:
         return None
@@ -313,7 +316,10 @@ def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -
         if next_millis is None:
             return None
         next_millis = max(next_millis, now)
-    run = _next_opts(job.opts, repeat, scheduler_id, next_millis, count, offset, _now_ms())
+    # keys this client does not know travel on unchanged, as Node passes them on
+    passed = {k: v for k, v in raw_repeat.items() if v is not None}
+    passed.update(repeat)
+    run = _next_opts(job.opts, passed, scheduler_id, next_millis, count, offset, _now_ms())
     data_json = encode_job_data(job.data, job.name)
     return scripts.update_job_scheduler(scheduler_id, next_millis, _stored_opts(run), _now_ms(), job.id,
                                         data_json)

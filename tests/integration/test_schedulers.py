@@ -240,3 +240,13 @@ def test_the_guide_examples_run(redis_url, prefix, capsys):
     out = capsys.readouterr().out
     assert "repeat:morning-report:" in out and "cannot be used together" in out
     assert "invalid cron pattern '61 * * * *'" in out and "1774854000000" in out
+
+
+def test_unknown_repeat_keys_of_another_producer_travel_on(r, queue):
+    job = queue.upsert_job_scheduler("s", {"every": 1000})
+    raw = json.loads(r.hget(queue.keys.job(job.id), "opts"))
+    raw["repeat"]["utc"] = True  # an option of older BullMQ versions
+    r.hset(queue.keys.job(job.id), "opts", json.dumps(raw))
+    nxt = schedule_next_run(queue.scripts, take(queue, job.id))
+    assert nxt is not None
+    assert json.loads(r.hget(queue.keys.job(nxt), "opts"))["repeat"] == {"every": 1000, "count": 2, "utc": True}
