@@ -434,10 +434,12 @@ def _parse_schedulers(cfg: Config, value: Any, path: Path) -> Dict[str, Dict[str
                 raise cfg.error(sub + (key,), _suggest(key, SCHEDULER_KEYS))
         if "repeat" not in spec:
             raise cfg.error(sub, "needs repeat: {every: <ms>} or {pattern: '<cron>', tz: <zone>}")
-        for key, check in (("repeat", lambda: validate_repeat(spec["repeat"])),
-                           ("template", lambda: validate_template(spec.get("template"), scheduler_id))):
+        for key in SCHEDULER_KEYS:
             try:
-                check()
+                if key == "repeat":
+                    validate_repeat(spec["repeat"])
+                else:
+                    validate_template(spec.get("template"), scheduler_id)
             except (EchoMQError, ValueError) as exc:
                 raise cfg.error(_named_key(sub + (key,), spec.get(key), str(exc), key), str(exc)) from None
         out[scheduler_id] = {"repeat": spec["repeat"], "template": spec.get("template")}
@@ -447,7 +449,7 @@ def _parse_schedulers(cfg: Config, value: Any, path: Path) -> Dict[str, Dict[str
 def _named_key(path: Path, value: Any, message: str, prefix: str) -> Path:
     """The path of the (nested) key of ``value`` that ``message`` names, else ``path``."""
     if isinstance(value, dict):
-        for name, inner in value.items():
+        for name in value:
             if f"'{name}'" in message or f"{prefix}.{name}" in message:
                 return path + (name,)
         for name, inner in value.items():

@@ -465,7 +465,7 @@ def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redi
             assert again.stop() == 0, again.output()
         assert queue.get_job_scheduler("nightly").next == nightly.next
         assert queue.get_job(upcoming) is not None
-        status = subprocess.run([sys.executable, "-m", "echomq_gevent", "-c", str(conf), "status"],
+        status = subprocess.run([PYTHON, "-m", "echomq_gevent", "-c", str(conf), "status"],
                                 cwd=str(tmp_path), env=dict(os.environ, PYTHONPATH=ROOT), capture_output=True,
                                 text=True, timeout=60)
         assert status.returncode == 0, status.stderr
