@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 import uuid
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Dict, Optional
 
 import gevent
@@ -38,6 +40,7 @@ from .locks import LockRenewer
 from .plugins import PluginHost
 from .runtime import MarkerWaiter
 from .scripts import Scripts
+from .signals import ShutdownSignals
 from .stalled import StalledChecker
 from .worker_cancel import Cancelling
 from .worker_fetch import FetchLoop
@@ -49,10 +52,35 @@ from .worker_slots import ActiveJobs, FinishBatcher, Slot, now_ms
 
 log = logging.getLogger("echomq_gevent.worker")
 
-__all__ = ["Worker", "ActiveJobs", "RATE_LIMIT_MESSAGE"]
+__all__ = ["Worker", "WorkerHealth", "ActiveJobs", "RATE_LIMIT_MESSAGE"]
 
 #: What ``rate_limit(ms)`` stores in the limiter key (Number.MAX_SAFE_INTEGER, as Node).
 _LIMITER_FULL = 9007199254740991
+
+
+@dataclass(frozen=True)
+class WorkerHealth:
+    """What :meth:`Worker.health` reports; health endpoints and runners read it."""
+
+    queue: str
+    #: between ``run()`` starting and the close finishing
+    running: bool
+    #: a close has started (no new jobs)
+    closing: bool
+    #: jobs in flight, and the most the worker runs at once
+    active: int
+    concurrency: int
+    #: the fetch loop's greenlet is running its loop
+    fetch_loop_alive: bool
+    #: seconds since the fetch loop last heard from Redis (``None`` before the first answer)
+    last_fetch_age_s: Optional[float]
+    #: the lock-renewal thread runs and ticks
+    lock_renewal_alive: bool
+    #: seconds the hub has not run its loop (0 when healthy or not watched)
+    hub_blocked_for_s: float
+
+    def as_dict(self) -> Dict[str, Any]:
+        return asdict(self)
 
 
 class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
@@ -189,6 +217,22 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         """Seconds the hub has not run its loop (0 when healthy, or when not watched)."""
         return self._hub_monitor.blocked_for() if self._hub_monitor is not None else 0.0
 
+    def fetch_loop_alive(self) -> bool:
+        """True while the fetch loop runs (started, not ended, its greenlet not dead)."""
+        g = self._run_greenlet
+        return self.running and g is not None and not g.dead and not self._loop_done.is_set()
+
+    def health(self) -> WorkerHealth:
+        """A snapshot of the worker's health; cheap, no Redis call. Any greenlet."""
+        last = self.last_fetch_at
+        return WorkerHealth(
+            queue=self.queue_name, running=self.running, closing=self.closing,
+            active=len(self._active), concurrency=self.concurrency,
+            fetch_loop_alive=self.fetch_loop_alive(),
+            last_fetch_age_s=None if last is None else round(max(0.0, time.time() - last), 3),
+            lock_renewal_alive=self.lock_thread_alive(),
+            hub_blocked_for_s=round(self.hub_blocked_for(), 3))
+
     def start(self) -> gevent.Greenlet:
         """Run the worker on a new greenlet of the current hub and return that greenlet."""
         self._run_greenlet = gevent.spawn(self.run)
@@ -209,7 +253,8 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
             raise RuntimeError(f"the worker of queue {self.queue_name!r} was closed; create a new Worker")
         self.running = True
         self._run_greenlet = gevent.getcurrent()
-        handlers = self._install_signal_handlers()
+        signals = ShutdownSignals(self._signal_graceful, self._signal_at_once)
+        signals.install()
         try:
             self._setup()
             self.plugins.notify("echomq_worker_started", worker=self)
@@ -224,11 +269,7 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
                 self._loop_done.set()
             self._closed.wait()
         finally:
-            for h in handlers:
-                try:
-                    h.cancel()
-                except Exception:
-                    pass
+            signals.cancel()
             self.running = False
 
     def close(self, timeout: Optional[float] = None, reason: str = "close") -> None:

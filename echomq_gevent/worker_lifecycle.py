@@ -8,6 +8,8 @@ methods run on the worker's hub and use the worker's state (``_active`` slots, t
 * ``_setup``: the job pool, the processor runtime, the blocking connection for the marker
   (named as BullMQ names it, so ``getWorkers()`` lists the worker), the lock renewal
   thread, the hub watchdog and the stalled checker.
+* ``_signal_graceful``/``_signal_at_once``: what SIGTERM/SIGINT do when the worker runs
+  alone on the main greenlet (:mod:`.signals` installs the handlers).
 * ``_do_close``: stop fetching, wait up to the deadline for jobs in flight, hand the rest
   back to ``wait`` (``moveJobFromActiveToWait``), then ``_teardown``.
 """
@@ -15,14 +17,11 @@ from __future__ import annotations
 
 import base64
 import logging
-import signal
-import threading
 import time
-from typing import Any, List
+from typing import Any
 
 import gevent
 import gevent.pool
-import greenlet
 import redis
 
 from .connection import clone_client
@@ -97,29 +96,18 @@ class Lifecycle:
             return True
         return any(slot.greenlet is cur for slot in list(self._active.values()))
 
-    def _install_signal_handlers(self) -> List[Any]:
-        if greenlet.getcurrent().parent is not None or threading.current_thread() is not threading.main_thread():
-            return []
-        handlers = []
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            try:
-                handlers.append(gevent.signal_handler(signum, self._on_signal, signum))
-            except Exception as exc:  # pragma: no cover - platform without the signal
-                log.debug("cannot handle signal %s: %s", signum, exc)
-        return handlers
+    def _signal_graceful(self, signame: str) -> None:
+        """First SIGTERM/SIGINT (see :mod:`.signals`): close within ``shutdown_timeout``."""
+        log.info("queue %r: %s received; stopping, in-flight jobs get %s s to finish", self.queue_name,
+                 signame, self.options["shutdown_timeout"])
+        self.close(None, "signal")
 
-    def _on_signal(self, signum: int) -> None:
-        self._signals += 1
-        name = signal.Signals(signum).name
-        if self._signals == 1:
-            log.info("queue %r: %s received; stopping, in-flight jobs get %s s to finish", self.queue_name,
-                     name, self.options["shutdown_timeout"])
-            gevent.spawn(self.close, None, "signal")
-        else:
-            log.warning("queue %r: %s received again; handing unfinished jobs back now", self.queue_name, name)
-            self._force.set()
-            if not self.closing:
-                gevent.spawn(self.close, 0, "signal")
+    def _signal_at_once(self, signame: str) -> None:
+        """A later signal: hand the unfinished jobs back now."""
+        log.warning("queue %r: %s received again; handing unfinished jobs back now", self.queue_name, signame)
+        self._force.set()
+        if not self.closing:
+            self.close(0, "signal")
 
     def _do_close(self, timeout: float, reason: str) -> None:
         label = f"queue {self.queue_name!r}"
