@@ -34,7 +34,6 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
-import signal  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Dict, List, Optional, Sequence  # noqa: E402
 
@@ -306,122 +305,67 @@ def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
     return EXIT_OK
 
 
-class Runner:
-    """Runs every queue of a config in this process: one Worker per queue, all sharing one
-    PluginHost, on the main hub. Signals: the first SIGTERM/SIGINT closes all workers
-    (drain: in-flight jobs finish or are handed back after ``shutdown_timeout``); a second
-    one hands the unfinished jobs back at once."""
+def _demo_loop(cfg: Config, url: str, stopping: Any) -> None:
+    """``--demo``: enqueue a few demo jobs every second until the workers stop."""
+    from .queue import Queue
 
-    def __init__(self, cfg: Config, host: Any, processors: Dict[str, Any], url: str,
-                 demo: bool = False, progress: Optional[ProgressPlugin] = None,
-                 progress_stream: Any = None) -> None:
-        self.cfg = cfg
-        self.host = host
-        self.processors = processors
-        self.url = url
-        self.demo = demo
-        self.progress = progress
-        self.progress_stream = progress_stream
-        self.workers: List[Any] = []
-        self.stopping = gevent.event.Event()
-        self.done = gevent.event.Event()
-        self.signals = 0
-        self.failed = False
-        self._greenlets: List[gevent.Greenlet] = []
+    from .contrib import demo
 
-    def build(self) -> None:
-        from .config import build_workers
-
-        self.workers.extend(build_workers(self.cfg, self.host, self.processors, self.url))
-
-    def on_signal(self, signum: int) -> None:
-        self.signals += 1
-        signame = signal.Signals(signum).name
-        if self.signals == 1:
-            log.info("%s: stopping; in-flight jobs finish or are handed back to wait", signame)
-            self.stopping.set()
-            gevent.spawn(self._close_all, None)
-        else:
-            log.warning("%s again: handing unfinished jobs back now", signame)
-            gevent.spawn(self._close_all, 0)
-
-    def _close_all(self, timeout: Optional[float]) -> None:
-        jobs = [gevent.spawn(self._close_one, w, timeout) for w in self.workers]
-        gevent.joinall(jobs)
-
-    @staticmethod
-    def _close_one(worker: Any, timeout: Optional[float]) -> None:
-        try:
-            worker.close(timeout=timeout, reason="signal")
-        except Exception:
-            log.exception("closing the worker of %s failed", getattr(worker, "queue_name", "?"))
-
-    def _run_one(self, worker: Any) -> None:
-        try:
-            worker.run()
-        except Exception:
-            self.failed = True
-            log.exception("the worker of %s stopped with an error", getattr(worker, "queue_name", "?"))
-            if not self.stopping.is_set():
-                self.stopping.set()
-                gevent.spawn(self._close_all, None)
-
-    def _demo_loop(self) -> None:
-        from .queue import Queue
-
-        from .contrib import demo
-
-        queue = Queue(demo.QUEUE, connection=self.url, prefix=self.cfg.prefix)
-        try:
-            while not self.stopping.wait(1.0):
-                try:
-                    demo.enqueue_demo_jobs(queue, 5)
-                except Exception as exc:
-                    log.warning("demo: could not enqueue jobs: %s", exc)
-        finally:
-            queue.close()
-
-    def _progress_loop(self) -> None:
-        stream = self.progress_stream
-        names = list(self.cfg.queues)
-        assert self.progress is not None
-        while not self.done.wait(0.5):
-            state = "draining" if self.stopping.is_set() else ""
+    queue = Queue(demo.QUEUE, connection=url, prefix=cfg.prefix)
+    try:
+        while not stopping.wait(1.0):
             try:
-                stream.write("\r\x1b[K" + self.progress.line(names, state))
-                stream.flush()
-            except Exception:
-                return
+                demo.enqueue_demo_jobs(queue, 5)
+            except Exception as exc:
+                log.warning("demo: could not enqueue jobs: %s", exc)
+    finally:
+        queue.close()
+
+
+def _progress_loop(progress: ProgressPlugin, stream: Any, names: List[str], runner: Any,
+                   done: Any) -> None:
+    """The progress line on a terminal, redrawn twice a second until ``done``."""
+    while not done.wait(0.5):
+        state = "draining" if runner.stopping else ""
         try:
-            stream.write("\r\x1b[K")
+            stream.write("\r\x1b[K" + progress.line(names, state))
             stream.flush()
         except Exception:
-            pass
+            return
+    try:
+        stream.write("\r\x1b[K")
+        stream.flush()
+    except Exception:
+        pass
 
-    def run(self) -> int:
-        """Start every worker, wait until all have stopped; returns the exit code."""
-        self.build()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            gevent.signal_handler(sig, self.on_signal, sig)
-        runs = [gevent.spawn(self._run_one, w) for w in self.workers]
-        specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
-        if specs:  # the file's job schedulers, upserted unless stored as declared
-            from .schedulers import sync_schedulers
 
-            self._greenlets.append(gevent.spawn(sync_schedulers, self.url, self.cfg.prefix, specs, self.stopping))
-        if self.demo:
-            self._greenlets.append(gevent.spawn(self._demo_loop))
-        if self.progress is not None and self.progress_stream is not None:
-            self._greenlets.append(gevent.spawn(self._progress_loop))
-        log.info("echomq-gevent %s: %d queue(s) (%s), prefix %r", __version__, len(self.workers),
-                 ", ".join(self.cfg.queues), self.cfg.prefix)
-        gevent.joinall(runs)
-        self.stopping.set()
-        self.done.set()
-        gevent.joinall(self._greenlets, timeout=5)
-        if self.progress is not None:
-            log.info("stopped: %s", self.progress.summary())
-        return EXIT_FAILURE if self.failed else EXIT_OK
+def serve(cfg: Config, host: Any, processors: Dict[str, Any], url: str, demo: bool = False,
+          progress: Optional[ProgressPlugin] = None, progress_stream: Any = None) -> int:
+    """Run every queue of ``cfg`` in this process (a :class:`~echomq_gevent.runner.Runner`
+    on the main hub) until the workers stop; returns the exit code. The first
+    SIGTERM/SIGINT drains (in-flight jobs finish or are handed back after
+    ``shutdown_timeout``); a second one hands the unfinished jobs back at once."""
+    from .runner import Runner
+
+    runner = Runner(cfg, url, host=host, processors=processors)
+    runner.handle_signals()
+    runner.start()
+    done = gevent.event.Event()
+    side: List[gevent.Greenlet] = []
+    if demo:
+        side.append(gevent.spawn(_demo_loop, cfg, url, runner.stopping_event))
+    if progress is not None and progress_stream is not None:
+        side.append(gevent.spawn(_progress_loop, progress, progress_stream, list(cfg.queues), runner, done))
+    log.info("echomq-gevent %s: %d queue(s) (%s), prefix %r", __version__, len(runner.workers),
+             ", ".join(cfg.queues), cfg.prefix)
+    runner.wait()
+    runner.stopping_event.set()
+    done.set()
+    gevent.joinall(side, timeout=5)
+    runner.stop_handling_signals()
+    if progress is not None:
+        log.info("stopped: %s", progress.summary())
+    return EXIT_FAILURE if runner.failed else EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -455,9 +399,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_REDIS
     try:
         stream = sys.stderr if (_isatty(sys.stderr) and not args.no_progress) else None
-        runner = Runner(cfg, host, processors, conn.url, demo=args.demo, progress=progress,
-                        progress_stream=stream)
-        return runner.run()
+        return serve(cfg, host, processors, conn.url, demo=args.demo, progress=progress,
+                     progress_stream=stream)
     finally:
         conn.close()
 

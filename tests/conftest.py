@@ -5,8 +5,11 @@ from __future__ import annotations
 import itertools
 import os
 import sys
+import time
 import uuid
+from typing import Any, Callable, Dict, List, Optional
 
+import gevent
 import pytest
 import redis
 
@@ -75,3 +78,41 @@ def _clean_prefix(request, redis_url):
             client.delete(*keys[i:i + 500])
     finally:
         client.close()
+
+
+# --- helpers every test folder uses (as fixtures: ``def test_x(wait_for): ...``) -----------------
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+               interval: float = 0.02, details: Optional[Callable[[], str]] = None,
+               give_up: Optional[Callable[[], Optional[str]]] = None) -> Any:
+    """Poll ``predicate`` (yielding to the gevent hub between polls) until it returns
+    something truthy, and return that. Fails after ``timeout`` s naming ``what`` (and
+    ``details()``, e.g. a process' output); fails at once when ``give_up()`` says why."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        reason = give_up() if give_up is not None else None
+        if reason:
+            raise AssertionError(f"gave up waiting for {what}: {reason}" + (f"\n{details()}" if details else ""))
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}" +
+                                 (f"\n{details()}" if details else ""))
+        gevent.sleep(interval)
+
+
+def stream_events(r: "redis.Redis", key: str) -> List[Dict[str, str]]:
+    """The entries of an events stream (``<prefix>:<queue>:events``), oldest first."""
+    return [fields for _id, fields in r.xrange(key)]
+
+
+@pytest.fixture
+def wait_for():
+    """:func:`wait_until` as a fixture."""
+    return wait_until
+
+
+@pytest.fixture
+def events(r, prefix, qname):
+    """``events()``: the test queue's events stream entries, oldest first."""
+    return lambda: stream_events(r, f"{prefix}:{qname}:events")

@@ -32,6 +32,8 @@ import json
 import os
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
+from .state import current, process, settings
+
 __all__ = ["EchoMQMiddleware", "get_queue", "close_queues", "render_metrics", "DEFAULT_POOL_SIZE"]
 
 #: Connections in each process's shared pool for enqueueing (see :func:`get_queue`).
@@ -48,7 +50,7 @@ class EchoMQMiddleware:
 
     Runs on request greenlets; every answer is computed from in-process state except
     ``ready``'s Redis PING (1 s timeout). ``cohost`` defaults to this gunicorn worker
-    process's :func:`echomq_gevent.contrib.gunicorn.current` (looked up per request, so
+    process's :func:`echomq_gevent.contrib.state.current` (looked up per request, so
     the middleware can wrap the app before the workers start, e.g. with ``preload_app``).
     Without job workers in the process, ``live`` and ``ready`` answer 503 and say why.
     """
@@ -76,8 +78,6 @@ class EchoMQMiddleware:
     def cohost(self) -> Any:
         if self._cohost is not None:
             return self._cohost
-        from .gunicorn import current
-
         return current()
 
     # -- endpoints ----------------------------------------------------------------------
@@ -151,10 +151,6 @@ def _json(code: int, payload: Dict[str, Any]) -> Tuple[str, List[Tuple[str, str]
 
 
 # --- the shared queue ------------------------------------------------------------------------
-_queues: Dict[Tuple[str, str, str], Any] = {}
-_queues_pid: Optional[int] = None
-
-
 def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str] = None,
               pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = 5.0) -> Any:
     """The one :class:`~echomq_gevent.queue.Queue` for ``name`` in this process, shared by
@@ -169,14 +165,13 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
     ``worker_connections``). Safe with ``preload_app``: a queue made before the fork is
     never reused in a child (each process builds its own).
     """
-    global _queues_pid
     pid = os.getpid()
-    if _queues_pid != pid:
-        _queues.clear()  # inherited across fork: the sockets belong to the parent
-        _queues_pid = pid
+    if process.queues_pid != pid:
+        process.queues.clear()  # inherited across fork: the sockets belong to the parent
+        process.queues_pid = pid
     url, prefix = _defaults(connection, prefix)
     key = (name, url, prefix)
-    queue = _queues.get(key)
+    queue = process.queues.get(key)
     if queue is None:
         import redis
 
@@ -185,13 +180,11 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
         pool = redis.BlockingConnectionPool.from_url(
             url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True)
         queue = Queue(name, connection=redis.Redis(connection_pool=pool), prefix=prefix)
-        _queues[key] = queue
+        process.queues[key] = queue
     return queue
 
 
 def _defaults(connection: Optional[str], prefix: Optional[str]) -> Tuple[str, str]:
-    from .gunicorn import settings
-
     s = settings()
     if connection is None:
         if s is None:
@@ -205,13 +198,13 @@ def _defaults(connection: Optional[str], prefix: Optional[str]) -> Tuple[str, st
 
 def close_queues() -> None:
     """Close this process's shared queues (``worker_exit`` calls it)."""
-    if _queues_pid != os.getpid():
-        _queues.clear()
+    if process.queues_pid != os.getpid():
+        process.queues.clear()
         return
-    for q in list(_queues.values()):
+    for q in list(process.queues.values()):
         try:
             q.close()
             q.client.connection_pool.disconnect()  # the pool is ours, not the Queue's
         except Exception:
             pass
-    _queues.clear()
+    process.queues.clear()

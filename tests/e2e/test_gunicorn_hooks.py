@@ -18,6 +18,7 @@ from gunicorn.config import Config as GunicornConfig
 
 from echomq_gevent.config import parse_config
 from echomq_gevent.contrib import gunicorn as gu
+from echomq_gevent.contrib.state import process
 from echomq_gevent.contrib.wsgi import EchoMQMiddleware
 from echomq_gevent.errors import ConfigError
 
@@ -43,9 +44,9 @@ def _yaml(tmp_path: Path, redis_url: str, prefix: str, extra: str = "") -> Path:
 @pytest.fixture(autouse=True)
 def _keep_module_state():
     """install() sets module globals; put them back so tests stay independent."""
-    saved = (gu._settings, gu._cohost, os.environ.get(gu.PROM_DIR_ENV))
+    saved = (process.settings, process.cohost, os.environ.get(gu.PROM_DIR_ENV))
     yield
-    gu._settings, gu._cohost = saved[0], saved[1]
+    process.settings, process.cohost = saved[0], saved[1]
     if saved[2] is None:
         os.environ.pop(gu.PROM_DIR_ENV, None)
     else:
@@ -85,7 +86,7 @@ def test_their_hook_runs_even_when_ours_fails(tmp_path, redis_url, prefix):
     calls: List[str] = []
     ns: Dict[str, Any] = {"worker_abort": lambda worker: calls.append("theirs")}
     gu.install(ns, config=str(_yaml(tmp_path, redis_url, prefix)), metrics=False)
-    gu._cohost = SimpleNamespace(pid=os.getpid(), report_abort=lambda: 1 / 0)
+    process.cohost = SimpleNamespace(pid=os.getpid(), report_abort=lambda: 1 / 0)
     ns["worker_abort"](SimpleNamespace())
     assert calls == ["theirs"]
 
@@ -212,7 +213,7 @@ def test_ready_is_503_when_redis_is_unreachable(tmp_path, prefix):
 
 def test_live_and_ready_without_job_workers_say_why(tmp_path):
     app = EchoMQMiddleware(lambda e, s: [b""])
-    gu._cohost = None
+    process.cohost = None
     status, body = _call(app, "/_echomq/live")
     assert status == 503 and "no job workers" in json.loads(body)["reason"]
     assert _call(app, "/_echomq/ready")[0] == 503

@@ -1,0 +1,187 @@
+"""One object that runs the workers of a YAML config in this process.
+
+``echomq-gevent -c FILE`` (:mod:`echomq_gevent.cli`) and gunicorn's gevent workers
+(:mod:`echomq_gevent.contrib.gunicorn`) both run a config the same way, through
+:class:`Runner`:
+
+1. **build**: the plugin host (the YAML's plugins, entry points, extra plugins) and one
+   :class:`~echomq_gevent.worker.Worker` per queue, all sharing the host;
+2. **start**: each worker runs on its own greenlet of the current hub, and the job
+   schedulers the file declares are written to Redis (unless stored as declared);
+3. **drain**: every worker stops fetching; in-flight jobs may finish within a timeout;
+4. **hand back**: what is still running goes back to the front of ``wait``
+   (``moveJobFromActiveToWait``) so another process takes it at once;
+5. **health**: each worker's typed :meth:`~echomq_gevent.worker.Worker.health`, the
+   summed counters, the jobs in flight.
+
+What differs stays with the caller: the command owns the process' signals
+(:meth:`Runner.handle_signals`), its progress line and the demo producer; the gunicorn
+integration reacts to gunicorn's hooks, budgets the drain by gunicorn's timeouts and
+serves the health endpoints.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+
+import gevent
+import gevent.event
+
+from .config import Config, build_plugin_host, build_workers
+from .signals import ShutdownSignals
+
+log = logging.getLogger("echomq_gevent.runner")
+
+__all__ = ["Runner"]
+
+
+class Runner:
+    """The workers of one config in this process, from build to hand-back.
+
+    ``state`` goes ``built`` -> ``running`` -> ``draining`` (no new jobs; in-flight jobs
+    may finish) -> ``stopped``; ``handing_back`` while unfinished jobs are given back at
+    once. Every method runs on the hub the workers live on (main thread).
+
+    ``host``/``processors`` default to :func:`~echomq_gevent.config.build_plugin_host` of
+    ``cfg`` with ``extra_plugins``; ``url`` is the Redis the workers use (the embedded
+    server's URL when the config asks for one and the caller started it).
+    """
+
+    def __init__(self, cfg: Config, url: str, extra_plugins: Sequence[Any] = (),
+                 host: Any = None, processors: Optional[Mapping[str, Optional[Callable[..., Any]]]] = None) -> None:
+        self.cfg = cfg
+        self.url = url
+        if host is None:
+            host, processors = build_plugin_host(cfg, tuple(extra_plugins))
+        self.host = host
+        self.processors: Mapping[str, Optional[Callable[..., Any]]] = processors or {}
+        self.workers: List[Any] = build_workers(cfg, host, self.processors, url)
+        self.state = "built"
+        #: True once a worker stopped with an error (the command exits 1)
+        self.failed = False
+        self._runs: List[gevent.Greenlet] = []
+        self._closers: List[gevent.Greenlet] = []
+        self._signals: Optional[ShutdownSignals] = None
+        #: helpers that run beside the workers (the schedulers' sync)
+        self._side: List[gevent.Greenlet] = []
+        #: set when the workers start stopping (a drain or a hand-back began)
+        self.stopping_event = gevent.event.Event()
+
+    @property
+    def queue_names(self) -> List[str]:
+        return [w.queue_name for w in self.workers]
+
+    # -- running -----------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every worker on its own greenlet; returns at once."""
+        if self.state != "built":
+            raise RuntimeError(f"Runner.start: the workers were started already (state {self.state!r})")
+        self._runs = [gevent.spawn(self._run_one, w) for w in self.workers]
+        specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
+        if specs:  # the file's job schedulers, upserted unless stored as declared
+            from .schedulers import sync_schedulers
+
+            self._side.append(gevent.spawn(sync_schedulers, self.url, self.cfg.prefix, specs,
+                                           self.stopping_event))
+        self.state = "running"
+
+    def _run_one(self, worker: Any) -> None:
+        try:
+            worker.run()
+        except Exception:
+            self.failed = True
+            log.exception("the worker of queue %r stopped with an error", worker.queue_name)
+            if not self.stopping:
+                self.drain(None, "error")
+
+    def wait(self, timeout: Optional[float] = None) -> bool:
+        """Block until every worker has stopped and every close begun has ended (or
+        ``timeout`` s); True when they have."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        done = gevent.joinall(self._runs, timeout=timeout)
+        if len(done) != len(self._runs):
+            return False
+        closers = list(self._closers)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        return len(gevent.joinall(closers, timeout=left)) == len(closers)
+
+    def handle_signals(self) -> bool:
+        """Take SIGTERM/SIGINT for these workers (main greenlet of the main thread only):
+        the first drains with each worker's ``shutdown_timeout``, a second hands back at
+        once. False when not on the main greenlet."""
+        self._signals = ShutdownSignals(self._graceful_signal, self._urgent_signal)
+        return self._signals.install()
+
+    def _graceful_signal(self, signame: str) -> None:
+        log.info("%s: stopping; in-flight jobs finish or are handed back to wait", signame)
+        self.drain(None, "signal")
+
+    def _urgent_signal(self, signame: str) -> None:
+        log.warning("%s again: handing unfinished jobs back now", signame)
+        self.drain(0, "signal")
+
+    # -- stopping ----------------------------------------------------------------------
+    @property
+    def stopping(self) -> bool:
+        return self.state in ("draining", "handing_back", "stopped")
+
+    def drain(self, timeout: Optional[float] = None, reason: str = "close") -> gevent.Greenlet:
+        """Close every worker: stop fetching, let in-flight jobs run for up to ``timeout`` s
+        (``None``: each worker's ``shutdown_timeout``; ``0``: hand back now), hand the rest
+        back. Returns at once with the greenlet doing it. A later call with a shorter
+        timeout shortens the wait of the one in progress."""
+        self.stopping_event.set()
+        if self.state in ("built", "running"):
+            self.state = "draining" if timeout is None or timeout > 0 else "handing_back"
+        elif timeout is not None and timeout <= 0 and self.state == "draining":
+            self.state = "handing_back"
+        closer = gevent.spawn(self._close_all, timeout, reason)
+        self._closers.append(closer)
+        return closer
+
+    def _close_all(self, timeout: Optional[float], reason: str) -> None:
+        closers = [gevent.spawn(self._close_one, w, timeout, reason) for w in self.workers]
+        gevent.joinall(closers)
+        if all(w.closed for w in self.workers):
+            self.state = "stopped"
+
+    @staticmethod
+    def _close_one(worker: Any, timeout: Optional[float], reason: str) -> None:
+        try:
+            worker.close(timeout=timeout, reason=reason)
+        except Exception:
+            log.exception("closing the worker of queue %r failed", worker.queue_name)
+
+    def hand_back(self, limit: float = 5.0, reason: str = "close") -> bool:
+        """Hand every unfinished job back now and wait up to ``limit`` s for it; True
+        when every worker has closed."""
+        closer = self.drain(0, reason)
+        closer.join(timeout=limit)
+        return closer.dead
+
+    def stop_handling_signals(self) -> None:
+        if self._signals is not None:
+            self._signals.cancel()
+            self._signals = None
+
+    # -- health ------------------------------------------------------------------------
+    def health(self) -> List[Any]:
+        """Each worker's :class:`~echomq_gevent.worker.WorkerHealth`, in queue order."""
+        return [w.health() for w in self.workers]
+
+    def counts(self) -> Dict[str, int]:
+        """The workers' counters (completed, failed, retried, stalled, lock_lost,
+        handed_back) summed over the queues."""
+        total: Dict[str, int] = {}
+        for w in self.workers:
+            for k, v in w.counters.items():
+                total[k] = total.get(k, 0) + int(v)
+        return total
+
+    def in_flight(self) -> int:
+        return sum(len(w.active_jobs) for w in self.workers)
+
+    def active(self) -> List[Any]:
+        """``(worker, job)`` for every job in flight."""
+        return [(w, job) for w in self.workers for job in list(w.active_jobs.values())]
