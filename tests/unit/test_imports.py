@@ -1,0 +1,114 @@
+"""The package's modules import each other without cycles: every import counts, at module
+level or inside a function, so each module can be read, loaded and tested on its own."""
+from __future__ import annotations
+
+import ast
+import os
+from typing import Dict, List, Set
+
+import echomq_gevent
+
+PACKAGE = "echomq_gevent"
+ROOT = os.path.dirname(os.path.abspath(echomq_gevent.__file__))
+
+
+def _modules() -> Dict[str, str]:
+    found = {}
+    for folder, _dirs, files in os.walk(ROOT):
+        for f in files:
+            if not f.endswith(".py"):
+                continue
+            rel = os.path.relpath(os.path.join(folder, f), ROOT)[:-3].split(os.sep)
+            if rel[-1] == "__init__":
+                rel = rel[:-1]
+            found[".".join([PACKAGE] + rel)] = os.path.join(folder, f)
+    return found
+
+
+def _imports(name: str, path: str, modules: Dict[str, str]) -> Set[str]:
+    is_package = path.endswith("__init__.py")
+    with open(path, encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), path)
+    out: Set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_package else name.split(".")[:-1]
+                base = base[:len(base) - (node.level - 1)]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            out.add(target)
+            for alias in node.names:  # ``from . import backoff``: the submodule itself
+                if f"{target}.{alias.name}" in modules:
+                    out.add(f"{target}.{alias.name}")
+    return {m for m in out if m in modules and m != name}
+
+
+def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: Dict[str, int] = {}
+    low: Dict[str, int] = {}
+    stack: List[str] = []
+    on_stack: Set[str] = set()
+    found: List[List[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def _graph() -> Dict[str, Set[str]]:
+    modules = _modules()
+    # a submodule's import of its own package (``from . import __version__``) runs after
+    # the package's __init__ has loaded; only edges between modules are cycles
+    return {name: {m for m in _imports(name, path, modules) if not name.startswith(m + ".")}
+            for name, path in modules.items()}
+
+
+def test_the_walk_sees_the_package():
+    graph = _graph()
+    assert "echomq_gevent.worker" in graph and "echomq_gevent.contrib.gunicorn" in graph
+    assert "echomq_gevent.worker_fetch" in graph["echomq_gevent.worker"]
+    assert "echomq_gevent.backoff" in graph["echomq_gevent.worker_settle"]  # ``from . import backoff``
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycles():
+    assert _cycles(_graph()) == []
+
+
+def test_nothing_below_the_worker_imports_it():
+    graph = _graph()
+    below = ["keys", "scripts", "kept_connection", "job", "job_options", "errors", "locks", "stalled",
+             "backoff", "runtime", "hub", "connection"]
+    for name in below:
+        module = f"{PACKAGE}.{name}"
+        assert not {m for m in graph[module] if m.startswith(f"{PACKAGE}.worker")}, module
