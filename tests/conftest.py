@@ -64,13 +64,16 @@ def queue(redis_url, prefix, qname):
 
 
 @pytest.fixture(autouse=True)
-def _clean_prefix(request, redis_url):
-    """Delete the test's keys afterwards (only its own prefix)."""
-    # Resolve the prefix before the test runs: at teardown it may already be torn down.
-    p = request.getfixturevalue("prefix") if "prefix" in request.fixturenames else None
-    yield
-    if p is None:
+def _clean_prefix(request):
+    """Delete the keys of a test that uses ``prefix`` afterwards (only its own prefix).
+    A test without ``prefix`` (every unit test) never starts or touches a Redis."""
+    if "prefix" not in request.fixturenames:
+        yield
         return
+    # Resolve both before the test runs: at teardown they may already be torn down.
+    p = request.getfixturevalue("prefix")
+    redis_url = request.getfixturevalue("redis_url")
+    yield
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     try:
         keys = list(client.scan_iter(match=f"{p}:*", count=1000))
@@ -81,7 +84,7 @@ def _clean_prefix(request, redis_url):
 
 
 # --- helpers every test folder uses (as fixtures: ``def test_x(wait_for): ...``) -----------------
-def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "condition",
+def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
                interval: float = 0.02, details: Optional[Callable[[], str]] = None,
                give_up: Optional[Callable[[], Optional[str]]] = None) -> Any:
     """Poll ``predicate`` (yielding to the gevent hub between polls) until it returns
@@ -101,9 +104,26 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = 
         gevent.sleep(interval)
 
 
-def stream_events(r: "redis.Redis", key: str) -> List[Dict[str, str]]:
-    """The entries of an events stream (``<prefix>:<queue>:events``), oldest first."""
-    return [fields for _id, fields in r.xrange(key)]
+class StreamEvents:
+    """Reads a queue's events stream (``<prefix>:<queue>:events``): ``events()`` for the
+    test's own queue, ``events(of)`` for a ``Queue`` or ``QueueKeys``; entries as field
+    dicts, oldest first. ``events.names(of=None)``: just the event names."""
+
+    def __init__(self, r: "redis.Redis", prefix: str, qname: str) -> None:
+        self.r = r
+        self.own = f"{prefix}:{qname}:events"
+
+    def key(self, of: Any = None) -> str:
+        if of is None:
+            return self.own
+        keys = getattr(of, "keys", of)  # a Queue has .keys (QueueKeys), which has .events
+        return keys.events
+
+    def __call__(self, of: Any = None) -> List[Dict[str, str]]:
+        return [fields for _id, fields in self.r.xrange(self.key(of))]
+
+    def names(self, of: Any = None) -> List[str]:
+        return [e["event"] for e in self(of)]
 
 
 @pytest.fixture
@@ -113,6 +133,6 @@ def wait_for():
 
 
 @pytest.fixture
-def events(r, prefix, qname):
-    """``events()``: the test queue's events stream entries, oldest first."""
-    return lambda: stream_events(r, f"{prefix}:{qname}:events")
+def events(r, prefix, qname) -> StreamEvents:
+    """The events streams of the test's queues (see :class:`StreamEvents`)."""
+    return StreamEvents(r, prefix, qname)

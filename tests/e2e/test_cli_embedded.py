@@ -34,15 +34,6 @@ def redis_pids_in(directory: str) -> list:
     return pids
 
 
-def wait_until(predicate, timeout: float = 10.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
 
 def test_starts_serves_and_stops_cleanly(tmp_path):
     d = str(tmp_path / "var")
@@ -101,7 +92,7 @@ def test_tcp_port_when_asked(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_no_process_left_when_the_owner_is_killed(tmp_path, sig):
+def test_no_process_left_when_the_owner_is_killed(tmp_path, sig, wait_for):
     d = str(tmp_path / "var")
     script = textwrap.dedent(f"""
         import sys, time
@@ -117,7 +108,7 @@ def test_no_process_left_when_the_owner_is_killed(tmp_path, sig):
         assert redis_pids_in(d) == [pid]
         owner.send_signal(sig)
         owner.wait(10)
-        wait_until(lambda: not redis_pids_in(d), what="redis-server to exit after its owner died")
+        wait_for(lambda: not redis_pids_in(d), what="redis-server to exit after its owner died")
     finally:
         if owner.poll() is None:
             owner.kill()

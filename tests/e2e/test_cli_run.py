@@ -26,19 +26,6 @@ NODE_TOOL = os.path.join(ROOT, "tests", "interop", "node", "bullmq_tool.js")
 EXAMPLE_PKG = os.path.join(ROOT, "plugins", "example-processor-package")
 
 
-def wait_until(predicate, timeout: float = 20.0, what: str = "condition", proc: Optional["Cli"] = None):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        if proc is not None and proc.proc.poll() is not None:
-            raise AssertionError(f"the command exited ({proc.proc.returncode}) while waiting for {what}:\n"
-                                 f"{proc.output()}")
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}" +
-                         (f"\n{proc.output()}" if proc else ""))
-
 
 @pytest.fixture(scope="session")
 def example_plugin_path(tmp_path_factory):
@@ -81,6 +68,11 @@ class Cli:
 
     def output(self) -> str:
         return "\n".join(self.lines[-60:])
+
+    def exited(self) -> Optional[str]:
+        """Why waiting on this command is pointless: it has exited (else None)."""
+        code = self.proc.poll()
+        return None if code is None else f"the command exited ({code})"
 
     def saw(self, text: str) -> bool:
         return any(text in line for line in list(self.lines))
@@ -146,7 +138,7 @@ def echomq_register_processors(registry):
 
 @pytest.mark.interop
 def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_loses_nothing(
-        tmp_path, redis_url, prefix, qname, example_plugin_path):
+        tmp_path, redis_url, prefix, qname, example_plugin_path, wait_for):
     q1, q2 = qname + "a", qname + "b"
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "e2eplugin.py").write_text(PLUGIN_MODULE.format(q1=q1))
@@ -177,9 +169,9 @@ def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_
     cli = Cli(["-c", str(conf), "--no-progress"], cwd=cwd, extra_path=example_plugin_path)
     try:
         for jid in node_ids + [cli_id]:
-            wait_until(lambda: queue1.get_job_state(jid) == "completed", what=f"{q1} job {jid}", proc=cli)
+            wait_for(lambda: queue1.get_job_state(jid) == "completed", what=f"{q1} job {jid}", give_up=cli.exited, details=cli.output, timeout=20)
         for jid in node_ids2 + [cli_id2]:
-            wait_until(lambda: queue2.get_job_state(jid) == "completed", what=f"{q2} job {jid}", proc=cli)
+            wait_for(lambda: queue2.get_job_state(jid) == "completed", what=f"{q2} job {jid}", give_up=cli.exited, details=cli.output, timeout=20)
         assert queue1.get_job(node_ids[0]).returnvalue == {"hello": "node0", "by": "e2eplugin"}
         assert queue1.get_job(cli_id).returnvalue == {"hello": "cli", "by": "e2eplugin"}
         assert queue2.get_job(node_ids2[0]).returnvalue == {"words": 3, "chars": 13}  # entry point
@@ -189,10 +181,10 @@ def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_
         slow_ids = node_add_bulk(redis_url, prefix, q1, [{"name": "slow", "data": {"n": i, "seconds": 4}}
                                                           for i in range(3)])
         quick_ids = [cli_add(cwd, str(conf), q1, "greet", {"who": f"late{i}"}) for i in range(2)]
-        wait_until(lambda: all(queue1.get_job_state(j) == "active" for j in slow_ids), what="slow jobs active",
-                   proc=cli)
-        wait_until(lambda: all(queue1.get_job_state(j) == "completed" for j in quick_ids), what="quick jobs",
-                   proc=cli)
+        wait_for(lambda: all(queue1.get_job_state(j) == "active" for j in slow_ids), what="slow jobs active",
+                   give_up=cli.exited, details=cli.output, timeout=20)
+        wait_for(lambda: all(queue1.get_job_state(j) == "completed" for j in quick_ids), what="quick jobs",
+                   give_up=cli.exited, details=cli.output, timeout=20)
         t0 = time.monotonic()
         code = cli.stop(signal.SIGTERM)
         assert code == 0, cli.output()
@@ -212,7 +204,7 @@ def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_
         cli2 = Cli(["-c", str(conf), "--no-progress"], cwd=cwd, extra_path=example_plugin_path)
         try:
             for jid in slow_ids:
-                wait_until(lambda: queue1.get_job_state(jid) == "completed", what=f"slow job {jid}", proc=cli2)
+                wait_for(lambda: queue1.get_job_state(jid) == "completed", what=f"slow job {jid}", give_up=cli2.exited, details=cli2.output, timeout=20)
             assert sorted(queue1.get_job(j).returnvalue["slow"] for j in slow_ids) == [0, 1, 2]
             assert cli2.stop(signal.SIGINT) == 0, cli2.output()
         finally:
@@ -225,7 +217,7 @@ def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_
         queue2.close()
 
 
-def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path):
+def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path, wait_for):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "embjobs.py").write_text("def double(job):\n    return job.data['n'] * 2\n")
@@ -246,14 +238,14 @@ def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path):
     var = str(tmp_path / "var")
     cli = Cli(["-c", str(conf)], cwd=cwd)
     try:
-        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        wait_for(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", give_up=cli.exited, details=cli.output, timeout=20)
         assert len(redis_pids_in(var)) == 1
         ids = [cli_add(cwd, str(conf), "numbers", "double", {"n": n}) for n in range(3)]
         url = f"unix://{var}/redis.sock?db=0"
         queue = Queue("numbers", connection=url)
         try:
             for jid in ids:
-                wait_until(lambda: queue.get_job_state(jid) == "completed", what=f"job {jid}", proc=cli)
+                wait_for(lambda: queue.get_job_state(jid) == "completed", what=f"job {jid}", give_up=cli.exited, details=cli.output, timeout=20)
             assert sorted(queue.get_job(j).returnvalue for j in ids) == [0, 2, 4]
         finally:
             queue.close()
@@ -265,7 +257,7 @@ def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path):
     assert not os.path.exists(os.path.join(var, "redis.sock"))
 
 
-def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path):
+def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path, wait_for):
     conf = tmp_path / "worker.yaml"
     (tmp_path / "killjobs.py").write_text("def run(job):\n    return 1\n")
     conf.write_text("redis: {url: embedded}\nplugin_paths: ['.']\nentry_points: false\n"
@@ -273,11 +265,11 @@ def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path):
     var = str(tmp_path / "var")
     cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
     try:
-        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        wait_for(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", give_up=cli.exited, details=cli.output, timeout=20)
         assert len(redis_pids_in(var)) == 1
         cli.proc.kill()
         cli.proc.wait(10)
-        wait_until(lambda: not redis_pids_in(var), timeout=15, what="redis-server to exit after a kill -9")
+        wait_for(lambda: not redis_pids_in(var), timeout=15, what="redis-server to exit after a kill -9")
     finally:
         cli.kill()
 
@@ -339,14 +331,14 @@ def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_te
     assert redis_pids_in(str(tmp_path / "var")) == []
 
 
-def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path):
+def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path, wait_for):
     """``echomq-gevent --demo`` in an empty folder (no conf/worker.yaml, no -c): the demo
     file shipped in the package runs on the embedded Redis, data under ./var/ there."""
     cli = Cli(["--demo", "--no-progress"], cwd=str(tmp_path), command=[os.path.join(BIN, "echomq-gevent")],
               env={"REDIS_URL": "", "DEMO_CONCURRENCY": "5"})
     try:
-        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
-        wait_until(lambda: cli.saw("completed in"), what="a demo job to complete", proc=cli)
+        wait_for(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", give_up=cli.exited, details=cli.output, timeout=20)
+        wait_for(lambda: cli.saw("completed in"), what="a demo job to complete", give_up=cli.exited, details=cli.output, timeout=20)
         assert cli.saw("queue(s) (demo)"), cli.output()
         assert len(redis_pids_in(str(tmp_path / "var"))) == 1
         assert cli.stop(signal.SIGINT) == 0, cli.output()
@@ -356,7 +348,7 @@ def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path):
     assert redis_pids_in(str(tmp_path / "var")) == []
 
 
-def test_second_signal_hands_jobs_back_at_once(tmp_path, redis_url, prefix, qname):
+def test_second_signal_hands_jobs_back_at_once(tmp_path, redis_url, prefix, qname, wait_for):
     (tmp_path / "sleepy.py").write_text("import gevent\ndef run(job):\n    gevent.sleep(30)\n    return 1\n")
     conf = tmp_path / "worker.yaml"
     conf.write_text(textwrap.dedent(f"""
@@ -371,9 +363,9 @@ def test_second_signal_hands_jobs_back_at_once(tmp_path, redis_url, prefix, qnam
     cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
     try:
         ids = [queue.add("nap", {}).id for _ in range(2)]
-        wait_until(lambda: all(queue.get_job_state(j) == "active" for j in ids), what="jobs active", proc=cli)
+        wait_for(lambda: all(queue.get_job_state(j) == "active" for j in ids), what="jobs active", give_up=cli.exited, details=cli.output, timeout=20)
         cli.proc.send_signal(signal.SIGTERM)
-        wait_until(lambda: cli.saw("stopping"), what="the drain to start", proc=cli)
+        wait_for(lambda: cli.saw("stopping"), what="the drain to start", give_up=cli.exited, details=cli.output, timeout=20)
         t0 = time.monotonic()
         assert cli.stop(signal.SIGTERM) == 0, cli.output()
         assert time.monotonic() - t0 < 10, "the second signal did not cut the 60 s drain short"
@@ -399,7 +391,7 @@ def test_run_exits_3_when_redis_is_unreachable(tmp_path):
         cli.kill()
 
 
-def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(tmp_path):
+def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(tmp_path, wait_for):
     (tmp_path / "later.py").write_text("def run(job):\n    return job.data['v'] + 1\n")
     conf = tmp_path / "worker.yaml"
     conf.write_text("redis: {url: embedded}\nplugin_paths: ['.']\nentry_points: false\n"
@@ -409,10 +401,10 @@ def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(t
     assert redis_pids_in(var) == [], "add left its temporary embedded server running"
     cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
     try:
-        wait_until(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", proc=cli)
+        wait_for(lambda: cli.saw("started the embedded Redis"), what="the embedded Redis", give_up=cli.exited, details=cli.output, timeout=20)
         queue = Queue("later", connection=f"unix://{var}/redis.sock?db=0")
         try:
-            wait_until(lambda: queue.get_job_state(job_id) == "completed", what="the stored job", proc=cli)
+            wait_for(lambda: queue.get_job_state(job_id) == "completed", what="the stored job", give_up=cli.exited, details=cli.output, timeout=20)
             assert queue.get_job(job_id).returnvalue == 42
         finally:
             queue.close()

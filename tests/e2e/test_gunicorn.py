@@ -18,7 +18,6 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
@@ -35,17 +34,6 @@ QUEUE = "mail"
 _instances = itertools.count()
 
 
-def wait_for(predicate, timeout: float, interval: float = 0.05, what: str = "condition") -> Any:
-    """Poll ``predicate`` until it returns a truthy value; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
-
 
 class Gunicorn:
     """One gunicorn master with ``workers`` gevent worker processes, each running the
@@ -55,7 +43,8 @@ class Gunicorn:
                  concurrency: int = 10, graceful_timeout: int = 10, timeout: int = 30,
                  lock_duration: int = 30000, stalled_interval: int = 30000,
                  max_requests: int = 0, extra_args: Tuple[str, ...] = (),
-                 config: str = "conf/gunicorn.conf.py", env: Optional[Dict[str, str]] = None) -> None:
+                 config: str = "conf/gunicorn.conf.py", env: Optional[Dict[str, str]] = None,
+                 waiter: Any = None) -> None:
         # port 0: the master binds a free port and logs it (no race with other processes)
         self.port: Optional[int] = None
         self.workers = workers
@@ -78,6 +67,8 @@ class Gunicorn:
                     "--graceful-timeout", str(graceful_timeout), "--timeout", str(timeout),
                     "--keep-alive", "10", *extra_args]
         self.proc: Optional[subprocess.Popen] = None
+        #: the suite's wait_until (the ``wait_for`` fixture)
+        self.waiter = waiter
 
     # -- life cycle -------------------------------------------------------------------------
     def start(self, wait: bool = True) -> "Gunicorn":
@@ -85,7 +76,7 @@ class Gunicorn:
         self.proc = subprocess.Popen(self.cmd, cwd=str(REPO), env=self.env, stdout=self._log,
                                      stderr=subprocess.STDOUT, start_new_session=True)
         if wait:
-            wait_for(self._booted, 30, 0.1, f"{self.workers} gunicorn worker(s) with job workers")
+            self.waiter(self._booted, 30, what=f"{self.workers} gunicorn worker(s) with job workers", interval=0.1)
         return self
 
     def _booted(self) -> bool:
@@ -192,14 +183,14 @@ def percentile(samples: List[float], p: float) -> float:
 
 # --- fixtures ---------------------------------------------------------------------------------
 @pytest.fixture
-def gunicorn(tmp_path, redis_url, prefix):
+def gunicorn(tmp_path, redis_url, prefix, wait_for):
     """Factory: ``gunicorn(workers=2, concurrency=10, ...)`` starts a master and waits
     until every worker process runs its job workers. Everything is killed afterwards."""
     started: List[Gunicorn] = []
 
     def start(**kwargs: Any) -> Gunicorn:
         wait = kwargs.pop("wait", True)
-        g = Gunicorn(tmp_path, redis_url, prefix, **kwargs)
+        g = Gunicorn(tmp_path, redis_url, prefix, waiter=wait_for, **kwargs)
         started.append(g)
         return g.start(wait=wait)
 
@@ -226,7 +217,7 @@ def _all_completed(queue, ids) -> bool:
 
 
 # --- a request enqueues, the pool processes -----------------------------------------------------
-def test_request_enqueues_a_job_that_the_same_pool_processes(gunicorn, queue):
+def test_request_enqueues_a_job_that_the_same_pool_processes(gunicorn, queue, wait_for):
     g = gunicorn(workers=2, concurrency=5)
     status, body = g.get_json("/signup?email=ann@example.com", method="POST")
     assert status == 202, body
@@ -254,7 +245,7 @@ def test_install_adds_the_endpoints_to_an_app_that_does_not_wrap_itself(gunicorn
 
 
 @pytest.mark.interop
-def test_node_bullmq_producer_jobs_are_processed_by_the_gunicorn_workers(gunicorn, queue, redis_url, prefix):
+def test_node_bullmq_producer_jobs_are_processed_by_the_gunicorn_workers(gunicorn, queue, redis_url, prefix, wait_for):
     g = gunicorn(workers=2, concurrency=5)
     ids = node_add(redis_url, prefix, [("welcome", {"email": f"node{i}@example.com"}) for i in range(4)]
                    + [("sleep", {"ms": 20})])
@@ -285,7 +276,7 @@ while True:  # keep 500+ waiting until the test closes our stdin (then we die on
 """
 
 
-def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queue, r, redis_url, prefix):
+def test_http_latency_stays_close_to_idle_under_io_bound_job_load(gunicorn, queue, r, redis_url, prefix, wait_for):
     g = gunicorn(workers=1, concurrency=100)
     conn = g.connection()
 
@@ -358,7 +349,7 @@ def _write_report(name: str, payload: Dict[str, Any]) -> None:
 
 
 # --- deploy: SIGTERM to the master --------------------------------------------------------------
-def test_sigterm_drains_in_flight_jobs_and_hands_back_the_rest(gunicorn, queue, r):
+def test_sigterm_drains_in_flight_jobs_and_hands_back_the_rest(gunicorn, queue, r, wait_for):
     # graceful_timeout 6 s: the drain budget is 6 - 1.5 (margin) = 4.5 s.
     g = gunicorn(workers=2, concurrency=10, graceful_timeout=6)
     short = [j.id for j in queue.add_bulk([("sleep", {"ms": 1500}) for _ in range(8)])]
@@ -403,7 +394,7 @@ def test_sigterm_drains_in_flight_jobs_and_hands_back_the_rest(gunicorn, queue, 
 
 
 # --- crash: SIGKILL of one worker process ---------------------------------------------------------
-def test_sigkill_of_a_worker_process_its_jobs_are_recovered_by_a_stalled_check(gunicorn, queue, r):
+def test_sigkill_of_a_worker_process_its_jobs_are_recovered_by_a_stalled_check(gunicorn, queue, r, wait_for):
     gunicorn(workers=2, concurrency=5, lock_duration=1000, stalled_interval=1000)
     ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 2500, "report": True}) for _ in range(10)])]
 
@@ -440,7 +431,7 @@ def _completed_metric(text: str) -> float:
     return total
 
 
-def test_metrics_count_completed_jobs_across_two_worker_processes(gunicorn, queue):
+def test_metrics_count_completed_jobs_across_two_worker_processes(gunicorn, queue, wait_for):
     g = gunicorn(workers=2, concurrency=4)
     ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 40}) for _ in range(60)])]
     wait_for(lambda: _all_completed(queue, ids), 30, what="60 jobs completed")
@@ -454,7 +445,7 @@ def test_metrics_count_completed_jobs_across_two_worker_processes(gunicorn, queu
 
 
 # --- recycling and reload ------------------------------------------------------------------------
-def test_max_requests_recycling_drains_and_loses_nothing(gunicorn, queue):
+def test_max_requests_recycling_drains_and_loses_nothing(gunicorn, queue, wait_for):
     g = gunicorn(workers=1, concurrency=10, max_requests=5)
     first = g.worker_pids()
     ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 800}) for _ in range(6)])]
@@ -465,7 +456,7 @@ def test_max_requests_recycling_drains_and_loses_nothing(gunicorn, queue):
     assert "SIGKILL" not in g.log() and "WORKER TIMEOUT" not in g.log()
 
 
-def test_hup_reload_replaces_workers_without_losing_jobs(gunicorn, queue, r):
+def test_hup_reload_replaces_workers_without_losing_jobs(gunicorn, queue, r, wait_for):
     g = gunicorn(workers=2, concurrency=5, graceful_timeout=8)
     before = set(g.worker_pids())
     ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 1000}) for _ in range(20)])]
@@ -478,7 +469,7 @@ def test_hup_reload_replaces_workers_without_losing_jobs(gunicorn, queue, r):
 
 
 # --- quick shutdown and a stuck hub -----------------------------------------------------------------
-def test_sigint_quick_shutdown_hands_every_job_back_at_once(gunicorn, queue, r):
+def test_sigint_quick_shutdown_hands_every_job_back_at_once(gunicorn, queue, r, wait_for):
     g = gunicorn(workers=2, concurrency=5, graceful_timeout=20)
     ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 60000}) for _ in range(6)])]
     wait_for(lambda: r.llen(queue.keys.active) == 6, 10, what="6 jobs in flight")
@@ -491,7 +482,7 @@ def test_sigint_quick_shutdown_hands_every_job_back_at_once(gunicorn, queue, r):
     assert "quick shutdown" in g.log()
 
 
-def test_a_job_that_hogs_the_hub_gets_the_worker_aborted_with_a_report_and_ends_failed(gunicorn, queue, r):
+def test_a_job_that_hogs_the_hub_gets_the_worker_aborted_with_a_report_and_ends_failed(gunicorn, queue, r, wait_for):
     # gunicorn's timeout (2 s) runs out while the job spins without yielding: SIGABRT.
     g = gunicorn(workers=1, concurrency=2, timeout=2, graceful_timeout=5, lock_duration=1000,
                  stalled_interval=1000)
@@ -510,7 +501,7 @@ def test_a_job_that_hogs_the_hub_gets_the_worker_aborted_with_a_report_and_ends_
 
 
 # --- embedded Redis: one server for the whole pool ------------------------------------------------
-def test_embedded_redis_is_started_once_by_the_master_and_stopped_with_it(tmp_path):
+def test_embedded_redis_is_started_once_by_the_master_and_stopped_with_it(tmp_path, wait_for):
     data = tmp_path / "var"
     yaml_path = tmp_path / "embedded.yaml"
     yaml_path.write_text(
@@ -519,7 +510,8 @@ def test_embedded_redis_is_started_once_by_the_master_and_stopped_with_it(tmp_pa
         "entry_points: false\n"
         "queues:\n"
         "  mail: {processor: 'examples.tasks:dispatch', concurrency: 3}\n" % data)
-    g = Gunicorn(tmp_path, "redis://unused", "emb", workers=2, env={"ECHOMQ_CONFIG": str(yaml_path)})
+    g = Gunicorn(tmp_path, "redis://unused", "emb", workers=2, env={"ECHOMQ_CONFIG": str(yaml_path)},
+                 waiter=wait_for)
     try:
         g.start()
         status, body = g.get_json("/signup?email=emb@example.com", method="POST")
@@ -539,7 +531,7 @@ def test_embedded_redis_is_started_once_by_the_master_and_stopped_with_it(tmp_pa
         g.kill_all()
 
 
-def test_code_reload_hands_jobs_back_and_the_new_worker_finishes_them(gunicorn, queue, r, tmp_path):
+def test_code_reload_hands_jobs_back_and_the_new_worker_finishes_them(gunicorn, queue, r, tmp_path, wait_for):
     watched = tmp_path / "watched.py"
     watched.write_text("x = 1\n")
     g = gunicorn(workers=1, concurrency=5, extra_args=("--reload", "--reload-extra-file", str(watched)))

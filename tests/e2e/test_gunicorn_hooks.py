@@ -16,7 +16,6 @@ from typing import Any, Dict, List
 import pytest
 from gunicorn.config import Config as GunicornConfig
 
-from echomq_gevent.config import parse_config
 from echomq_gevent.contrib import gunicorn as gu
 from echomq_gevent.contrib.state import process
 from echomq_gevent.contrib.wsgi import EchoMQMiddleware

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, List
 
 import gevent
 import pytest
@@ -69,15 +69,6 @@ print("EXITED", flush=True)
 '''
 
 
-def wait_for(cond, timeout: float = 15.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
 
 @pytest.fixture
 def spawn_worker(tmp_path, redis_url, prefix, qname):
@@ -109,12 +100,10 @@ def queue(redis_url, prefix, qname):
     q.close()
 
 
-def events(r, prefix: str, qname: str) -> List[Dict[str, str]]:
-    return [fields for _id, fields in r.xrange(f"{prefix}:{qname}:events")]
 
 
 def test_sigkill_with_jobs_in_flight_is_recovered_by_another_worker(spawn_worker, redis_url, prefix, qname,
-                                                                    queue, r):
+                                                                    queue, r, events, wait_for):
     jobs = [queue.add("work", {"kind": "sleep", "s": 60}) for _ in range(3)]
     jobs += [queue.add("work", {"kind": "sleep", "s": 0}) for _ in range(2)]
     child = spawn_worker(concurrency=3, lock_duration=1000, stalled_interval=1000, name="doomed")
@@ -140,13 +129,13 @@ def test_sigkill_with_jobs_in_flight_is_recovered_by_another_worker(spawn_worker
     for job_id in in_flight:
         h = r.hgetall(f"{prefix}:{qname}:{job_id}")
         assert h["returnvalue"] == '"recovered"' and h["stc"] == "1"
-    stalled = {e["jobId"] for e in events(r, prefix, qname) if e["event"] == "stalled"}
+    stalled = {e["jobId"] for e in events() if e["event"] == "stalled"}
     assert stalled == in_flight
     assert r.zcard(f"{prefix}:{qname}:completed") == 5
 
 
 def test_cpu_bound_job_keeps_its_lock_while_another_worker_polls(spawn_worker, redis_url, prefix, qname,
-                                                                 queue, r):
+                                                                 queue, r, events, wait_for):
     job = queue.add("crunch", {"kind": "cpu", "s": 3.0})  # 3 x lock_duration
     child = spawn_worker(concurrency=1, lock_duration=1000, stalled_interval=1000, name="busy",
                          hub_block_threshold=0.5)
@@ -165,13 +154,13 @@ def test_cpu_bound_job_keeps_its_lock_while_another_worker_polls(spawn_worker, r
     assert stolen == []
     assert h["atm"] == "1" and h["ats"] == "1" and "stc" not in h
     assert json.loads(h["returnvalue"])["spins"] > 0
-    assert not any(e["event"] == "stalled" for e in events(r, prefix, qname))
+    assert not any(e["event"] == "stalled" for e in events())
     assert poller.counters["stalled"] == 0
     child.send_signal(signal.SIGTERM)
     assert child.wait(10) == 0
 
 
-def test_sigterm_completes_short_jobs_and_hands_back_the_rest(spawn_worker, redis_url, prefix, qname, queue, r):
+def test_sigterm_completes_short_jobs_and_hands_back_the_rest(spawn_worker, redis_url, prefix, qname, queue, r, wait_for):
     short = [queue.add("short", {"kind": "sleep", "s": 0.3}) for _ in range(2)]
     long_ = [queue.add("long", {"kind": "sleep", "s": 60}) for _ in range(2)]
     child = spawn_worker(concurrency=4, lock_duration=1000, shutdown_timeout=1.5)
@@ -191,7 +180,7 @@ def test_sigterm_completes_short_jobs_and_hands_back_the_rest(spawn_worker, redi
     assert child.stdout.read().strip() == "EXITED"
 
 
-def test_second_signal_hands_back_at_once(spawn_worker, redis_url, prefix, qname, queue, r):
+def test_second_signal_hands_back_at_once(spawn_worker, redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("long", {"kind": "sleep", "s": 60})
     child = spawn_worker(concurrency=1, lock_duration=1000, shutdown_timeout=30)
     wait_for(lambda: r.llen(f"{prefix}:{qname}:active") == 1, what="job in flight")
@@ -204,7 +193,7 @@ def test_second_signal_hands_back_at_once(spawn_worker, redis_url, prefix, qname
     assert r.lrange(f"{prefix}:{qname}:wait", 0, -1) == [job.id]
 
 
-def test_offloaded_processors_reach_redis_from_their_threads(spawn_worker, redis_url, prefix, qname, queue, r):
+def test_offloaded_processors_reach_redis_from_their_threads(spawn_worker, redis_url, prefix, qname, queue, r, wait_for):
     jobs = [queue.add("p", {"kind": "progress"}) for _ in range(4)]
     child = spawn_worker(concurrency=2, offload="thread", lock_duration=2000)
     wait_for(lambda: r.zcard(f"{prefix}:{qname}:completed") + r.zcard(f"{prefix}:{qname}:failed") == 4,

@@ -19,11 +19,9 @@ def q(redis_url, prefix, qname):
     queue.close()
 
 
-def events(r, q):
-    return [fields for _, fields in r.xrange(q.keys.events)]
 
 
-def test_auto_id_standard_job(r, q):
+def test_auto_id_standard_job(r, q, events):
     job = q.add("send", {"to": "a@b"}, {"timestamp": 1795965485578})
     assert job.id == "1"
     assert r.get(q.keys.id) == "1"
@@ -37,7 +35,7 @@ def test_auto_id_standard_job(r, q):
     assert r.lrange(q.keys.wait, 0, -1) == ["2", "1"]
     assert r.zrange(q.keys.marker, 0, -1, withscores=True) == [("0", 0.0)]
     assert r.hget(q.keys.meta, "opts.maxLenEvents") == "10000"
-    assert events(r, q) == [
+    assert events(q) == [
         {"event": "added", "jobId": "1", "name": "send"}, {"event": "waiting", "jobId": "1"},
         {"event": "added", "jobId": "2", "name": "send"}, {"event": "waiting", "jobId": "2"},
     ]
@@ -49,7 +47,7 @@ def test_existing_events_cap_is_kept(r, q):
     assert r.hget(q.keys.meta, "opts.maxLenEvents") == "50"
 
 
-def test_custom_id_and_duplicate(r, q):
+def test_custom_id_and_duplicate(r, q, events):
     job = q.add("a", {"v": 1}, {"jobId": "order-7"})
     assert job.id == "order-7"
     assert r.get(q.keys.id) == "1"
@@ -60,8 +58,8 @@ def test_custom_id_and_duplicate(r, q):
     assert r.get(q.keys.id) == "2"
     assert r.hget(q.keys.job("order-7"), "data") == '{"v":1}'
     assert r.lrange(q.keys.wait, 0, -1) == ["order-7"]
-    assert events(r, q)[-1] == {"event": "duplicated", "jobId": "order-7"}
-    assert [e["event"] for e in events(r, q)] == ["added", "waiting", "duplicated"]
+    assert events(q)[-1] == {"event": "duplicated", "jobId": "order-7"}
+    assert [e["event"] for e in events(q)] == ["added", "waiting", "duplicated"]
     # an auto id after that skips the counter values the custom ids used
     assert q.add("c", 1).id == "3"
 
@@ -93,7 +91,7 @@ def test_maxed_queue_gets_no_marker(r, q, concurrency, active, marker):
     assert r.lrange(q.keys.wait, 0, -1) == ["1"]
 
 
-def test_prioritized_scores_and_counter(r, q):
+def test_prioritized_scores_and_counter(r, q, events):
     a = q.add("a", 1, {"priority": 5})
     b = q.add("b", 1, {"priority": 5})
     c = q.add("c", 1, {"priority": 1})
@@ -103,11 +101,11 @@ def test_prioritized_scores_and_counter(r, q):
     assert r.hget(q.keys.job(a.id), "priority") == "5"
     assert r.llen(q.keys.wait) == 0
     assert r.zrange(q.keys.marker, 0, -1, withscores=True) == [("0", 0.0)]
-    assert events(r, q)[:2] == [{"event": "added", "jobId": "1", "name": "a"},
+    assert events(q)[:2] == [{"event": "added", "jobId": "1", "name": "a"},
                                 {"event": "waiting", "jobId": "1"}]
 
 
-def test_delayed_scores_marker_and_event(r, q):
+def test_delayed_scores_marker_and_event(r, q, events):
     ts = 1795965485000
     a = q.add("a", 1, {"delay": 578, "timestamp": ts})
     b = q.add("b", 1, {"delay": 578, "timestamp": ts})
@@ -120,7 +118,7 @@ def test_delayed_scores_marker_and_event(r, q):
     fields = r.hgetall(q.keys.job(a.id))
     assert fields["delay"] == "578" and fields["timestamp"] == str(ts)
     assert json.loads(fields["opts"])["delay"] == 578
-    evs = events(r, q)
+    evs = events(q)
     assert evs[:2] == [{"event": "added", "jobId": a.id, "name": "a"},
                        {"event": "delayed", "jobId": a.id, "delay": str(due)}]
     assert r.llen(q.keys.wait) == 0 and r.exists(q.keys.pc) == 0
@@ -212,11 +210,11 @@ def test_duplicate_with_another_live_parent_is_refused(r, q, prefix):
     assert r.hget(q.keys.job("c"), "parentKey") == f"{prefix}:parents:p1"
 
 
-def test_duplicate_without_parent_keeps_the_existing_parent(r, q, prefix):
+def test_duplicate_without_parent_keeps_the_existing_parent(r, q, prefix, events):
     q.add("child", 1, dict(parent_opts(r, prefix, pid="p1"), jobId="c"))
     assert q.add("child", 2, {"jobId": "c"}).id == "c"
     assert r.hget(q.keys.job("c"), "parentKey") == f"{prefix}:parents:p1"
-    assert events(r, q)[-1] == {"event": "duplicated", "jobId": "c"}
+    assert events(q)[-1] == {"event": "duplicated", "jobId": "c"}
 
 
 def test_duplicate_gets_a_parent_attached(r, q, prefix):
@@ -245,7 +243,7 @@ def test_duplicate_of_a_completed_job_releases_the_waiting_parent(r, q, prefix):
 
 
 # -- deduplication ----------------------------------------------------------------------
-def test_simple_deduplication(r, q):
+def test_simple_deduplication(r, q, events):
     a = q.add("a", 1, {"deduplication": {"id": "d1"}})
     b = q.add("a", 2, {"deduplication": {"id": "d1"}})
     assert b.id == a.id == "1"
@@ -255,7 +253,7 @@ def test_simple_deduplication(r, q):
     assert r.pttl(q.keys.dedup("d1")) == -1
     assert r.hget(q.keys.job("1"), "deid") == "d1"
     assert json.loads(r.hget(q.keys.job("1"), "opts"))["de"] == {"id": "d1"}
-    assert events(r, q)[-1] == {"event": "deduplicated", "jobId": "1", "deduplicationId": "d1",
+    assert events(q)[-1] == {"event": "deduplicated", "jobId": "1", "deduplicationId": "d1",
                                 "deduplicatedJobId": "2"}
 
 
@@ -282,7 +280,7 @@ def test_stale_key_is_taken_over(r, q):
     assert r.lrange(q.keys.wait, 0, -1) == ["1"]
 
 
-def test_replace_drops_a_delayed_owner(r, q):
+def test_replace_drops_a_delayed_owner(r, q, events):
     q.add("a", 1, {"delay": 60000, "deduplication": {"id": "d1", "replace": True, "ttl": 60000}})
     new = q.add("a", 2, {"delay": 60000, "deduplication": {"id": "d1", "replace": True, "ttl": 60000}})
     assert new.id == "2"
@@ -290,27 +288,27 @@ def test_replace_drops_a_delayed_owner(r, q):
     assert r.zrange(q.keys.delayed, 0, -1) == ["2"]
     assert r.get(q.keys.dedup("d1")) == "2"
     assert r.pttl(q.keys.dedup("d1")) > 0
-    evs = events(r, q)
+    evs = events(q)
     assert {"event": "removed", "jobId": "1", "prev": "delayed"} in evs
     assert {"event": "deduplicated", "jobId": "2", "deduplicationId": "d1", "deduplicatedJobId": "1"} in evs
 
 
-def test_replace_keeps_an_owner_that_is_not_delayed(r, q):
+def test_replace_keeps_an_owner_that_is_not_delayed(r, q, events):
     q.add("a", 1, {"deduplication": {"id": "d1", "replace": True}})
     assert q.add("a", 2, {"deduplication": {"id": "d1", "replace": True}}).id == "1"
     assert r.exists(q.keys.job("2")) == 0
     # as BullMQ: no "deduplicated" event on this path
-    assert [e["event"] for e in events(r, q)] == ["added", "waiting"]
+    assert [e["event"] for e in events(q)] == ["added", "waiting"]
 
 
-def test_reschedule_pushes_the_owner_out(r, q):
+def test_reschedule_pushes_the_owner_out(r, q, events):
     ts = 1795965485000
     q.add("a", 1, {"delay": 1000, "timestamp": ts, "deduplication": {"id": "d1", "reschedule": True}})
     q.add("a", 1, {"delay": 5000, "timestamp": ts + 10, "deduplication": {"id": "d1", "reschedule": True}})
     assert r.zscore(q.keys.delayed, "1") == (ts + 10 + 5000) * 4096
     assert r.hget(q.keys.job("1"), "delay") == "5000"
     assert r.zscore(q.keys.marker, "1") == ts + 10 + 5000
-    assert events(r, q)[-1] == {"event": "delayed", "jobId": "1", "delay": str(ts + 5010)}
+    assert events(q)[-1] == {"event": "delayed", "jobId": "1", "delay": str(ts + 5010)}
 
 
 # -- bulk and script reload -------------------------------------------------------------

@@ -15,16 +15,6 @@ from echomq_gevent.queue import Queue
 
 
 
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` (yielding to the hub) until it returns something truthy."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
 
 class Recorder:
     """Telemetry plugin that records every event as (event, job id, extra)."""
@@ -159,7 +149,7 @@ class Processors:
 
 
 # --- processors ------------------------------------------------------------------------------------------
-def test_plugin_processors_serve_by_name_and_unknown_names_fail_clearly(queue, run_worker, qname):
+def test_plugin_processors_serve_by_name_and_unknown_names_fail_clearly(queue, run_worker, qname, wait_for):
     rec = Recorder()
     run_worker(Processors(qname), rec, concurrency=2)
     unknown = queue.add("no-such-job", {})
@@ -175,7 +165,7 @@ def test_plugin_processors_serve_by_name_and_unknown_names_fail_clearly(queue, r
 
 
 # --- telemetry -----------------------------------------------------------------------------------------------
-def test_telemetry_sees_every_lifecycle_event_in_order(queue, run_worker, qname):
+def test_telemetry_sees_every_lifecycle_event_in_order(queue, run_worker, qname, wait_for):
     rec = Recorder()
     w = run_worker(Processors(qname), rec, concurrency=1)
     good = queue.add("ok", {"x": 1})
@@ -194,7 +184,7 @@ def test_telemetry_sees_every_lifecycle_event_in_order(queue, run_worker, qname)
     assert attempts == [0, 1]
 
 
-def test_a_raising_telemetry_plugin_never_fails_a_job(queue, run_worker, qname):
+def test_a_raising_telemetry_plugin_never_fails_a_job(queue, run_worker, qname, wait_for):
     boom, rec = Exploding(), Recorder()
     run_worker(Processors(qname), boom, rec)
     job = queue.add("ok", {"y": 2})
@@ -217,14 +207,14 @@ class Policy:
         return self.decide(job, error)
 
 
-def test_policy_fail_stops_retries_that_attempts_would_allow(queue, run_worker, qname):
+def test_policy_fail_stops_retries_that_attempts_would_allow(queue, run_worker, qname, wait_for):
     run_worker(Processors(qname), Policy(lambda job, err: FailureDecision.fail()))
     job = queue.add("broken", {}, {"attempts": 5})
     wait_for(state_is(queue, job.id, "failed"), what="the job to fail")
     assert queue.get_job(job.id).attempts_made == 1
 
 
-def test_policy_retry_retries_beyond_attempts_with_its_delay(queue, run_worker, qname):
+def test_policy_retry_retries_beyond_attempts_with_its_delay(queue, run_worker, qname, wait_for):
     procs = Processors(qname)
     decided = []
 
@@ -241,7 +231,7 @@ def test_policy_retry_retries_beyond_attempts_with_its_delay(queue, run_worker, 
     assert decided == [0]
 
 
-def test_policy_unrecoverable_and_default(queue, run_worker, qname):
+def test_policy_unrecoverable_and_default(queue, run_worker, qname, wait_for):
     def decide(job, err):
         if job.data.get("fatal"):
             return FailureDecision.unrecoverable()
@@ -258,7 +248,7 @@ def test_policy_unrecoverable_and_default(queue, run_worker, qname):
     assert queue.get_job(normal.id).attempts_made == 2
 
 
-def test_policy_move_sends_a_copy_to_another_queue(queue, run_worker, qname, redis_url, prefix):
+def test_policy_move_sends_a_copy_to_another_queue(queue, run_worker, qname, redis_url, prefix, wait_for):
     dlq_name = qname + "-dlq"
     run_worker(Processors(qname), Policy(lambda job, err: FailureDecision.move_to(dlq_name)))
     job = queue.add("broken", {"payload": 7}, {"attempts": 4})
@@ -273,7 +263,7 @@ def test_policy_move_sends_a_copy_to_another_queue(queue, run_worker, qname, red
         dlq.close()
 
 
-def test_a_raising_policy_falls_back_to_the_default_rule(queue, run_worker, qname):
+def test_a_raising_policy_falls_back_to_the_default_rule(queue, run_worker, qname, wait_for):
     def decide(job, err):
         raise RuntimeError("policy bug")
 
@@ -299,7 +289,7 @@ class Linear:
         return None
 
 
-def test_custom_backoff_type_sets_the_delay(queue, run_worker, qname, r, prefix):
+def test_custom_backoff_type_sets_the_delay(queue, run_worker, qname, r, prefix, wait_for):
     lin = Linear()
     run_worker(Processors(qname), lin)
     before = int(time.time() * 1000)
@@ -311,14 +301,14 @@ def test_custom_backoff_type_sets_the_delay(queue, run_worker, qname, r, prefix)
     assert lin.asked == [("linear", 1, 10)]
 
 
-def test_custom_backoff_minus_one_fails_the_job(queue, run_worker, qname):
+def test_custom_backoff_minus_one_fails_the_job(queue, run_worker, qname, wait_for):
     run_worker(Processors(qname), Linear())
     job = queue.add("broken", {}, {"attempts": 3, "backoff": {"type": "never"}})
     wait_for(state_is(queue, job.id, "failed"), what="the job to fail without retry")
     assert queue.get_job(job.id).attempts_made == 1
 
 
-def test_unknown_backoff_type_fails_the_job_and_logs_the_type(queue, run_worker, qname, caplog):
+def test_unknown_backoff_type_fails_the_job_and_logs_the_type(queue, run_worker, qname, caplog, wait_for):
     run_worker(Processors(qname))
     job = queue.add("broken", {}, {"attempts": 3, "backoff": {"type": "nobody-knows"}})
     wait_for(state_is(queue, job.id, "failed"), what="the job to fail")
@@ -361,7 +351,7 @@ def nap(job):
     return "woke"
 
 
-def test_telemetry_sees_a_stalled_job_recovered(queue, run_worker):
+def test_telemetry_sees_a_stalled_job_recovered(queue, run_worker, wait_for):
     import uuid
 
     job = queue.add("nap", {"s": 0})
@@ -376,20 +366,27 @@ def test_telemetry_sees_a_stalled_job_recovered(queue, run_worker):
                                                            ("completed", job.id)]
 
 
-def test_telemetry_sees_a_lost_lock_and_the_result_is_not_written(queue, run_worker):
+def test_telemetry_sees_a_lost_lock_and_the_result_is_not_written(queue, run_worker, wait_for):
     sink = Sink()
-    run_worker(sink, processor=nap, lock_duration=1000)
+    woke = []
+
+    def nap_and_tell(job):
+        result = nap(job)
+        woke.append(job.id)
+        return result
+    w = run_worker(sink, processor=nap_and_tell, lock_duration=1000)
     job = queue.add("nap", {"s": 2.5})
     wait_for(lambda: ("active", job.id) in sink.events, what="the job to start")
     queue.client.set(queue.keys.lock(job.id), "another-worker", px=60000)  # someone else owns it now
     wait_for(lambda: ("lock_lost", job.id) in sink.events, what="the lock-lost event")
-    gevent.sleep(3)  # the processor finishes meanwhile
+    # the processor returns, then the worker settles (here: discards) and frees the slot
+    wait_for(lambda: woke == [job.id] and not w.active_jobs, what="the processor to return and its slot to free")
     assert ("completed", job.id) not in sink.events
     assert queue.get_job_state(job.id) == "active"
     assert queue.get_job(job.id).returnvalue is None
 
 
-def test_telemetry_sees_jobs_handed_back_at_shutdown(queue, run_worker):
+def test_telemetry_sees_jobs_handed_back_at_shutdown(queue, run_worker, wait_for):
     sink = Sink()
     w = run_worker(sink, processor=nap, concurrency=2)
     jobs = [queue.add("nap", {"s": 30}) for _ in range(2)]
@@ -460,7 +457,7 @@ class SelfMoving:
         registry.add(self.qname, "limited", self.limited)
 
 
-def test_telemetry_sees_jobs_their_processor_moved(queue, run_worker, qname):
+def test_telemetry_sees_jobs_their_processor_moved(queue, run_worker, qname, wait_for):
     """DelayedError and RateLimitError end a run with ``moved`` (not completed/failed/retried),
     and the job's next run starts with ``active`` again."""
     rec = Recorder()
@@ -510,7 +507,7 @@ class OldStyleTiming:
         self.seen.append("after " + job.id)
 
 
-def test_wrapper_hooks_run_around_the_telemetry_and_a_raising_plugin_stays_guarded(queue, run_worker, qname):
+def test_wrapper_hooks_run_around_the_telemetry_and_a_raising_plugin_stays_guarded(queue, run_worker, qname, wait_for):
     timing, old, boom, rec = Timing(), OldStyleTiming(), Exploding(), Recorder()
     run_worker(Processors(qname), boom, rec, timing, old)
     job = queue.add("ok", {"w": 1})
@@ -524,7 +521,7 @@ def test_wrapper_hooks_run_around_the_telemetry_and_a_raising_plugin_stays_guard
     assert rec.of(job.id) == ["active", "completed"]
 
 
-def test_a_raising_wrapper_is_logged_and_the_job_completes(queue, run_worker, qname, caplog):
+def test_a_raising_wrapper_is_logged_and_the_job_completes(queue, run_worker, qname, caplog, wait_for):
     class Broken:
         __name__ = "test-broken-wrapper"
 

@@ -11,7 +11,6 @@ import sys
 import textwrap
 import time
 
-import gevent
 import pytest
 
 from echomq_gevent.plugins import PluginHost, make_plugin_manager
@@ -24,15 +23,6 @@ LOGGING = "echomq_gevent.contrib.logging"
 PROMETHEUS = "echomq_gevent.contrib.prometheus"
 DEMO = "echomq_gevent.contrib.demo"
 
-
-def wait_for(predicate, timeout: float = 15.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture
@@ -67,7 +57,7 @@ def flaky_processor(job):
     return job.data.get("n")
 
 
-def test_logging_plugin_emits_structured_records_in_order(queue, worker_with, caplog):
+def test_logging_plugin_emits_structured_records_in_order(queue, worker_with, caplog, wait_for):
     caplog.set_level(logging.INFO, logger="echomq_gevent.events")
     w = worker_with([LOGGING], flaky_processor)
     ok = queue.add("calc", {"n": 3})
@@ -102,7 +92,7 @@ def test_json_formatter_carries_the_structured_fields():
     assert (line["event"], line["job_id"], line["duration_ms"]) == ("job.completed", "7", 12.5)
 
 
-def test_prometheus_plugin_counts_jobs(queue, worker_with, qname):
+def test_prometheus_plugin_counts_jobs(queue, worker_with, qname, wait_for):
     from prometheus_client import REGISTRY
 
     import echomq_gevent.contrib.prometheus as prom
@@ -168,7 +158,7 @@ def test_prometheus_counts_add_up_across_processes(tmp_path):
             p.wait(10)
 
 
-def test_demo_plugin_processes_demo_jobs(redis_url, prefix):
+def test_demo_plugin_processes_demo_jobs(redis_url, prefix, wait_for):
     from echomq_gevent.contrib import demo
     from echomq_gevent.worker import Worker
 

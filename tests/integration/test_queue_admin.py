@@ -34,12 +34,10 @@ def add_finished(q: Queue, n: int, target: str = "completed", at: int = 0) -> Li
     return ids
 
 
-def events(r, q: Queue) -> List[dict]:
-    return [fields for _id, fields in r.xrange(q.keys.events)]
 
 
 # -- clean ------------------------------------------------------------------------------
-def test_clean_completed_older_than_grace(q, r):
+def test_clean_completed_older_than_grace(q, r, events):
     old = add_finished(q, 3, at=now_ms() - 60000)
     fresh = add_finished(q, 2)
     deleted = q.clean(30000)
@@ -47,7 +45,7 @@ def test_clean_completed_older_than_grace(q, r):
     assert sorted(r.zrange(q.keys.completed, 0, -1)) == sorted(fresh)
     for job_id in old:
         assert not r.exists(q.keys.job(job_id))
-    cleaned = [e for e in events(r, q) if e["event"] == "cleaned"]
+    cleaned = [e for e in events(q) if e["event"] == "cleaned"]
     assert cleaned[-1]["count"] == "3"
 
 
@@ -114,14 +112,14 @@ def test_clean_rejects_bad_arguments(q):
 
 
 # -- retry_jobs / promote_jobs ------------------------------------------------------------
-def test_retry_jobs_moves_every_failed_job_back_in_batches(q, r):
+def test_retry_jobs_moves_every_failed_job_back_in_batches(q, r, events):
     ids = add_finished(q, 5, target="failed")
     q.retry_jobs(count=2)
     assert r.zcard(q.keys.failed) == 0
     assert sorted(r.lrange(q.keys.wait, 0, -1)) == sorted(ids)
     fields = r.hgetall(q.keys.job(ids[0]))
     assert "failedReason" not in fields and "finishedOn" not in fields and "processedOn" not in fields
-    waiting = [e for e in events(r, q) if e["event"] == "waiting" and e.get("prev") == "failed"]
+    waiting = [e for e in events(q) if e["event"] == "waiting" and e.get("prev") == "failed"]
     assert sorted(e["jobId"] for e in waiting) == sorted(ids)
 
 
@@ -207,7 +205,7 @@ def test_job_promote(q, r):
         job.promote()
 
 
-def test_job_change_delay(q, r):
+def test_job_change_delay(q, r, events):
     job = q.add("d", 1, {"delay": 60000})
     before = now_ms()
     job.change_delay(120000)
@@ -215,7 +213,7 @@ def test_job_change_delay(q, r):
     due = r.zscore(q.keys.delayed, job.id) // 4096
     assert before + 120000 <= due <= now_ms() + 120000
     assert r.hget(q.keys.job(job.id), "delay") == "120000"
-    delayed = [e for e in events(r, q) if e["event"] == "delayed"]
+    delayed = [e for e in events(q) if e["event"] == "delayed"]
     assert int(delayed[-1]["delay"]) == due
     with pytest.raises(ValueError, match="delay must be"):
         job.change_delay(-1)

@@ -50,8 +50,6 @@ def put_job(r, keys: QueueKeys, job_id: str, state: Optional[str] = None, score:
     return keys.job(job_id)
 
 
-def events(r, keys: QueueKeys) -> List[Dict[str, str]]:
-    return [fields for _id, fields in r.xrange(keys.events)]
 
 
 def wait_ids(r, keys: QueueKeys) -> List[str]:
@@ -61,7 +59,7 @@ def wait_ids(r, keys: QueueKeys) -> List[str]:
 
 # -- pause-7 ------------------------------------------------------------------------------
 
-def test_pause_sets_flag_drops_marker_keeps_jobs_and_emits(r, sc, k):
+def test_pause_sets_flag_drops_marker_keeps_jobs_and_emits(r, sc, k, events):
     put_job(r, k, "1", "wait")
     r.zadd(k.marker, {"0": 0})
     assert sc.pause(True) == 0
@@ -69,7 +67,7 @@ def test_pause_sets_flag_drops_marker_keeps_jobs_and_emits(r, sc, k):
     assert not r.exists(k.marker)
     assert r.lrange(k.wait, 0, -1) == ["1"]
     assert not r.exists(k.paused)
-    assert events(r, k) == [{"event": "paused"}]
+    assert events(k) == [{"event": "paused"}]
 
 
 def test_pause_and_resume_without_event(r, sc, k):
@@ -79,13 +77,13 @@ def test_pause_and_resume_without_event(r, sc, k):
     assert not r.hexists(k.meta, "paused")
 
 
-def test_resume_clears_flag_adds_base_marker_and_emits(r, sc, k):
+def test_resume_clears_flag_adds_base_marker_and_emits(r, sc, k, events):
     put_job(r, k, "1", "wait")
     sc.pause(True)
     assert sc.pause(False) == 0
     assert not r.hexists(k.meta, "paused")
     assert r.zrange(k.marker, 0, -1, withscores=True) == [("0", 0.0)]
-    assert [e["event"] for e in events(r, k)] == ["paused", "resumed"]
+    assert [e["event"] for e in events(k)] == ["paused", "resumed"]
 
 
 def test_resume_base_marker_for_prioritized_only(r, sc, k):
@@ -121,7 +119,7 @@ def test_resume_renames_legacy_paused_list_when_wait_is_missing(r, sc, k):
     assert r.zscore(k.marker, "0") == 0
 
 
-def test_resume_moves_legacy_paused_list_in_batches_keeping_order(r, sc, k):
+def test_resume_moves_legacy_paused_list_in_batches_keeping_order(r, sc, k, events):
     legacy = [f"p{i}" for i in range(7005)]  # p0 oldest
     r.lpush(k.paused, *legacy)
     put_job(r, k, "w", "wait")
@@ -133,12 +131,12 @@ def test_resume_moves_legacy_paused_list_in_batches_keeping_order(r, sc, k):
     assert not r.exists(k.paused)
     # the legacy jobs run first, oldest first, then the job that was already in wait
     assert wait_ids(r, k) == legacy + ["w"]
-    assert [e["event"] for e in events(r, k)] == ["resumed"]
+    assert [e["event"] for e in events(k)] == ["resumed"]
 
 
 # -- promote-9 ----------------------------------------------------------------------------
 
-def test_promote_moves_delayed_job_to_wait(r, sc, k):
+def test_promote_moves_delayed_job_to_wait(r, sc, k, events):
     put_job(r, k, "1", "delayed", score=(TS + 9000) * 4096, delay=9000)
     put_job(r, k, "0", "wait")
     assert sc.promote("1") == 0
@@ -146,7 +144,7 @@ def test_promote_moves_delayed_job_to_wait(r, sc, k):
     assert r.lrange(k.wait, 0, -1) == ["1", "0"]  # LPUSH: behind the job already waiting
     assert r.hget(k.job("1"), "delay") == "0"
     assert r.zscore(k.marker, "0") == 0
-    assert events(r, k) == [{"event": "waiting", "jobId": "1", "prev": "delayed"}]
+    assert events(k) == [{"event": "waiting", "jobId": "1", "prev": "delayed"}]
 
 
 def test_promote_prioritized_job_gets_priority_score(r, sc, k):
@@ -256,12 +254,12 @@ def test_change_priority_in_paused_queue_writes_no_marker(r, sc, k):
 
 # -- updateProgress-3, addLog-2, updateData-1 ---------------------------------------------
 
-def test_update_progress_number_and_object(r, sc, k):
+def test_update_progress_number_and_object(r, sc, k, events):
     put_job(r, k, "1", "active")
     assert sc.update_progress("1", "42") == 0
     assert sc.update_progress("1", json.dumps({"step": 2, "of": 3})) == 0
     assert json.loads(r.hget(k.job("1"), "progress")) == {"step": 2, "of": 3}
-    evs = events(r, k)
+    evs = events(k)
     assert evs[0] == {"event": "progress", "jobId": "1", "data": "42"}
     assert json.loads(evs[1]["data"]) == {"step": 2, "of": 3}
     assert r.hget(k.meta, "opts.maxLenEvents") == "10000"
@@ -427,7 +425,7 @@ def test_is_finished_with_result(r, sc, k):
 
 @pytest.mark.parametrize("state", ["wait", "paused", "active", "delayed", "prioritized",
                                    "completed", "failed", "waiting-children"])
-def test_remove_job_from_each_state(r, sc, k, state):
+def test_remove_job_from_each_state(r, sc, k, state, events):
     key = put_job(r, k, "1", state)
     r.rpush(k.logs("1"), "a log line")
     put_job(r, k, "2", state)
@@ -435,7 +433,7 @@ def test_remove_job_from_each_state(r, sc, k, state):
     assert not r.exists(key, k.logs("1"))
     assert sc.get_state("1") == "unknown"
     assert sc.get_state("2") != "unknown"
-    assert events(r, k) == [{"event": "removed", "jobId": "1", "prev": state}]
+    assert events(k) == [{"event": "removed", "jobId": "1", "prev": state}]
 
 
 def test_remove_missing_job_is_quiet(r, sc, k):
@@ -480,7 +478,7 @@ def test_remove_scheduler_current_job_is_minus_8(r, sc, k):
     assert not r.exists(k.job(old))
 
 
-def test_remove_job_with_children_across_queues(r, sc, k, prefix):
+def test_remove_job_with_children_across_queues(r, sc, k, prefix, events):
     other = QueueKeys("children", prefix)
     parent = put_job(r, k, "p", "waiting-children")
     done = put_job(r, other, "done", "completed", parentKey=parent)
@@ -499,14 +497,14 @@ def test_remove_job_with_children_across_queues(r, sc, k, prefix):
                 parent + ":processed", parent + ":failed", parent + ":unsuccessful"):
         assert not r.exists(key), key
     # the parent left waiting-children, not wait: removing its children did not release it
-    assert events(r, k) == [{"event": "removed", "jobId": "p", "prev": "waiting-children"}]
+    assert events(k) == [{"event": "removed", "jobId": "p", "prev": "waiting-children"}]
     assert not r.exists(k.wait) and not r.exists(k.marker)
-    child_events = {(e["jobId"], e["prev"]) for e in events(r, other)}
+    child_events = {(e["jobId"], e["prev"]) for e in events(other)}
     assert child_events == {("done", "completed"), ("pending", "wait"), ("bad", "failed"),
                             ("worse", "failed"), ("gc", "delayed")}
 
 
-def test_remove_last_child_releases_parent(r, sc, k, prefix):
+def test_remove_last_child_releases_parent(r, sc, k, prefix, events):
     pq = QueueKeys("parents", prefix)
     parent = put_job(r, pq, "p", "waiting-children")
     c1 = put_job(r, k, "c1", "wait", parentKey=parent)
@@ -522,7 +520,7 @@ def test_remove_last_child_releases_parent(r, sc, k, prefix):
     assert r.zscore(pq.waiting_children, "p") is None
     assert r.lrange(pq.wait, 0, -1) == ["p"]
     assert r.zscore(pq.marker, "0") == 0
-    assert events(r, pq) == [{"event": "waiting", "jobId": "p", "prev": "waiting-children"}]
+    assert events(pq) == [{"event": "waiting", "jobId": "p", "prev": "waiting-children"}]
 
 
 def test_remove_last_child_releases_prioritized_parent_without_marker_when_paused(r, sc, k, prefix):
@@ -611,7 +609,7 @@ def test_drain_spares_each_schedulers_current_job(r, sc, k):
     assert not r.exists(k.job(f"repeat:s1:{TS}"), k.job("w1"), k.job("w2"))
 
 
-def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent(r, sc, k, prefix):
+def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent(r, sc, k, prefix, events):
     pq = QueueKeys("parents", prefix)
     other_parent = put_job(r, pq, "op", "waiting-children")
     c1 = put_job(r, k, "c1", "wait", parentKey=other_parent)
@@ -621,7 +619,7 @@ def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent
     r.sadd(same_parent + ":dependencies", c2)
     sc.drain()
     assert r.lrange(pq.wait, 0, -1) == ["op"]
-    assert [e["event"] for e in events(r, pq)] == ["waiting"]
+    assert [e["event"] for e in events(pq)] == ["waiting"]
     assert not r.exists(same_parent)
     assert r.zcard(k.waiting_children) == 0
 
@@ -763,7 +761,7 @@ def test_get_state_without_lpos_agrees(r, sc, k, state, expected):
 
 # -- changeDelay-4 ------------------------------------------------------------------------
 
-def test_change_delay_rescores_and_emits(r, sc, k):
+def test_change_delay_rescores_and_emits(r, sc, k, events):
     put_job(r, k, "1", "delayed", score=(TS + 60000) * 4096, delay=60000)
     put_job(r, k, "2", "delayed", score=(TS + 9000) * 4096, delay=9000)
     r.zadd(k.marker, {"1": TS + 9000})
@@ -771,7 +769,7 @@ def test_change_delay_rescores_and_emits(r, sc, k):
     assert r.zscore(k.delayed, "1") == (TS + 5000) * 4096
     assert r.hget(k.job("1"), "delay") == "5000"
     assert r.zscore(k.marker, "1") == TS + 5000
-    assert events(r, k) == [{"event": "delayed", "jobId": "1", "delay": str(TS + 5000)}]
+    assert events(k) == [{"event": "delayed", "jobId": "1", "delay": str(TS + 5000)}]
 
 
 def test_change_delay_keeps_fifo_within_a_millisecond(r, sc, k):
@@ -793,7 +791,7 @@ def test_change_delay_errors(r, sc, k):
 
 # -- reprocessJob-9 -----------------------------------------------------------------------
 
-def test_reprocess_failed_job(r, sc, k):
+def test_reprocess_failed_job(r, sc, k, events):
     put_job(r, k, "1", "failed", failedReason="boom", finishedOn=TS, processedOn=TS - 5,
             atm=3, ats=3, stacktrace=["e"])
     put_job(r, k, "0", "wait")
@@ -805,7 +803,7 @@ def test_reprocess_failed_job(r, sc, k):
     assert r.lrange(k.wait, 0, -1) == ["1", "0"]
     assert r.zcard(k.failed) == 0
     assert r.zscore(k.marker, "0") == 0
-    assert events(r, k) == [{"event": "waiting", "jobId": "1", "prev": "failed"}]
+    assert events(k) == [{"event": "waiting", "jobId": "1", "prev": "failed"}]
 
 
 def test_reprocess_completed_job_keeps_attempts_lifo_and_priority(r, sc, k):
@@ -849,7 +847,7 @@ def test_reprocess_child_becomes_pending_again(r, sc, k, prefix):
 
 # -- moveJobsToWait-8 ---------------------------------------------------------------------
 
-def test_retry_failed_jobs_in_batches(r, sc, k):
+def test_retry_failed_jobs_in_batches(r, sc, k, events):
     for i in range(3):
         put_job(r, k, f"f{i}", "failed", score=TS + i, failedReason="x", finishedOn=TS + i,
                 processedOn=TS)
@@ -859,7 +857,7 @@ def test_retry_failed_jobs_in_batches(r, sc, k):
     assert sc.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 0
     assert wait_ids(r, k) == ["f0", "f1", "f2"]
     assert r.zcard(k.failed) == 0
-    assert [(e["jobId"], e["prev"]) for e in events(r, k)] == [("f0", "failed"), ("f1", "failed"),
+    assert [(e["jobId"], e["prev"]) for e in events(k)] == [("f0", "failed"), ("f1", "failed"),
                                                                ("f2", "failed")]
     assert r.zscore(k.marker, "0") == 0
     assert sc.move_jobs_to_wait("failed") == 0
@@ -879,7 +877,7 @@ def test_retry_completed_jobs_up_to_a_finish_time(r, sc, k, prefix):
     assert r.smembers(parent + ":dependencies") == {k.job("old")}
 
 
-def test_promote_all_delayed_jobs(r, sc, k):
+def test_promote_all_delayed_jobs(r, sc, k, events):
     put_job(r, k, "d1", "delayed", score=(TS + 5) * 4096, delay=5)
     put_job(r, k, "d2", "delayed", score=(TS + 9) * 4096, delay=9, priority=3)
     r.hset(k.meta, "paused", "1")
@@ -889,12 +887,12 @@ def test_promote_all_delayed_jobs(r, sc, k):
     assert r.zscore(k.prioritized, "d2") == 3 * PRIO + 1
     assert r.hget(k.job("d1"), "delay") == "0"
     assert not r.exists(k.marker)
-    assert [e["prev"] for e in events(r, k)] == ["delayed", "delayed"]
+    assert [e["prev"] for e in events(k)] == ["delayed", "delayed"]
 
 
 # -- cleanJobsInSet-3 ---------------------------------------------------------------------
 
-def test_clean_finished_jobs_by_finish_time_and_limit(r, sc, k):
+def test_clean_finished_jobs_by_finish_time_and_limit(r, sc, k, events):
     for i in range(4):
         put_job(r, k, f"c{i}", "completed", score=TS + i, finishedOn=TS + i)
         r.rpush(k.logs(f"c{i}"), "x")
@@ -902,7 +900,7 @@ def test_clean_finished_jobs_by_finish_time_and_limit(r, sc, k):
     assert r.zrange(k.completed, 0, -1) == ["c2", "c3"]
     assert not r.exists(k.job("c0"), k.logs("c0"))
     assert sc.clean_jobs_in_set("completed", TS + 2) == ["c2"]
-    assert [e for e in events(r, k)] == [{"event": "cleaned", "count": "2"},
+    assert [e for e in events(k)] == [{"event": "cleaned", "count": "2"},
                                          {"event": "cleaned", "count": "1"}]
 
 
@@ -945,6 +943,6 @@ def test_clean_delayed_spares_scheduler_job_and_prioritized_uses_timestamp(r, sc
     assert r.zrange(k.prioritized, 0, -1) == ["p-new"]
 
 
-def test_clean_nothing_still_reports(r, sc, k):
+def test_clean_nothing_still_reports(r, sc, k, events):
     assert sc.clean_jobs_in_set("failed", TS) == []
-    assert events(r, k) == [{"event": "cleaned", "count": "0"}]
+    assert events(k) == [{"event": "cleaned", "count": "0"}]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 
-from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
 from integration.worker_scripts_helpers import (
-    TOKEN, as_dict, event_names, events, fetch, finish_opts, now_ms,
+    TOKEN, as_dict, fetch, finish_opts, now_ms,
 )
 
 
@@ -28,7 +27,7 @@ def test_order_of_standard_lifo_prioritized_and_delayed_jobs(r, keys, scripts):
     assert fetch(scripts, now=now + 500)[1] == late
 
 
-def test_retry_with_backoff_then_final_failure_matches_node_sequence(r, keys, scripts):
+def test_retry_with_backoff_then_final_failure_matches_node_sequence(r, keys, scripts, events):
     now = now_ms()
     job_id = add(scripts, "flaky", {"attempts": 2, "backoff": {"type": "fixed", "delay": 200}},
                  now=now)
@@ -45,11 +44,11 @@ def test_retry_with_backoff_then_final_failure_matches_node_sequence(r, keys, sc
     scripts.update_progress(job_id, "90")
     scripts.move_to_finished(job_id, now + 300, "failedReason", "second", "failed", True,
                              finish_opts(attempts=2))
-    assert event_names(r, keys) == [
+    assert events.names(keys) == [
         "added", "waiting", "active", "progress", "delayed", "waiting", "active", "progress",
         "failed", "retries-exhausted", "drained",
     ]
-    evs = events(r, keys)
+    evs = events(keys)
     assert evs[4] == {"event": "delayed", "jobId": job_id, "delay": str(now + 200)}
     assert evs[5] == {"event": "waiting", "jobId": job_id, "prev": "delayed"}
     assert evs[9] == {"event": "retries-exhausted", "jobId": job_id, "attemptsMade": "2"}
@@ -57,7 +56,7 @@ def test_retry_with_backoff_then_final_failure_matches_node_sequence(r, keys, sc
     assert (job["atm"], job["failedReason"], job["finishedOn"]) == ("2", "second", str(now + 300))
 
 
-def test_immediate_retries_then_completion(r, keys, scripts):
+def test_immediate_retries_then_completion(r, keys, scripts, events):
     job_id = add(scripts, "again", {"attempts": 3})
     for attempt in (1, 2):
         assert fetch(scripts)[1] == job_id
@@ -68,10 +67,10 @@ def test_immediate_retries_then_completion(r, keys, scripts):
     assert scripts.move_to_finished(job_id, now_ms(), "returnvalue", "null", "completed", False,
                                     finish_opts(keep={"count": 0})) == 0
     assert r.exists(keys.job(job_id)) == 0
-    assert event_names(r, keys)[-3:] == ["active", "completed", "drained"]
+    assert events.names(keys)[-3:] == ["active", "completed", "drained"]
 
 
-def test_busy_queue_is_worked_through_with_fetch_next(r, keys, scripts):
+def test_busy_queue_is_worked_through_with_fetch_next(r, keys, scripts, events):
     ids = [add(scripts, f"n{i}") for i in range(20)]
     res = fetch(scripts)
     done = []
@@ -82,5 +81,5 @@ def test_busy_queue_is_worked_through_with_fetch_next(r, keys, scripts):
     assert done == ids
     assert r.zcard(keys.completed) == 5
     assert r.llen(keys.active) == 0
-    assert event_names(r, keys)[-1] == "drained"
+    assert events.names(keys)[-1] == "drained"
     assert r.exists(*[keys.lock(i) for i in ids]) == 0

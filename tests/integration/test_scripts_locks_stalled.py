@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
 from integration.worker_scripts_helpers import (
-    TOKEN, activate, add_waiting, events, fetch, make_job, now_ms,
+    TOKEN, activate, add_waiting, fetch, make_job, now_ms,
 )
 
 INTERVAL = 30000
@@ -66,7 +65,7 @@ def test_check_is_throttled_by_the_stalled_check_key(r, keys, scripts):
     assert r.lrange(keys.active, 0, -1) == ["1"]
 
 
-def test_two_phase_detection_moves_unlocked_job_back(r, keys, scripts):
+def test_two_phase_detection_moves_unlocked_job_back(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     running(r, keys, scripts, "2")
     check(scripts)                       # mark: both active jobs are suspects
@@ -78,7 +77,7 @@ def test_two_phase_detection_moves_unlocked_job_back(r, keys, scripts):
     assert r.lrange(keys.wait, 0, -1) == ["1"]
     assert r.hget(keys.job("1"), "stc") == "1"
     assert r.hget(keys.job("1"), "defa") is None
-    assert events(r, keys)[-2:] == [{"event": "waiting", "jobId": "1", "prev": "active"},
+    assert events(keys)[-2:] == [{"event": "waiting", "jobId": "1", "prev": "active"},
                                     {"event": "stalled", "jobId": "1"}]
     assert r.zscore(keys.marker, "0") == 0
     # job 2 still active: marked again for the next check

@@ -11,10 +11,8 @@ from echomq_gevent.errors import (
     JobPendingChildren,
 )
 from echomq_gevent.keys import QueueKeys
-from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
 from integration.worker_scripts_helpers import (
-    TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, event_names, events,
-    finish_opts, make_job, now_ms,
+    TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, finish_opts, make_job, now_ms,
 )
 
 
@@ -90,7 +88,7 @@ def test_not_active_is_minus_3_checked_after_the_lock(r, keys, scripts):
 
 
 # -- completing and failing ---------------------------------------------------------------
-def test_complete_records_result_and_emits_events(r, keys, scripts):
+def test_complete_records_result_and_emits_events(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     r.sadd(keys.stalled, "1")
     now = now_ms()
@@ -103,20 +101,20 @@ def test_complete_records_result_and_emits_events(r, keys, scripts):
     assert r.exists(keys.lock("1")) == 0
     assert r.sismember(keys.stalled, "1") == 0
     assert r.llen(keys.active) == 0
-    assert events(r, keys)[1:] == [
+    assert events(keys)[1:] == [
         {"event": "completed", "jobId": "1", "returnvalue": '{"a": 1}', "prev": "active"},
         {"event": "drained"},
     ]
 
 
-def test_no_drained_event_while_jobs_remain(r, keys, scripts):
+def test_no_drained_event_while_jobs_remain(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     add_prioritized(r, keys, "p", 1)
     complete(scripts, "1")
-    assert "drained" not in event_names(r, keys)
+    assert "drained" not in events.names(keys)
 
 
-def test_fail_sets_fields_drops_defa_and_reports_exhaustion(r, keys, scripts):
+def test_fail_sets_fields_drops_defa_and_reports_exhaustion(r, keys, scripts, events):
     running(r, keys, scripts, "1", defa="child x failed")
     stack = json.dumps(["Error: boom\n  at f"])
     fail(scripts, "1", reason="boom", fields=["stacktrace", stack], attempts=1)
@@ -125,27 +123,27 @@ def test_fail_sets_fields_drops_defa_and_reports_exhaustion(r, keys, scripts):
     assert job["stacktrace"] == stack
     assert "defa" not in job
     assert r.zscore(keys.failed, "1") is not None
-    assert events(r, keys)[1:] == [
+    assert events(keys)[1:] == [
         {"event": "failed", "jobId": "1", "failedReason": "boom", "prev": "active"},
         {"event": "retries-exhausted", "jobId": "1", "attemptsMade": "1"},
         {"event": "drained"},
     ]
 
 
-def test_no_retries_exhausted_while_attempts_remain(r, keys, scripts):
+def test_no_retries_exhausted_while_attempts_remain(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     fail(scripts, "1", attempts=3)
-    assert event_names(r, keys)[1:] == ["failed", "drained"]
+    assert events.names(keys)[1:] == ["failed", "drained"]
 
 
-def test_default_attempts_zero_always_reports_exhaustion(r, keys, scripts):
+def test_default_attempts_zero_always_reports_exhaustion(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     r.hset(keys.job("1"), "atm", 2)
     fail(scripts, "1", attempts=0)
-    assert events(r, keys)[2] == {"event": "retries-exhausted", "jobId": "1", "attemptsMade": "3"}
+    assert events(keys)[2] == {"event": "retries-exhausted", "jobId": "1", "attemptsMade": "3"}
 
 
-def test_events_are_trimmed_to_the_meta_cap_before_writing(r, keys, scripts):
+def test_events_are_trimmed_to_the_meta_cap_before_writing(r, keys, scripts, events):
     r.hset(keys.meta, "opts.maxLenEvents", 10)
     pipe = r.pipeline()
     for i in range(1000):
@@ -155,7 +153,7 @@ def test_events_are_trimmed_to_the_meta_cap_before_writing(r, keys, scripts):
     complete(scripts, "1")
     length = r.xlen(keys.events)
     assert 10 <= length < 500  # approximate trim (whole stream nodes)
-    assert event_names(r, keys)[-2:] == ["completed", "drained"]
+    assert events.names(keys)[-2:] == ["completed", "drained"]
 
 
 def test_missing_max_events_is_initialised(r, keys, scripts):
@@ -165,14 +163,14 @@ def test_missing_max_events_is_initialised(r, keys, scripts):
 
 
 # -- keepJobs ---------------------------------------------------------------------------------
-def test_count_zero_deletes_the_job_and_its_keys(r, keys, scripts):
+def test_count_zero_deletes_the_job_and_its_keys(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     r.rpush(keys.logs("1"), "line")
     r.hset(keys.processed("1"), "k", "v")
     complete(scripts, "1", keep={"count": 0})
     assert r.exists(keys.job("1"), keys.logs("1"), keys.processed("1")) == 0
     assert r.zcard(keys.completed) == 0
-    assert event_names(r, keys)[-2:] == ["completed", "drained"]
+    assert events.names(keys)[-2:] == ["completed", "drained"]
 
 
 def test_count_minus_one_and_absent_keep_everything(r, keys, scripts):
@@ -247,17 +245,17 @@ def test_no_metrics_without_max_size(r, keys, scripts):
 
 
 # -- fetch next ---------------------------------------------------------------------------------
-def test_fetch_next_returns_the_next_job(r, keys, scripts):
+def test_fetch_next_returns_the_next_job(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     add_waiting(r, keys, "2")
     res = complete(scripts, "1", fetch_next=True, name="w9")
     assert res[1:] == ["2", 0, 0]
     assert as_dict(res[0])["pb"] == "w9"
     assert r.get(keys.lock("2")) == TOKEN
-    assert event_names(r, keys)[-2:] == ["completed", "active"]
+    assert events.names(keys)[-2:] == ["completed", "active"]
 
 
-def test_fetch_next_reports_rate_limit_paused_and_delayed(r, keys, scripts):
+def test_fetch_next_reports_rate_limit_paused_and_delayed(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     add_waiting(r, keys, "2")
     r.set(keys.limiter, 5, px=10000)
@@ -275,13 +273,13 @@ def test_fetch_next_reports_rate_limit_paused_and_delayed(r, keys, scripts):
     due = now_ms() + 60000
     add_delayed(r, keys, "d", due)
     assert complete(scripts, "3", fetch_next=True) == [0, 0, 0, due]
-    assert "drained" not in event_names(r, keys)
+    assert "drained" not in events.names(keys)
 
 
-def test_fetch_next_with_nothing_left_returns_zero_and_drains(r, keys, scripts):
+def test_fetch_next_with_nothing_left_returns_zero_and_drains(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     assert complete(scripts, "1", fetch_next=True) in (0, None)
-    assert event_names(r, keys)[-1] == "drained"
+    assert events.names(keys)[-1] == "drained"
 
 
 # -- parents -----------------------------------------------------------------------------------
@@ -305,7 +303,7 @@ def make_child(r, keys, scripts, pk, child_id, parent_id="P", **flags):
     return keys.job(child_id)
 
 
-def test_completed_child_releases_parent_when_last(r, keys, scripts, parent_keys):
+def test_completed_child_releases_parent_when_last(r, keys, scripts, parent_keys, events):
     pk = parent_keys
     make_parent(r, pk, children=[keys.job("c1"), keys.job("c2")])
     make_child(r, keys, scripts, pk, "c1")
@@ -318,10 +316,10 @@ def test_completed_child_releases_parent_when_last(r, keys, scripts, parent_keys
     assert r.zcard(pk.waiting_children) == 0
     assert r.lrange(pk.wait, 0, -1) == ["P"]
     assert r.zscore(pk.marker, "0") == 0
-    assert events(r, pk) == [{"event": "waiting", "jobId": "P", "prev": "waiting-children"}]
+    assert events(pk) == [{"event": "waiting", "jobId": "P", "prev": "waiting-children"}]
 
 
-def test_released_parent_goes_to_prioritized_or_delayed(r, keys, scripts, parent_keys):
+def test_released_parent_goes_to_prioritized_or_delayed(r, keys, scripts, parent_keys, events):
     pk = parent_keys
     make_parent(r, pk, "P1", children=[keys.job("a")], priority=4)
     make_parent(r, pk, "P2", children=[keys.job("b")], delay=5000)
@@ -333,7 +331,7 @@ def test_released_parent_goes_to_prioritized_or_delayed(r, keys, scripts, parent
     complete(scripts, "b", now=now)
     assert r.zscore(pk.delayed, "P2") == (now + 5000) * 4096
     assert r.zscore(pk.marker, "1") == now + 5000
-    assert events(r, pk)[-1] == {"event": "delayed", "jobId": "P2", "delay": str(now + 5000)}
+    assert events(pk)[-1] == {"event": "delayed", "jobId": "P2", "delay": str(now + 5000)}
 
 
 def test_completed_child_already_removed_from_deps_leaves_parent(r, keys, scripts, parent_keys):
@@ -412,14 +410,14 @@ def test_idof_rdof_release_parent_only_when_nothing_pending(r, keys, scripts, pa
     assert r.hgetall(pk.failed_children("P")) == expected
 
 
-def test_removed_failed_child_without_flags_unblocks_parent(r, keys, scripts, parent_keys):
+def test_removed_failed_child_without_flags_unblocks_parent(r, keys, scripts, parent_keys, events):
     pk = parent_keys
     make_parent(r, pk, children=[keys.job("c")])
     make_child(r, keys, scripts, pk, "c")
     fail(scripts, "c", keep={"count": 0})
     assert r.exists(keys.job("c")) == 0
     assert r.lrange(pk.wait, 0, -1) == ["P"]
-    assert events(r, pk)[-1] == {"event": "waiting", "jobId": "P", "prev": "waiting-children"}
+    assert events(pk)[-1] == {"event": "waiting", "jobId": "P", "prev": "waiting-children"}
 
 
 def test_retention_of_children_unlinks_them_from_parent(r, keys, scripts, parent_keys):
@@ -448,7 +446,7 @@ def test_dedup_key_without_ttl_is_released_by_its_owner(r, keys, scripts):
     assert r.get(keys.dedup("d3")) == "3"
 
 
-def test_stored_next_job_is_created_when_owner_finishes(r, keys, scripts):
+def test_stored_next_job_is_created_when_owner_finishes(r, keys, scripts, events):
     r.set(keys.id, 7)
     running(r, keys, scripts, "1", deid="d")
     r.set(keys.dedup("d"), "1")
@@ -466,11 +464,11 @@ def test_stored_next_job_is_created_when_owner_finishes(r, keys, scripts):
     assert r.get(keys.dedup("d")) == "next"
     assert r.ttl(keys.dedup("d")) == -1
     assert r.lrange(keys.wait, 0, -1) == ["next"]
-    assert [(e["event"], e["jobId"]) for e in events(r, keys)[1:3]] == [("added", "next"),
+    assert [(e["event"], e["jobId"]) for e in events(keys)[1:3]] == [("added", "next"),
                                                                         ("waiting", "next")]
 
 
-def test_stored_next_job_without_id_takes_the_counter_and_can_be_delayed(r, keys, scripts):
+def test_stored_next_job_without_id_takes_the_counter_and_can_be_delayed(r, keys, scripts, events):
     r.set(keys.id, 41)
     running(r, keys, scripts, "1", deid="d")
     opts = {"de": {"id": "d", "ttl": 5000}, "delay": 2000, "priority": 3}
@@ -482,7 +480,7 @@ def test_stored_next_job_without_id_takes_the_counter_and_can_be_delayed(r, keys
     assert r.hget(keys.job("42"), "delay") == "2000"
     assert r.zrange(keys.delayed, 0, -1, withscores=True) == [("42", float((now + 2000) * 4096))]
     assert r.zscore(keys.marker, "1") == now + 2000
-    assert {"event": "delayed", "jobId": "42", "delay": str(now + 2000)} in events(r, keys)
+    assert {"event": "delayed", "jobId": "42", "delay": str(now + 2000)} in events(keys)
 
 
 def test_stored_next_job_with_priority_goes_to_prioritized(r, keys, scripts):

@@ -7,10 +7,8 @@ import json
 import pytest
 
 from echomq_gevent.errors import JobLockMismatch, JobLockNotExist, JobNotExist, JobNotInState
-from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
 from integration.worker_scripts_helpers import (
-    LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, event_names,
-    events, fetch, make_job, now_ms,
+    LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, fetch, make_job, now_ms,
 )
 
 FETCH_OPTS = {"token": TOKEN, "lockDuration": LOCK_MS}
@@ -37,7 +35,7 @@ def test_move_to_delayed_error_codes(r, keys, scripts):
         scripts.move_to_delayed("1", now_ms(), "0", 100)
 
 
-def test_move_to_delayed_counts_attempt_and_sets_delay_and_marker(r, keys, scripts):
+def test_move_to_delayed_counts_attempt_and_sets_delay_and_marker(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     r.sadd(keys.stalled, "1")
     now = now_ms()
@@ -51,7 +49,7 @@ def test_move_to_delayed_counts_attempt_and_sets_delay_and_marker(r, keys, scrip
     assert r.zscore(keys.delayed, "1") == due * 4096
     assert r.llen(keys.active) == 0
     assert r.exists(keys.lock("1")) == 0 and r.sismember(keys.stalled, "1") == 0
-    assert events(r, keys)[-1] == {"event": "delayed", "jobId": "1", "delay": str(due)}
+    assert events(keys)[-1] == {"event": "delayed", "jobId": "1", "delay": str(due)}
     assert r.zscore(keys.marker, "1") == due
 
 
@@ -85,12 +83,12 @@ def test_move_to_delayed_fetch_next_without_job_sets_marker(r, keys, scripts):
     assert r.zscore(keys.marker, "1") == now + 5000
 
 
-def test_move_to_delayed_with_zero_delay_and_fetch_runs_it_again(r, keys, scripts):
+def test_move_to_delayed_with_zero_delay_and_fetch_runs_it_again(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     res = scripts.move_to_delayed("1", now_ms(), TOKEN, 0, skip_attempt=True, fetch_next=True,
                                   fetch_opts=FETCH_OPTS)
     assert res[1] == "1"
-    assert event_names(r, keys)[-3:] == ["delayed", "waiting", "active"]
+    assert events.names(keys)[-3:] == ["delayed", "waiting", "active"]
 
 
 # -- retryJob ----------------------------------------------------------------------------------------
@@ -108,7 +106,7 @@ def test_retry_job_error_codes(r, keys, scripts):
         scripts.retry_job("1", now_ms(), "0")
 
 
-def test_retry_job_requeues_at_the_back_and_counts_attempt(r, keys, scripts):
+def test_retry_job_requeues_at_the_back_and_counts_attempt(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     add_waiting(r, keys, "2")
     r.delete(keys.marker)
@@ -117,7 +115,7 @@ def test_retry_job_requeues_at_the_back_and_counts_attempt(r, keys, scripts):
     assert job["atm"] == "1" and job["failedReason"] == "x"
     assert r.lrange(keys.wait, 0, -1) == ["1", "2"]  # 2 runs first
     assert r.exists(keys.lock("1")) == 0
-    assert events(r, keys)[-1] == {"event": "waiting", "jobId": "1", "prev": "active"}
+    assert events(keys)[-1] == {"event": "waiting", "jobId": "1", "prev": "active"}
     assert r.zscore(keys.marker, "0") == 0
 
 
@@ -137,13 +135,13 @@ def test_retry_job_prioritized_gets_a_fresh_counter(r, keys, scripts):
         ("q", float(2 * 2 ** 32 + 2)), ("p", float(2 * 2 ** 32 + 3))]
 
 
-def test_retry_job_promotes_due_delayed_jobs_first(r, keys, scripts):
+def test_retry_job_promotes_due_delayed_jobs_first(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     now = now_ms()
     add_delayed(r, keys, "d", now - 1)
     scripts.retry_job("1", now, TOKEN)
     assert r.lrange(keys.wait, 0, -1) == ["1", "d"]
-    assert [(e["event"], e["jobId"]) for e in events(r, keys)[-2:]] == [("waiting", "d"),
+    assert [(e["event"], e["jobId"]) for e in events(keys)[-2:]] == [("waiting", "d"),
                                                                         ("waiting", "1")]
 
 
@@ -176,7 +174,7 @@ def test_hand_back_error_codes(r, keys, scripts):
         scripts.move_job_from_active_to_wait("1", TOKEN)
 
 
-def test_hand_back_puts_job_at_the_front_without_counting(r, keys, scripts):
+def test_hand_back_puts_job_at_the_front_without_counting(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     add_waiting(r, keys, "2")
     r.delete(keys.marker)
@@ -185,7 +183,7 @@ def test_hand_back_puts_job_at_the_front_without_counting(r, keys, scripts):
     assert r.hget(keys.job("1"), "atm") is None
     assert r.exists(keys.lock("1")) == 0 and r.llen(keys.active) == 0
     assert r.zscore(keys.marker, "0") == 0
-    assert events(r, keys)[-1] == {"event": "waiting", "jobId": "1", "prev": "active"}
+    assert events(keys)[-1] == {"event": "waiting", "jobId": "1", "prev": "active"}
     assert fetch(scripts)[1] == "1"
 
 

@@ -3,10 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from integration.worker_scripts_helpers import keys, scripts  # noqa: F401  (fixtures)
 from integration.worker_scripts_helpers import (
-    LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, events,
-    fetch, now_ms,
+    LOCK_MS, TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, fetch, now_ms,
 )
 
 
@@ -15,7 +13,7 @@ def test_empty_queue_returns_nothing_and_writes_nothing(r, keys, scripts):
     assert r.exists(keys.events, keys.active, keys.marker, keys.limiter) == 0
 
 
-def test_fetch_moves_job_to_active_and_prepares_it(r, keys, scripts):
+def test_fetch_moves_job_to_active_and_prepares_it(r, keys, scripts, events):
     add_waiting(r, keys, "1", data={"x": 1})
     now = now_ms()
     res = fetch(scripts, now=now, name="w1")
@@ -30,7 +28,7 @@ def test_fetch_moves_job_to_active_and_prepares_it(r, keys, scripts):
     assert r.llen(keys.wait) == 0
     assert r.get(keys.lock("1")) == TOKEN
     assert 0 < r.pttl(keys.lock("1")) <= LOCK_MS
-    assert events(r, keys) == [{"event": "active", "jobId": "1", "prev": "waiting"}]
+    assert events(keys) == [{"event": "active", "jobId": "1", "prev": "waiting"}]
     # every successful fetch re-adds the base marker, so another blocked worker wakes up
     assert r.zrange(keys.marker, 0, -1, withscores=True) == [("0", 0.0)]
 
@@ -88,7 +86,7 @@ def test_legacy_marker_alone_falls_through_to_prioritized(r, keys, scripts):
 
 
 # -- delayed promotion ------------------------------------------------------------------
-def test_due_delayed_jobs_are_promoted_exactly_at_the_cutoff(r, keys, scripts):
+def test_due_delayed_jobs_are_promoted_exactly_at_the_cutoff(r, keys, scripts, events):
     now = now_ms()
     add_delayed(r, keys, "due", now, seq=4095)        # last score of this millisecond
     add_delayed(r, keys, "late", now + 1)             # first score of the next one
@@ -98,12 +96,12 @@ def test_due_delayed_jobs_are_promoted_exactly_at_the_cutoff(r, keys, scripts):
     assert r.zrange(keys.delayed, 0, -1) == ["late"]
     assert r.hget(keys.job("due"), "delay") == "0"
     assert r.hget(keys.job("late"), "delay") == "1000"
-    assert events(r, keys) == [{"event": "waiting", "jobId": "due", "prev": "delayed"}]
+    assert events(keys) == [{"event": "waiting", "jobId": "due", "prev": "delayed"}]
     # paused: no marker for the promoted job
     assert r.exists(keys.marker) == 0
 
 
-def test_promotion_respects_priority_and_adds_marker(r, keys, scripts):
+def test_promotion_respects_priority_and_adds_marker(r, keys, scripts, events):
     now = now_ms()
     add_delayed(r, keys, "a", now - 10)
     add_delayed(r, keys, "b", now - 5, priority=2)
@@ -112,7 +110,7 @@ def test_promotion_respects_priority_and_adds_marker(r, keys, scripts):
     assert res[1] == "w"  # wait first: promoted jobs go to the back of wait
     assert r.lrange(keys.wait, 0, -1) == ["a"]
     assert r.zscore(keys.prioritized, "b") == 2 * 2 ** 32 + 1
-    names = [(e["event"], e["jobId"]) for e in events(r, keys)]
+    names = [(e["event"], e["jobId"]) for e in events(keys)]
     assert names == [("waiting", "a"), ("waiting", "b"), ("active", "w")]
     assert r.zscore(keys.marker, "0") == 0
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
-from typing import Any, Callable, List
 
 import gevent
 import pytest
@@ -13,92 +11,12 @@ import pytest
 from echomq_gevent import Worker
 from echomq_gevent.errors import ConfigError
 from echomq_gevent.hookspecs import hookimpl
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
-@contextmanager
-def running(worker: Worker):
-    worker.start()
-    try:
-        yield worker
-    finally:
-        worker.close(timeout=5)
-
-
-class Recorder:
-    """A telemetry plugin that records every lifecycle hook."""
-
-    def __init__(self) -> None:
-        self.calls: List[tuple] = []
-
-    def names(self, hook: str) -> List[str]:
-        return [c[1] for c in self.calls if c[0] == hook]
-
-    @hookimpl
-    def echomq_job_active(self, worker, job):
-        self.calls.append(("active", job.id))
-
-    @hookimpl
-    def echomq_job_completed(self, worker, job, result, duration_ms):
-        self.calls.append(("completed", job.id, result))
-
-    @hookimpl
-    def echomq_job_failed(self, worker, job, error):
-        self.calls.append(("failed", job.id, str(error)))
-
-    @hookimpl
-    def echomq_job_retried(self, worker, job, error, delay_ms):
-        self.calls.append(("retried", job.id, delay_ms))
-
-    @hookimpl
-    def echomq_job_stalled(self, worker, queue, job_id):
-        self.calls.append(("stalled", job_id))
-
-    @hookimpl
-    def echomq_job_lock_lost(self, worker, job):
-        self.calls.append(("lock_lost", job.id))
-
-    @hookimpl
-    def echomq_job_handed_back(self, worker, job):
-        self.calls.append(("handed_back", job.id))
-
-    @hookimpl
-    def echomq_worker_started(self, worker):
-        self.calls.append(("started", None))
-
-    @hookimpl
-    def echomq_worker_stopping(self, worker, reason):
-        self.calls.append(("stopping", reason))
-
-
-def host_with(*plugins: Any) -> PluginHost:
-    return PluginHost(make_plugin_manager(list(plugins)))
-
-
-def events(r, prefix: str, qname: str) -> List[dict]:
-    return [fields for _id, fields in r.xrange(f"{prefix}:{qname}:events")]
-
-
-def make_worker(redis_url, prefix, qname, processor=None, **opts) -> Worker:
-    opts.setdefault("drain_delay", 0.5)
-    opts.setdefault("lock_duration", 2000)
-    opts.setdefault("stalled_interval", 2000)
-    return Worker(qname, processor, connection=redis_url, prefix=prefix, **opts)
+from integration.worker_helpers import Recorder, host_with, make_worker, running
 
 
 # --------------------------------------------------------------------------- the bound
 @pytest.mark.parametrize("concurrency", [1, 4])
-def test_in_flight_never_exceeds_concurrency_and_reaches_it(redis_url, prefix, qname, queue, concurrency):
+def test_in_flight_never_exceeds_concurrency_and_reaches_it(redis_url, prefix, qname, queue, concurrency, wait_for):
     queue.add_bulk([("work", {"i": i}, None) for i in range(6 * concurrency + 3)])
     state = {"now": 0, "max": 0, "intervals": []}
 
@@ -123,7 +41,7 @@ def test_in_flight_never_exceeds_concurrency_and_reaches_it(redis_url, prefix, q
     assert counts["completed"] == 6 * concurrency + 3 and counts["active"] == 0
 
 
-def test_active_jobs_view_is_read_only_and_shows_running_jobs(redis_url, prefix, qname, queue):
+def test_active_jobs_view_is_read_only_and_shows_running_jobs(redis_url, prefix, qname, queue, wait_for):
     gate = gevent.event.Event()
     queue.add("a", {})
     w = make_worker(redis_url, prefix, qname, lambda job: gate.wait(5) and None, concurrency=2)
@@ -139,7 +57,7 @@ def test_active_jobs_view_is_read_only_and_shows_running_jobs(redis_url, prefix,
 
 
 # --------------------------------------------------------------------------- results
-def test_completed_job_fields_and_events(redis_url, prefix, qname, queue, r):
+def test_completed_job_fields_and_events(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("sum", {"a": 2, "b": 3})
     rec = Recorder()
     w = make_worker(redis_url, prefix, qname, lambda j: {"sum": j.data["a"] + j.data["b"], "txt": "é/x"},
@@ -151,13 +69,13 @@ def test_completed_job_fields_and_events(redis_url, prefix, qname, queue, r):
     assert h["atm"] == "1" and h["ats"] == "1" and h["pb"] == "w1"
     assert int(h["finishedOn"]) >= int(h["processedOn"]) >= int(h["timestamp"])
     assert not r.exists(f"{prefix}:{qname}:{job.id}:lock")
-    evs = [e["event"] for e in events(r, prefix, qname) if e.get("jobId") == job.id]
+    evs = [e["event"] for e in events() if e.get("jobId") == job.id]
     assert evs == ["added", "waiting", "active", "completed"]
     assert rec.names("active") == [job.id] and rec.names("completed") == [job.id]
     assert ("started", None) in rec.calls and ("stopping", "close") in rec.calls
 
 
-def test_none_return_value_is_stored_as_null(redis_url, prefix, qname, queue, r):
+def test_none_return_value_is_stored_as_null(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("n", {})
     w = make_worker(redis_url, prefix, qname, lambda j: None)
     with running(w):
@@ -165,7 +83,7 @@ def test_none_return_value_is_stored_as_null(redis_url, prefix, qname, queue, r)
     assert r.hget(f"{prefix}:{qname}:{job.id}", "returnvalue") == "null"
 
 
-def test_non_serialisable_return_value_fails_the_job(redis_url, prefix, qname, queue, r):
+def test_non_serialisable_return_value_fails_the_job(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("bad", {})
     w = make_worker(redis_url, prefix, qname, lambda j: {"when": object()})
     with running(w):
@@ -174,7 +92,7 @@ def test_non_serialisable_return_value_fails_the_job(redis_url, prefix, qname, q
     assert "not JSON-serialisable" in reason and job.id in reason
 
 
-def test_nan_return_value_is_refused(redis_url, prefix, qname, queue, r):
+def test_nan_return_value_is_refused(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("nan", {})
     w = make_worker(redis_url, prefix, qname, lambda j: float("nan"))
     with running(w):
@@ -182,7 +100,7 @@ def test_nan_return_value_is_refused(redis_url, prefix, qname, queue, r):
     assert "not JSON-serialisable" in r.hget(f"{prefix}:{qname}:{job.id}", "failedReason")
 
 
-def test_invalid_json_data_fails_unrecoverably_without_running(redis_url, prefix, qname, queue, r):
+def test_invalid_json_data_fails_unrecoverably_without_running(redis_url, prefix, qname, queue, r, wait_for):
     queue.pause()
     job = queue.add("broken", {}, {"attempts": 5})
     r.hset(f"{prefix}:{qname}:{job.id}", "data", "{not json")
@@ -197,7 +115,7 @@ def test_invalid_json_data_fails_unrecoverably_without_running(redis_url, prefix
     assert r.zscore(f"{prefix}:{qname}:failed", job.id) is not None
 
 
-def test_missing_processor_fails_with_queue_and_name_and_worker_goes_on(redis_url, prefix, qname, queue, r):
+def test_missing_processor_fails_with_queue_and_name_and_worker_goes_on(redis_url, prefix, qname, queue, r, wait_for):
     class Routes:
         @hookimpl
         def echomq_register_processors(self, registry):
@@ -214,7 +132,7 @@ def test_missing_processor_fails_with_queue_and_name_and_worker_goes_on(redis_ur
 
 
 # --------------------------------------------------------------------------- keep jobs
-def test_remove_on_complete_job_option_wins_over_worker(redis_url, prefix, qname, queue, r):
+def test_remove_on_complete_job_option_wins_over_worker(redis_url, prefix, qname, queue, r, wait_for, events):
     removed = queue.add("x", {}, {"removeOnComplete": True})
     kept = [queue.add("x", {}) for _ in range(4)]
     w = make_worker(redis_url, prefix, qname, lambda j: 1, remove_on_complete=2)
@@ -224,10 +142,10 @@ def test_remove_on_complete_job_option_wins_over_worker(redis_url, prefix, qname
     ids = r.zrange(f"{prefix}:{qname}:completed", 0, -1)
     assert len(ids) == 2 and set(ids) <= {k.id for k in kept}
     # the completed event is still emitted for the removed job
-    assert any(e.get("jobId") == removed.id and e["event"] == "completed" for e in events(r, prefix, qname))
+    assert any(e.get("jobId") == removed.id and e["event"] == "completed" for e in events())
 
 
-def test_remove_on_fail_worker_option(redis_url, prefix, qname, queue, r):
+def test_remove_on_fail_worker_option(redis_url, prefix, qname, queue, r, wait_for):
     jobs = [queue.add("x", {}) for _ in range(3)]
 
     def boom(job):
@@ -241,7 +159,7 @@ def test_remove_on_fail_worker_option(redis_url, prefix, qname, queue, r):
 
 
 # --------------------------------------------------------------------------- waiting
-def test_delayed_job_starts_at_its_due_time_not_at_drain_delay(redis_url, prefix, qname, queue):
+def test_delayed_job_starts_at_its_due_time_not_at_drain_delay(redis_url, prefix, qname, queue, wait_for):
     started = []
     w = make_worker(redis_url, prefix, qname, lambda j: started.append(time.time()), drain_delay=5)
     with running(w):
@@ -254,7 +172,7 @@ def test_delayed_job_starts_at_its_due_time_not_at_drain_delay(redis_url, prefix
     assert started[0] - t0 < 3.0, "the delay marker did not wake the blocked worker"
 
 
-def test_new_job_wakes_an_idle_worker(redis_url, prefix, qname, queue):
+def test_new_job_wakes_an_idle_worker(redis_url, prefix, qname, queue, wait_for):
     started = []
     w = make_worker(redis_url, prefix, qname, lambda j: started.append(time.time()), drain_delay=5)
     with running(w):
@@ -266,7 +184,7 @@ def test_new_job_wakes_an_idle_worker(redis_url, prefix, qname, queue):
     assert started[0] - t0 < 3.0, "the base marker did not wake the blocked worker"
 
 
-def test_local_pause_and_resume(redis_url, prefix, qname, queue):
+def test_local_pause_and_resume(redis_url, prefix, qname, queue, wait_for):
     w = make_worker(redis_url, prefix, qname, lambda j: j.id)
     with running(w):
         w.pause()
@@ -277,7 +195,7 @@ def test_local_pause_and_resume(redis_url, prefix, qname, queue):
         wait_for(lambda: w.completed_count == 1, what="completion after resume")
 
 
-def test_worker_name_is_visible_as_blocking_client_name(redis_url, prefix, qname, queue, r):
+def test_worker_name_is_visible_as_blocking_client_name(redis_url, prefix, qname, queue, r, wait_for):
     w = make_worker(redis_url, prefix, qname, lambda j: 1, name="alpha")
     with running(w):
         wait_for(lambda: w.last_fetch_at is not None, what="first fetch")

@@ -7,12 +7,11 @@ import time
 
 import gevent
 import gevent.event
-import pytest
 
 from echomq_gevent.keys import QueueKeys
 from echomq_gevent.scripts import Scripts
 
-from test_worker import Recorder, events, host_with, make_worker, running, wait_for
+from integration.worker_helpers import Recorder, host_with, make_worker, running
 
 
 def spin(seconds: float) -> int:
@@ -24,7 +23,7 @@ def spin(seconds: float) -> int:
     return n
 
 
-def test_cooperative_job_longer_than_lock_duration_keeps_its_lock(redis_url, prefix, qname, queue, r):
+def test_cooperative_job_longer_than_lock_duration_keeps_its_lock(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("long", {})
     ttls = []
 
@@ -39,10 +38,10 @@ def test_cooperative_job_longer_than_lock_duration_keeps_its_lock(redis_url, pre
         wait_for(lambda: w.completed_count == 1, what="completion")
     assert min(ttls) > 0
     assert r.hget(f"{prefix}:{qname}:{job.id}", "atm") == "1"
-    assert not any(e["event"] == "stalled" for e in events(r, prefix, qname))
+    assert not any(e["event"] == "stalled" for e in events())
 
 
-def test_hub_blocking_job_keeps_its_lock_and_is_named(redis_url, prefix, qname, queue, r, caplog):
+def test_hub_blocking_job_keeps_its_lock_and_is_named(redis_url, prefix, qname, queue, r, caplog, wait_for):
     job = queue.add("cpu", {})
     lock_key = f"{prefix}:{qname}:{job.id}:lock"
     seen = {}
@@ -62,7 +61,7 @@ def test_hub_blocking_job_keeps_its_lock_and_is_named(redis_url, prefix, qname, 
     assert blocked and f"job {job.id} ('cpu')" in blocked[0] and "spin" in blocked[0]
 
 
-def test_renewal_refused_reports_lock_lost_and_does_not_write(redis_url, prefix, qname, queue, r):
+def test_renewal_refused_reports_lock_lost_and_does_not_write(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("stolen", {})
     rec = Recorder()
     lock_key = f"{prefix}:{qname}:{job.id}:lock"
@@ -83,7 +82,7 @@ def test_renewal_refused_reports_lock_lost_and_does_not_write(redis_url, prefix,
     assert job.id in r.lrange(f"{prefix}:{qname}:active", 0, -1)
 
 
-def test_lock_taken_before_finish_is_reported_at_finish(redis_url, prefix, qname, queue, r):
+def test_lock_taken_before_finish_is_reported_at_finish(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("late", {})
     rec = Recorder()
     lock_key = f"{prefix}:{qname}:{job.id}:lock"
@@ -109,7 +108,7 @@ def _orphan_active_job(redis_url, prefix, qname, queue, r, **opts):
     return job
 
 
-def test_stalled_job_is_recovered_and_completed(redis_url, prefix, qname, queue, r):
+def test_stalled_job_is_recovered_and_completed(redis_url, prefix, qname, queue, r, wait_for, events):
     job = _orphan_active_job(redis_url, prefix, qname, queue, r)
     rec = Recorder()
     w = make_worker(redis_url, prefix, qname, lambda j: j.data["v"] + 1, stalled_interval=300, plugins=host_with(rec))
@@ -118,10 +117,10 @@ def test_stalled_job_is_recovered_and_completed(redis_url, prefix, qname, queue,
     h = r.hgetall(f"{prefix}:{qname}:{job.id}")
     assert h["returnvalue"] == "2" and h["stc"] == "1"
     assert rec.names("stalled") == [job.id] and w.counters["stalled"] == 1
-    assert any(e["event"] == "stalled" and e["jobId"] == job.id for e in events(r, prefix, qname))
+    assert any(e["event"] == "stalled" and e["jobId"] == job.id for e in events())
 
 
-def test_job_stalled_too_often_fails(redis_url, prefix, qname, queue, r):
+def test_job_stalled_too_often_fails(redis_url, prefix, qname, queue, r, wait_for):
     job = _orphan_active_job(redis_url, prefix, qname, queue, r)
     ran = []
     w = make_worker(redis_url, prefix, qname, lambda j: ran.append(1), stalled_interval=300, max_stalled_count=0)
@@ -131,16 +130,19 @@ def test_job_stalled_too_often_fails(redis_url, prefix, qname, queue, r):
     assert r.hget(f"{prefix}:{qname}:{job.id}", "failedReason") == "job stalled more than allowable limit"
 
 
-def test_skip_stalled_check(redis_url, prefix, qname, queue, r):
+def test_skip_stalled_check(redis_url, prefix, qname, queue, r, wait_for):
     _orphan_active_job(redis_url, prefix, qname, queue, r)
     w = make_worker(redis_url, prefix, qname, lambda j: 1, stalled_interval=200, skip_stalled_check=True)
     with running(w):
-        gevent.sleep(0.7)
+        # a stalled check would run at start (then every 200 ms); the fetch loop answering
+        # twice from its marker wait (drain_delay 0.5 s) shows the worker ran well past it
+        first = wait_for(lambda: w.last_fetch_at, what="the first fetch")
+        wait_for(lambda: w.last_fetch_at > first + 0.4, what="a full marker wait")
         assert w.completed_count == 0
     assert not r.exists(f"{prefix}:{qname}:stalled-check")
 
 
-def test_jobs_finishing_together_share_a_pipeline_and_keep_errors_apart(redis_url, prefix, qname, queue, r):
+def test_jobs_finishing_together_share_a_pipeline_and_keep_errors_apart(redis_url, prefix, qname, queue, r, wait_for):
     jobs = queue.add_bulk([("together", {"i": i}, None) for i in range(10)])
     rec = Recorder()
     gate = gevent.event.Event()

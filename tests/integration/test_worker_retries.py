@@ -14,7 +14,7 @@ import pytest
 from echomq_gevent import DelayedError, Queue, RateLimitError, UnrecoverableError
 from echomq_gevent.hookspecs import FailureDecision, hookimpl
 
-from test_worker import Recorder, events, host_with, make_worker, running, wait_for
+from integration.worker_helpers import Recorder, host_with, make_worker, running
 
 
 blocking_sleep = gevent.monkey.get_original("time", "sleep")
@@ -24,7 +24,7 @@ def job_hash(r, prefix, qname, job_id):
     return r.hgetall(f"{prefix}:{qname}:{job_id}")
 
 
-def test_fails_twice_then_completes_with_three_attempts(redis_url, prefix, qname, queue, r):
+def test_fails_twice_then_completes_with_three_attempts(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("flaky", {}, {"attempts": 3, "backoff": {"type": "fixed", "delay": 100}})
     starts = []
     rec = Recorder()
@@ -45,13 +45,13 @@ def test_fails_twice_then_completes_with_three_attempts(redis_url, prefix, qname
     stack = json.loads(h["stacktrace"])
     assert len(stack) == 2 and "ValueError: failure 1" in stack[0] and "ValueError: failure 2" in stack[1]
     assert all(b - a >= 0.095 for a, b in zip(starts, starts[1:])), "backoff delay not respected"
-    evs = [e["event"] for e in events(r, prefix, qname) if e.get("jobId") == job.id]
+    evs = [e["event"] for e in events() if e.get("jobId") == job.id]
     assert evs.count("delayed") == 2 and evs[-1] == "completed" and "failed" not in evs
     assert [c[2] for c in rec.calls if c[0] == "retried"] == [100, 100]
     assert w.counters["retried"] == 2
 
 
-def test_exponential_backoff_waits_double(redis_url, prefix, qname, queue, r):
+def test_exponential_backoff_waits_double(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("exp", {}, {"attempts": 3, "backoff": {"type": "exponential", "delay": 150}})
     starts = []
 
@@ -66,11 +66,11 @@ def test_exponential_backoff_waits_double(redis_url, prefix, qname, queue, r):
         wait_for(lambda: w.completed_count == 1, what="completion")
     assert starts[1] - starts[0] >= 0.145
     assert starts[2] - starts[1] >= 0.295
-    delayed = [e for e in events(r, prefix, qname) if e["event"] == "delayed" and e["jobId"] == job.id]
+    delayed = [e for e in events() if e["event"] == "delayed" and e["jobId"] == job.id]
     assert len(delayed) == 2
 
 
-def test_retry_without_backoff_goes_straight_back_to_wait(redis_url, prefix, qname, queue, r):
+def test_retry_without_backoff_goes_straight_back_to_wait(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("again", {}, {"attempts": 2})
     calls = []
 
@@ -84,11 +84,11 @@ def test_retry_without_backoff_goes_straight_back_to_wait(redis_url, prefix, qna
     with running(w):
         wait_for(lambda: w.completed_count == 1, what="completion")
     assert calls == [0, 1]
-    evs = [(e["event"], e.get("prev")) for e in events(r, prefix, qname) if e.get("jobId") == job.id]
+    evs = [(e["event"], e.get("prev")) for e in events() if e.get("jobId") == job.id]
     assert ("waiting", "active") in evs and not any(ev == "delayed" for ev, _ in evs)
 
 
-def test_attempts_exhausted_fails_with_retries_exhausted_event(redis_url, prefix, qname, queue, r):
+def test_attempts_exhausted_fails_with_retries_exhausted_event(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("doomed", {}, {"attempts": 2, "backoff": 50})
     rec = Recorder()
 
@@ -100,14 +100,14 @@ def test_attempts_exhausted_fails_with_retries_exhausted_event(redis_url, prefix
         wait_for(lambda: w.failed_count == 1, what="final failure")
     h = job_hash(r, prefix, qname, job.id)
     assert h["atm"] == "2" and h["failedReason"] == "'missing thing'"
-    evs = [e for e in events(r, prefix, qname) if e.get("jobId") == job.id]
+    evs = [e for e in events() if e.get("jobId") == job.id]
     names = [e["event"] for e in evs]
     assert names[-2:] == ["failed", "retries-exhausted"]
     assert evs[-1]["attemptsMade"] == "2"
     assert rec.names("failed") == [job.id] and rec.names("retried") == [job.id]
 
 
-def test_unrecoverable_error_skips_remaining_attempts(redis_url, prefix, qname, queue, r):
+def test_unrecoverable_error_skips_remaining_attempts(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("fatal", {}, {"attempts": 5, "backoff": 10})
     calls = []
 
@@ -124,7 +124,7 @@ def test_unrecoverable_error_skips_remaining_attempts(redis_url, prefix, qname, 
 
 
 @pytest.mark.parametrize("limit,expected", [(1, 1), (0, 0)])
-def test_stack_trace_limit(redis_url, prefix, qname, queue, r, limit, expected):
+def test_stack_trace_limit(redis_url, prefix, qname, queue, r, limit, expected, wait_for):
     job = queue.add("st", {}, {"attempts": 3, "stackTraceLimit": limit})
 
     def proc(j):
@@ -136,7 +136,7 @@ def test_stack_trace_limit(redis_url, prefix, qname, queue, r, limit, expected):
     assert len(json.loads(job_hash(r, prefix, qname, job.id)["stacktrace"])) == expected
 
 
-def test_deferred_failure_fails_without_running(redis_url, prefix, qname, queue, r):
+def test_deferred_failure_fails_without_running(redis_url, prefix, qname, queue, r, wait_for):
     queue.pause()
     job = queue.add("defa", {}, {"attempts": 3})
     r.hset(f"{prefix}:{qname}:{job.id}", "defa", "job stalled more than allowable limit")
@@ -150,7 +150,7 @@ def test_deferred_failure_fails_without_running(redis_url, prefix, qname, queue,
     assert h["failedReason"] == "job stalled more than allowable limit" and "defa" not in h
 
 
-def test_max_started_attempts(redis_url, prefix, qname, queue, r):
+def test_max_started_attempts(redis_url, prefix, qname, queue, r, wait_for):
     queue.pause()
     job = queue.add("restarted", {}, {"attempts": 10})
     r.hset(f"{prefix}:{qname}:{job.id}", "ats", "3")  # the pick-up makes it 4
@@ -163,7 +163,7 @@ def test_max_started_attempts(redis_url, prefix, qname, queue, r):
     assert job_hash(r, prefix, qname, job.id)["failedReason"] == "job started more than allowable limit"
 
 
-def test_delayed_error_leaves_the_job_where_the_processor_put_it(redis_url, prefix, qname, queue, r):
+def test_delayed_error_leaves_the_job_where_the_processor_put_it(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("later", {}, {"attempts": 1})
     runs = []
 
@@ -183,7 +183,7 @@ def test_delayed_error_leaves_the_job_where_the_processor_put_it(redis_url, pref
     assert w.failed_count == 0
 
 
-def test_rate_limit_error_puts_the_job_back_and_waits(redis_url, prefix, qname, queue, r):
+def test_rate_limit_error_puts_the_job_back_and_waits(redis_url, prefix, qname, queue, r, wait_for, events):
     job = queue.add("limited", {}, {"attempts": 1})
     runs = []
     holder = {}
@@ -202,7 +202,7 @@ def test_rate_limit_error_puts_the_job_back_and_waits(redis_url, prefix, qname, 
     assert runs[1] - runs[0] >= 0.35
     h = job_hash(r, prefix, qname, job.id)
     assert h["atm"] == "1" and h["ats"] == "2"
-    evs = [(e["event"], e.get("prev")) for e in events(r, prefix, qname) if e.get("jobId") == job.id]
+    evs = [(e["event"], e.get("prev")) for e in events() if e.get("jobId") == job.id]
     assert ("waiting", "active") in evs
 
 
@@ -215,7 +215,7 @@ def test_rate_limit_sets_the_limiter_key(redis_url, prefix, qname, r):
         w.rate_limit(0)
 
 
-def test_worker_limiter_spaces_out_starts(redis_url, prefix, qname, queue):
+def test_worker_limiter_spaces_out_starts(redis_url, prefix, qname, queue, wait_for):
     queue.add_bulk([("l", {"i": i}, None) for i in range(6)])
     starts = []
     w = make_worker(redis_url, prefix, qname, lambda j: starts.append(time.time()), concurrency=5,
@@ -227,7 +227,7 @@ def test_worker_limiter_spaces_out_starts(redis_url, prefix, qname, queue):
     assert all(starts[i + 2] - starts[i] >= 0.35 for i in range(len(starts) - 2))
 
 
-def test_job_timeout_fails_the_attempt_and_frees_the_slot(redis_url, prefix, qname, queue, r):
+def test_job_timeout_fails_the_attempt_and_frees_the_slot(redis_url, prefix, qname, queue, r, wait_for):
     slow = queue.add("slow", {}, {"attempts": 2})
     fast = queue.add("fast", {})
     calls = []
@@ -248,7 +248,7 @@ def test_job_timeout_fails_the_attempt_and_frees_the_slot(redis_url, prefix, qna
     assert job_hash(r, prefix, qname, fast.id)["returnvalue"] == '"fast"'
 
 
-def test_offload_thread_runs_blocking_code_in_parallel_threads(redis_url, prefix, qname, queue):
+def test_offload_thread_runs_blocking_code_in_parallel_threads(redis_url, prefix, qname, queue, wait_for):
     queue.add_bulk([("block", {"i": i}, None) for i in range(3)])
     idents = set()
     state = {"now": 0, "max": 0}
@@ -283,23 +283,27 @@ def test_offload_thread_runs_blocking_code_in_parallel_threads(redis_url, prefix
     assert gaps and max(gaps) < 0.5, "the hub was blocked while the threads slept"
 
 
-def test_offload_thread_with_job_timeout(redis_url, prefix, qname, queue, r):
+def test_offload_thread_with_job_timeout(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("stuck", {})
+
+    finished = gevent.monkey.get_original("threading", "Event")()
 
     def proc(j):
         blocking_sleep(1.0)
+        finished.set()
         return "late"
 
     w = make_worker(redis_url, prefix, qname, proc, offload="thread", job_timeout=150)
     with running(w):
         wait_for(lambda: w.failed_count == 1, what="timeout failure")
-    h = job_hash(r, prefix, qname, job.id)
-    assert "job_timeout" in h["failedReason"] and "thread runs on" in h["failedReason"]
-    gevent.sleep(1.0)  # the thread finishes; its result must not be written
-    assert "returnvalue" not in job_hash(r, prefix, qname, job.id)
+        h = job_hash(r, prefix, qname, job.id)
+        assert "job_timeout" in h["failedReason"] and "thread runs on" in h["failedReason"]
+        wait_for(finished.is_set, what="the timed-out processor's thread to finish")
+    # the worker has closed after its thread returned: nothing can write the result any more
+    assert w.closed and "returnvalue" not in job_hash(r, prefix, qname, job.id)
 
 
-def test_failure_policy_moves_job_to_another_queue(redis_url, prefix, qname, queue, r):
+def test_failure_policy_moves_job_to_another_queue(redis_url, prefix, qname, queue, r, wait_for):
     class DeadLetter:
         @hookimpl
         def echomq_failure_decision(self, worker, job, error):
@@ -318,7 +322,7 @@ def test_failure_policy_moves_job_to_another_queue(redis_url, prefix, qname, que
         dlq.close()
 
 
-def test_failure_policy_retry_overrides_attempts(redis_url, prefix, qname, queue, r):
+def test_failure_policy_retry_overrides_attempts(redis_url, prefix, qname, queue, r, wait_for):
     class RetryOnce:
         seen = 0
 

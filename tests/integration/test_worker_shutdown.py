@@ -10,10 +10,10 @@ import pytest
 from echomq_gevent import Queue
 from redis_server import RedisServer
 
-from test_worker import Recorder, host_with, make_worker, running, wait_for
+from integration.worker_helpers import Recorder, host_with, make_worker, running
 
 
-def test_close_waits_for_short_jobs_and_hands_back_long_ones(redis_url, prefix, qname, queue, r):
+def test_close_waits_for_short_jobs_and_hands_back_long_ones(redis_url, prefix, qname, queue, r, wait_for):
     short = queue.add("short", {"s": 0.2})
     long_ = [queue.add("long", {"s": 30}) for _ in range(2)]
     rec = Recorder()
@@ -40,7 +40,7 @@ def test_close_waits_for_short_jobs_and_hands_back_long_ones(redis_url, prefix, 
     assert w.counters["handed_back"] == 2
 
 
-def test_second_close_with_zero_timeout_hands_back_at_once(redis_url, prefix, qname, queue, r):
+def test_second_close_with_zero_timeout_hands_back_at_once(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("long", {})
     w = make_worker(redis_url, prefix, qname, lambda j: gevent.sleep(30))
     w.start()
@@ -55,7 +55,7 @@ def test_second_close_with_zero_timeout_hands_back_at_once(redis_url, prefix, qn
     assert r.lrange(f"{prefix}:{qname}:wait", 0, -1) == [job.id]
 
 
-def test_close_of_an_idle_worker_is_quick_and_final(redis_url, prefix, qname, r):
+def test_close_of_an_idle_worker_is_quick_and_final(redis_url, prefix, qname, r, wait_for):
     w = make_worker(redis_url, prefix, qname, lambda j: 1, drain_delay=5)
     g = w.start()
     wait_for(lambda: w.last_fetch_at is not None, what="first fetch")
@@ -87,7 +87,7 @@ def test_close_from_inside_a_job_does_not_deadlock(redis_url, prefix, qname, que
     assert g.ready() and w.closed and w.completed_count == 1
 
 
-def test_worker_survives_a_redis_restart(prefix, qname, caplog):
+def test_worker_survives_a_redis_restart(prefix, qname, caplog, wait_for):
     caplog.set_level(logging.WARNING)
     server = RedisServer().start()
     try:
@@ -100,7 +100,8 @@ def test_worker_survives_a_redis_restart(prefix, qname, caplog):
             wait_for(lambda: done == [1], what="job before the restart")
             port = server.port
             server.stop()
-            gevent.sleep(1.0)  # the worker sees errors and backs off
+            wait_for(lambda: any("fetching failed" in rec.getMessage() for rec in caplog.records),
+                     what="the worker to see Redis gone")
             server = RedisServer(port=port).start()
             wait_for(lambda: _try_add(q), timeout=10, what="Redis back")
             wait_for(lambda: 2 in done, timeout=15, what="job after the restart")
@@ -119,7 +120,7 @@ def _try_add(q: Queue) -> bool:
         return False
 
 
-def test_worker_started_before_redis_waits_for_it(prefix, qname, caplog):
+def test_worker_started_before_redis_waits_for_it(prefix, qname, caplog, wait_for):
     from redis_server import free_port
 
     caplog.set_level(logging.WARNING)
@@ -130,7 +131,8 @@ def test_worker_started_before_redis_waits_for_it(prefix, qname, caplog):
     server = RedisServer(port=port)
     try:
         with running(w):
-            gevent.sleep(1.0)
+            wait_for(lambda: any("fetching failed" in rec.getMessage() for rec in caplog.records),
+                     what="the worker to try the missing Redis")
             assert w.running and not done
             server.start()
             q = Queue(qname, connection=server.url, prefix=prefix)
@@ -144,7 +146,7 @@ def test_worker_started_before_redis_waits_for_it(prefix, qname, caplog):
     assert any("fetching failed" in m for m in messages)
 
 
-def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qname, queue):
+def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qname, queue, wait_for):
     done = []
     w = make_worker(redis_url, prefix, qname, lambda j: done.append(time.time()), drain_delay=5)
     with running(w):
@@ -158,7 +160,7 @@ def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qna
     assert done[0] - t0 < 3.0, "resume's marker did not wake the blocked worker"
 
 
-def test_killing_the_run_greenlet_still_hands_jobs_back(redis_url, prefix, qname, queue, r):
+def test_killing_the_run_greenlet_still_hands_jobs_back(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("long", {})
     w = make_worker(redis_url, prefix, qname, lambda j: gevent.sleep(30))
     g = w.start()

@@ -88,28 +88,5 @@ def finish_opts(token: str = TOKEN, keep: Optional[Dict[str, Any]] = None, attem
             "limiter": limiter, "name": name}
 
 
-def events(r: "redis.Redis", keys: QueueKeys) -> List[Dict[str, str]]:
-    """The events stream as a list of field dicts, oldest first."""
-    return [fields for _id, fields in r.xrange(keys.events)]
-
-
-def event_names(r: "redis.Redis", keys: QueueKeys) -> List[str]:
-    return [e["event"] for e in events(r, keys)]
-
-
 def as_dict(flat: List[str]) -> Dict[str, str]:
     return dict(zip(flat[::2], flat[1::2]))
-
-
-# -- fixtures (import them into a test module to use them) ------------------------------
-import pytest  # noqa: E402
-
-
-@pytest.fixture
-def keys(qname: str, prefix: str) -> QueueKeys:
-    return QueueKeys(qname, prefix)
-
-
-@pytest.fixture
-def scripts(r: "redis.Redis", keys: QueueKeys) -> Scripts:
-    return Scripts(r, keys)

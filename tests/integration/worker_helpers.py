@@ -1,0 +1,76 @@
+"""Helpers of the Worker tests (``test_worker*.py``): a worker with short test timings,
+a context that runs it on a greenlet, and a telemetry recorder."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, List
+
+from echomq_gevent import Worker
+from echomq_gevent.hookspecs import hookimpl
+from echomq_gevent.plugins import PluginHost, make_plugin_manager
+
+
+@contextmanager
+def running(worker: Worker):
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.close(timeout=5)
+
+
+class Recorder:
+    """A telemetry plugin that records every lifecycle hook."""
+
+    def __init__(self) -> None:
+        self.calls: List[tuple] = []
+
+    def names(self, hook: str) -> List[str]:
+        return [c[1] for c in self.calls if c[0] == hook]
+
+    @hookimpl
+    def echomq_job_active(self, worker, job):
+        self.calls.append(("active", job.id))
+
+    @hookimpl
+    def echomq_job_completed(self, worker, job, result, duration_ms):
+        self.calls.append(("completed", job.id, result))
+
+    @hookimpl
+    def echomq_job_failed(self, worker, job, error):
+        self.calls.append(("failed", job.id, str(error)))
+
+    @hookimpl
+    def echomq_job_retried(self, worker, job, error, delay_ms):
+        self.calls.append(("retried", job.id, delay_ms))
+
+    @hookimpl
+    def echomq_job_stalled(self, worker, queue, job_id):
+        self.calls.append(("stalled", job_id))
+
+    @hookimpl
+    def echomq_job_lock_lost(self, worker, job):
+        self.calls.append(("lock_lost", job.id))
+
+    @hookimpl
+    def echomq_job_handed_back(self, worker, job):
+        self.calls.append(("handed_back", job.id))
+
+    @hookimpl
+    def echomq_worker_started(self, worker):
+        self.calls.append(("started", None))
+
+    @hookimpl
+    def echomq_worker_stopping(self, worker, reason):
+        self.calls.append(("stopping", reason))
+
+
+def host_with(*plugins: Any) -> PluginHost:
+    return PluginHost(make_plugin_manager(list(plugins)))
+
+
+def make_worker(redis_url, prefix, qname, processor=None, **opts) -> Worker:
+    opts.setdefault("drain_delay", 0.5)
+    opts.setdefault("lock_duration", 2000)
+    opts.setdefault("stalled_interval", 2000)
+    return Worker(qname, processor, connection=redis_url, prefix=prefix, **opts)
