@@ -303,6 +303,7 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         """Stop taking new jobs in this worker (the queue is not paused); in-flight jobs
         go on. With ``wait`` it returns once they are done."""
         self._paused = True
+        self._kick.set()  # out of a marker wait, so the loop sees the pause at once
         if wait:
             while self._active:
                 gevent.sleep(0.01)

@@ -75,6 +75,8 @@ class FetchLoop:
             return
         if self._drained and not self._wait_for_work():
             return
+        if self._paused or self.closing:  # paused or closed while blocked on the marker
+            return
         self._fetch(min(self._burst, self.concurrency - len(self._active)))
 
     def _fetch(self, count: int) -> None:
