@@ -1,6 +1,6 @@
 """Exceptions raised by echomq-gevent.
 
-Script failures carry BullMQ's numeric error codes (protocol §5.0) and name the job
+Script failures carry BullMQ's numeric error codes (docs/protocol.md, "Keys and conventions") and name the job
 and the script, so a log line says what went wrong and where.
 """
 from __future__ import annotations

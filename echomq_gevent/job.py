@@ -2,7 +2,7 @@
 
 Built by :class:`~echomq_gevent.queue.Queue` (``add``, ``get_job``...) and by the
 worker for every job it fetches (:meth:`Job.from_flat`, on the hot path). Decoding
-follows BullMQ exactly (protocol §2): ``data``/``opts``/``progress`` are JSON,
+follows BullMQ exactly (docs/protocol.md, "The job hash"): ``data``/``opts``/``progress`` are JSON,
 ``failedReason`` is plain text, ``atm``/``ats``/``stc`` are the attempt counters.
 Invalid JSON never raises while decoding; :attr:`Job.decode_error` says what was
 wrong so the worker can fail the job with that reason.

@@ -8,7 +8,7 @@ written; :class:`~echomq_gevent.job.Job` calls :func:`decode_job_options` on the
 safe from any greenlet or thread.
 
 Option names are BullMQ's (``removeOnComplete``, not ``remove_on_complete``), so an
-options dict written for Node works unchanged. The stored form follows protocol §2:
+options dict written for Node works unchanged. The stored form follows docs/protocol.md, "The job hash":
 six long names are shortened (``keepLogs`` -> ``kl`` ...), ``telemetry`` is split
 into ``tm``/``omc``, a numeric ``backoff`` becomes ``{"type": "fixed", "delay": N}``,
 ``attempts`` defaults to 0 and ``repeatJobKey`` leaves the options (it is stored in
@@ -33,7 +33,7 @@ __all__ = [
 #: Highest priority BullMQ accepts (2^21 - 1).
 PRIORITY_LIMIT = 2 ** 21 - 1
 
-#: Long option name -> key stored in the ``opts`` JSON (protocol §2).
+#: Long option name -> key stored in the ``opts`` JSON (docs/protocol.md, "The job hash").
 SHORT_KEYS: Dict[str, str] = {
     "deduplication": "de",
     "failParentOnFailure": "fpof",
@@ -218,7 +218,7 @@ JOB_OPTION_NAMES = tuple(_CHECKS)
 
 
 def validate_job_id(job_id: Any) -> str:
-    """Check a custom job id against BullMQ's rules (protocol §1); return it.
+    """Check a custom job id against BullMQ's rules (docs/protocol.md, "Keys and conventions"); return it.
 
     Raises :class:`InvalidJobIdError` naming the id and the rule it breaks.
     """

@@ -293,7 +293,7 @@ class Scripts(AdminScripts):
             raise error_for_code(result, script, job_id)
         return result
 
-    # -- adding jobs (§5.1) -----------------------------------------------------------
+    # -- adding jobs (docs/protocol.md, "Adding jobs") -------------------------------
     def add_job_args(self, job_id: str, name: str, timestamp: Number, data_json: str,
                      encoded_opts: Dict[str, Any], parent_key: Optional[str] = None,
                      parent_deps_key: Optional[str] = None, parent: Optional[Dict[str, Any]] = None,
@@ -307,7 +307,7 @@ class Scripts(AdminScripts):
         ]
 
     def add_script_for(self, encoded_opts: Dict[str, Any]) -> Tuple[str, List[str]]:
-        """Which add script a job takes (client-side choice, §5.1) and its KEYS."""
+        """Which add script a job takes (client-side choice, docs/protocol.md "Adding jobs") and its KEYS."""
         k = self.keys
         delay = encoded_opts.get("delay")
         if isinstance(delay, (int, float)) and delay > 0:
@@ -330,7 +330,7 @@ class Scripts(AdminScripts):
             return None
         return str(self._check(script, self.call(script, keys, args), job_id or None))
 
-    # -- worker side (§5.2-5.8) -----------------------------------------------------------
+    # -- worker side (docs/protocol.md, "Fetching and finishing") ---------------------
     def _fetch_keys(self) -> List[str]:
         k = self.keys
         return [k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed,
@@ -462,7 +462,7 @@ class Scripts(AdminScripts):
         res = self.call("moveJobFromActiveToWait-9", keys, [job_id, token, k.job(job_id)], client)
         return _int(self._check("moveJobFromActiveToWait-9", res, job_id))
 
-    # -- queue management (§5.9-5.14) ---------------------------------------------------
+    # -- queue management (docs/protocol.md, "Queue administration") ---------------
     def pause(self, paused: bool, emit: bool = True) -> int:
         """``pause-7``. Pausing sets meta.paused; resuming also migrates a legacy paused
         list. Returns the number of legacy paused jobs still to migrate (call again)."""

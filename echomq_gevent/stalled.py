@@ -1,6 +1,6 @@
 """The stalled-jobs check: ``moveStalledJobsToWait-9`` at start and every interval.
 
-BullMQ's two-phase mark and sweep runs in the script (protocol §5.5): a job that was
+BullMQ's two-phase mark and sweep runs in the script (docs/protocol.md, "Fetching and finishing"): a job that was
 active at one check and is still active, without a lock, at the next one goes back to
 ``wait`` (or gets ``defa`` after ``max_stalled_count`` stalls). Only one worker of a
 queue runs the check per interval (the ``stalled-check`` key throttles it).

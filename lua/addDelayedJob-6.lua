@@ -1,5 +1,5 @@
 --[[
-  Add a job that must wait: opts.delay > 0 (protocol §5.1). A delayed job with a
+  Add a job that must wait: opts.delay > 0 (docs/protocol.md, "Adding jobs"). A delayed job with a
   priority enters prioritized when it is promoted.
 
   KEYS: 1 marker, 2 meta, 3 id, 4 delayed, 5 completed, 6 events

@@ -1,5 +1,5 @@
 --[[
-  Add a job with a priority >= 1 and no delay: protocol §5.1.
+  Add a job with a priority >= 1 and no delay: docs/protocol.md, "Adding jobs".
 
   KEYS: 1 marker, 2 meta, 3 id, 4 prioritized, 5 delayed, 6 completed, 7 active,
         8 events, 9 pc (priority counter)

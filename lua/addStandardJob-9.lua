@@ -1,5 +1,5 @@
 --[[
-  Add a job that can run now (no delay, priority 0): protocol §5.1.
+  Add a job that can run now (no delay, priority 0): docs/protocol.md, "Adding jobs".
 
   KEYS: 1 wait, 2 paused (v5 legacy, unused), 3 meta, 4 id, 5 completed, 6 delayed,
         7 active, 8 events, 9 marker

@@ -1,6 +1,6 @@
 --- @include "includes/addDelayMarkerIfNeeded"
 --- @include "includes/getDelayedScore"
--- Deduplication on add (protocol §5.1 step 4), for options.de = {id, ttl?, extend?,
+-- Deduplication on add (docs/protocol.md, "Adding jobs"), for options.de = {id, ttl?, extend?,
 -- replace?, reschedule?, keepLastIfActive?}. The key de:<id> names the job that owns
 -- the id; while it does, further adds with that id are dropped.
 --

@@ -1,5 +1,5 @@
 --- @include "includes/releaseParentIfReady"
--- An add named a custom id whose hash already exists (protocol §5.1 step 3).
+-- An add named a custom id whose hash already exists (docs/protocol.md, "Adding jobs").
 -- Nothing about the existing job changes, except that it may be attached to the new
 -- parent: when it has no parent, the same parent, or a parent that is gone. A job that
 -- already completed counts as processed for that parent (its returnvalue goes into

@@ -1,8 +1,8 @@
 --- @include "includes/getOrSetMaxEvents"
 --- @include "includes/handleExistingCustomId"
 --- @include "includes/applyDeduplication"
--- The steps every add script takes before it stores anything (protocol §5.1, steps
--- 1-4): parent check, the id counter (INCR'd on every add, whatever happens next),
+-- The steps every add script takes before it stores anything (docs/protocol.md,
+-- "Adding jobs"): parent check, the id counter (INCR'd on every add, whatever happens next),
 -- the events cap, custom-id duplicates and deduplication.
 --
 -- a is the unpacked ARGV[1] array: {key prefix, custom id or "", name, timestamp,

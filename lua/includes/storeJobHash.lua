@@ -1,4 +1,4 @@
--- Write a new job's hash (protocol §2) and announce it with an "added" event.
+-- Write a new job's hash (docs/protocol.md, "The job hash") and announce it with an "added" event.
 -- opts is the unpacked options map (short keys); it is stored re-encoded by cjson.
 -- Returns the job's delay and priority (0 when the options have none).
 local function storeJobHash(jobKey, jobId, name, data, opts, timestamp, parentKey,

@@ -1,4 +1,4 @@
-"""The add scripts on a real Redis: every branch of protocol §5.1."""
+"""The add scripts on a real Redis: every branch of docs/protocol.md, "Adding jobs"."""
 from __future__ import annotations
 
 import json

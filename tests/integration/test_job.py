@@ -1,4 +1,4 @@
-"""Job decoding (protocol §2) and the calls a processor makes, on a real Redis."""
+"""Job decoding (docs/protocol.md, "The job hash") and the calls a processor makes, on a real Redis."""
 from __future__ import annotations
 
 import json

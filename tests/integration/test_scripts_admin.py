@@ -2,7 +2,7 @@
 updateData, getCounts, getStateV2, removeJob, isFinished, drain, obliterate) on a real
 Redis, called through the :class:`~echomq_gevent.scripts.Scripts` wrappers.
 
-Jobs are written straight into Redis with the fields of protocol §2 (``put_job``), so
+Jobs are written straight into Redis with the fields of docs/protocol.md "The job hash" (``put_job``), so
 these tests depend on nothing but the scripts under test.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def k(sc) -> QueueKeys:
 
 def put_job(r, keys: QueueKeys, job_id: str, state: Optional[str] = None, score: Optional[float] = None,
             **fields: Any) -> str:
-    """Write a job hash (protocol §2 fields) and put its id into ``state``.
+    """Write a job hash (the job hash fields) and put its id into ``state``.
 
     ``state``: wait/paused/active (LPUSH), or a sorted-set state, scored by ``score``.
     Returns the job key.

@@ -1,5 +1,5 @@
 """Whole job lifecycles through the scripts (add -> fetch -> retry/delay -> finish), checked
-against the event sequences observed with Node bullmq 6.7.0 (protocol §6)."""
+against the event sequences observed with Node bullmq 6.7.0 (docs/protocol.md, "Fetching and finishing")."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""extendLock-2, extendLocks-1 and moveStalledJobsToWait-9 on a real Redis (protocol §5.4, §5.5)."""
+"""extendLock-2, extendLocks-1 and moveStalledJobsToWait-9 on a real Redis (docs/protocol.md, "Fetching and finishing")."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""moveToFinished-14 on a real Redis (protocol §5.3): error codes and their order, keepJobs,
+"""moveToFinished-14 on a real Redis (docs/protocol.md, "Fetching and finishing"): error codes and their order, keepJobs,
 events, parents, deduplication, metrics and fetch-next."""
 from __future__ import annotations
 

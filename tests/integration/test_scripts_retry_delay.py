@@ -1,5 +1,5 @@
 """moveToDelayed-11, retryJob-11 and moveJobFromActiveToWait-9 on a real Redis
-(protocol §5.6, §5.7, §5.8)."""
+(docs/protocol.md, "Fetching and finishing")."""
 from __future__ import annotations
 
 import json

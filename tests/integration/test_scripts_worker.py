@@ -1,4 +1,4 @@
-"""moveToActive-11 on a real Redis: what a worker's fetch does to the queue (protocol §5.2)."""
+"""moveToActive-11 on a real Redis: what a worker's fetch does to the queue (docs/protocol.md, "Fetching and finishing")."""
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,6 @@
 """Helpers for the worker-side script tests (``test_scripts_*.py``).
 
-Jobs are written straight into Redis (hash fields as protocol §2, ids pushed into the
+Jobs are written straight into Redis (hash fields as in docs/protocol.md, "The job hash"; ids pushed into the
 state lists/sets by hand), so a test can build any state, including odd ones, without
 depending on the add scripts.
 """

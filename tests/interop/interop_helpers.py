@@ -103,7 +103,7 @@ def dump_queue(r: redis.Redis, keys: QueueKeys) -> Dict[str, Any]:
 
 
 def worker_client_name(prefix: str, queue: str) -> str:
-    """CLIENT SETNAME of a Node worker's blocking connection (protocol §1)."""
+    """CLIENT SETNAME of a Node worker's blocking connection (docs/architecture.md, "Where things run")."""
     return f"{prefix}:{base64.b64encode(queue.encode()).decode()}"
 
 

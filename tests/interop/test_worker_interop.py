@@ -582,7 +582,7 @@ def test_node_keep_last_if_active_job_is_created_when_our_worker_finishes(node, 
                                                                          prefix, qname):
     """A Node producer stores the "next" job of an active deduplication owner in `dn:<id>`;
     finishing the owner on our worker creates it, and our worker runs it."""
-    # QueueKeys has no builder for the stored-next-job hash; protocol §1 names it dn:<id>.
+    # QueueKeys has no builder for the stored-next-job hash; BullMQ names it dn:<id>.
     next_key = QueueKeys(qname, prefix).base + "dn:kl"
     dedup = {"id": "kl", "keepLastIfActive": True}
     owner = node.run("add", name="o", data={"v": 1}, opts={"deduplication": dedup})

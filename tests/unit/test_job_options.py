@@ -108,7 +108,7 @@ def test_good_options_pass_and_none_is_dropped():
 
 
 def test_encode_matches_node_stored_form():
-    # protocol §2 verified example: {"kl":5,"jobId":"custom-id","removeOnFail":{...},"lifo":true,"attempts":0}
+    # the stored opts of a job Node added: {"kl":5,"jobId":"custom-id","removeOnFail":{...},"lifo":true,"attempts":0}
     enc = encode_job_options(validate_job_options(
         {"keepLogs": 5, "jobId": "custom-id", "removeOnFail": {"age": 3600, "count": 100}, "lifo": True}))
     assert enc == {"kl": 5, "jobId": "custom-id", "removeOnFail": {"age": 3600, "count": 100},

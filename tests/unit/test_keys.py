@@ -1,4 +1,4 @@
-"""QueueKeys spells BullMQ v6's key layout (protocol §1)."""
+"""QueueKeys spells BullMQ v6's key layout (docs/protocol.md, "Keys and conventions")."""
 from __future__ import annotations
 
 import pytest

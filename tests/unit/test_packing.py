@@ -1,4 +1,4 @@
-"""msgpack arguments exactly as the Lua side expects them (protocol §7)."""
+"""msgpack arguments exactly as the Lua side expects them (docs/protocol.md, "Arguments")."""
 from __future__ import annotations
 
 import msgpack
