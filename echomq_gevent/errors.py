@@ -13,7 +13,7 @@ __all__ = [
     "JobBelongsToJobScheduler", "JobHasFailedChildren", "SchedulerJobIdCollision",
     "SchedulerJobSlotsBusy", "InvalidOptionError", "InvalidJobIdError", "InvalidJobDataError",
     "UnrecoverableError", "DelayedError", "RateLimitError", "WaitingChildrenError",
-    "ConfigError", "JobCancelled", "error_for_code",
+    "ConfigError", "JobCancelled", "JobLockedError", "error_for_code",
 ]
 
 
@@ -145,6 +145,10 @@ class JobCancelled(EchoMQError):
     def __init__(self, reason: Optional[str] = None) -> None:
         self.reason = reason
         super().__init__(f"job cancelled: {reason}" if reason else "job cancelled")
+
+
+class JobLockedError(EchoMQError, RuntimeError):
+    """The job is active: a worker holds its lock, so it cannot be removed now."""
 
 
 class ConfigError(EchoMQError, ValueError):

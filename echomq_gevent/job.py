@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from redis.exceptions import ResponseError
 
-from .errors import JobNotExist, JobNotInState, ScriptError, error_for_code
+from .errors import JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
 from .job_control import JobControl
 from .job_options import decode_job_options, encode_job_data, validate_job_options
 
@@ -441,7 +441,7 @@ class Job(JobControl):
     def remove(self, remove_children: bool = True) -> None:
         """Remove the job (and, by default, its pending children).
 
-        Raises RuntimeError when a worker holds its lock (it is active), and
+        Raises JobLockedError (a RuntimeError) when a worker holds its lock (it is active), and
         JobBelongsToJobScheduler for a scheduler's upcoming job.
         """
         try:
@@ -449,8 +449,8 @@ class Job(JobControl):
         except ScriptError as exc:
             raise self._explain(exc, "remove it") from None
         if not removed:
-            raise RuntimeError(f"job {self.id} could not be removed because it is locked by a worker; "
-                               f"wait until it finishes")
+            raise JobLockedError(f"job {self.id} could not be removed because it is locked by a worker; "
+                                 f"wait until it finishes")
 
     # -- views -------------------------------------------------------------------------
     def to_dict(self) -> Dict[str, Any]:

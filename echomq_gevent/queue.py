@@ -111,7 +111,7 @@ class Queue(QueueGetters, SchedulerMixin):
     # -- adding jobs ------------------------------------------------------------------
     def _prepare(self, name: Any, data: Any, opts: Optional[Mapping[str, Any]]) -> _PreparedJob:
         if not isinstance(name, str):
-            raise EchoMQError(f"job name must be a string, got {name!r}")
+            raise InvalidOptionError(f"job name must be a string, got {name!r}")
         clean = validate_job_options(opts, name)
         if "repeat" in clean:
             raise InvalidOptionError(
@@ -211,8 +211,8 @@ class Queue(QueueGetters, SchedulerMixin):
                 name, data, opts = spec.get("name"), spec.get("data"), spec.get("opts")
             else:
                 if not isinstance(spec, (tuple, list)) or len(spec) not in (2, 3):
-                    raise EchoMQError(f"add_bulk item {index} must be (name, data), (name, data, opts) "
-                                      f"or {{name, data, opts}}, got {spec!r}")
+                    raise InvalidOptionError(f"add_bulk item {index} must be (name, data), (name, data, opts) "
+                                             f"or {{name, data, opts}}, got {spec!r}")
                 name, data = spec[0], spec[1]
                 opts = spec[2] if len(spec) == 3 else None
             prepared.append(self._prepare(name, data, opts))

@@ -21,6 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..config import redact_url
+from ..errors import ConfigError
 from .state import Settings
 
 __all__ = ["CoHost"]
@@ -66,8 +67,9 @@ class CoHost:
     def start(self) -> None:
         """Build and start the workers. Main greenlet of the gunicorn worker process.
 
-        Raises RuntimeError when gevent has not patched the process, ConfigError for a
-        processor or plugin that cannot load; either stops the worker from booting.
+        Raises ConfigError when gevent has not patched the process (gunicorn runs another
+        worker class) or a processor or plugin cannot load; either stops the worker from
+        booting.
         """
         import gevent
         from gevent import monkey
@@ -75,7 +77,7 @@ class CoHost:
         missing = [m for m in ("socket", "threading", "time", "select", "ssl")
                    if not monkey.is_module_patched(m)]
         if missing:
-            raise RuntimeError(
+            raise ConfigError(
                 f"echomq_gevent: gunicorn worker {self.pid} is not monkey-patched by gevent "
                 f"(not patched: {', '.join(missing)}). Run gunicorn with the gevent worker class "
                 f"(-k gevent, or worker_class = 'gevent' in the config file); job greenlets cannot "

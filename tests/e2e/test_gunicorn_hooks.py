@@ -136,7 +136,7 @@ def test_refuses_to_start_in_a_process_gevent_did_not_patch(tmp_path, redis_url,
     from gevent import monkey
     if monkey.is_module_patched("socket"):
         pytest.skip("another test patched this interpreter with gevent")
-    with pytest.raises(RuntimeError, match="-k gevent"):
+    with pytest.raises(ConfigError, match="-k gevent"):
         host.start()
 
 
