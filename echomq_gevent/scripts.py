@@ -1,15 +1,10 @@
-"""Loading and calling the Lua scripts in ``lua/``.
+"""Calling the Lua scripts in ``lua/`` for one queue.
 
 Each file ``lua/<name>-<numkeys>.lua`` is one BullMQ v6 script with the same name,
-KEYS and ARGV order as npm ``bullmq`` 6.7.0 (see ``docs/protocol.md``). Shared
-fragments live in ``lua/includes/`` and are pulled in by a line
-
-    --- @include "includes/<fragment>"
-
-which the loader replaces with the fragment's text (each fragment once per script,
-fragments may include others). Scripts are read once per process, loaded with SCRIPT
-LOAD on first use per server, called with EVALSHA, and reloaded on NOSCRIPT (after a
-SCRIPT FLUSH or a server restart).
+KEYS and ARGV order as npm ``bullmq`` 6.7.0 (see ``docs/protocol.md``); they are read
+and expanded once per process (:mod:`.script_library`), loaded with SCRIPT LOAD on first
+use per server, called with EVALSHA, and reloaded on NOSCRIPT (after a SCRIPT FLUSH or a
+server restart). Calls go on the connection :mod:`.kept_connection` keeps checked out.
 
 :class:`Scripts` wraps every script for one queue: it builds the KEYS from
 :class:`~echomq_gevent.keys.QueueKeys`, packs the msgpack arguments exactly as the
@@ -18,14 +13,9 @@ protocol requires, and turns negative return codes into the typed exceptions of
 """
 from __future__ import annotations
 
-import os
-import re
-import threading
 import weakref
-from hashlib import sha1
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-import msgpack
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -33,88 +23,11 @@ from .admin_scripts import AdminScripts
 from .errors import error_for_code
 from .keys import QueueKeys
 from .kept_connection import KeptConnection
+from .script_library import ScriptLibrary, library, lua_dir, pack
 
 __all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir"]
 
-_INCLUDE = re.compile(r'^\s*---\s*@include\s+"([^"]+)"\s*$', re.M)
-
 Number = Union[int, float]
-
-
-def lua_dir() -> str:
-    """Folder that holds the scripts: the installed data package, else the source tree."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for candidate in (os.path.join(here, "lua"), os.path.join(os.path.dirname(here), "lua")):
-        if os.path.isdir(candidate) and any(f.endswith(".lua") for f in os.listdir(candidate)):
-            return candidate
-    raise RuntimeError(
-        "echomq_gevent cannot find its Lua scripts: neither echomq_gevent/lua (installed) nor "
-        "lua/ next to the package (source checkout) exists; reinstall the package"
-    )
-
-
-def pack(value: Any) -> bytes:
-    """msgpack exactly as the scripts expect (str as str, bytes as bin, no extensions)."""
-    return msgpack.packb(value, use_bin_type=True)
-
-
-class ScriptLibrary:
-    """The expanded sources and SHA1 digests of every script in one folder.
-
-    Thread-safe and process-wide (see :func:`library`); it never talks to Redis.
-    """
-
-    def __init__(self, directory: str) -> None:
-        self.directory = directory
-        self.sources: Dict[str, str] = {}
-        self.shas: Dict[str, str] = {}
-        self.numkeys: Dict[str, int] = {}
-        for fname in sorted(os.listdir(directory)):
-            if not fname.endswith(".lua"):
-                continue
-            name = fname[:-4]
-            m = re.match(r"^(.*)-(\d+)$", name)
-            if not m:
-                raise RuntimeError(f"{os.path.join(directory, fname)}: a script's file name must end in -<number of keys>.lua")
-            source = self._expand(os.path.join(directory, fname), set(), [])
-            self.sources[name] = source
-            self.shas[name] = sha1(source.encode("utf-8")).hexdigest()
-            self.numkeys[name] = int(m.group(2))
-
-    def _expand(self, path: str, seen: set, stack: List[str]) -> str:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-
-        def replace(match: "re.Match[str]") -> str:
-            rel = match.group(1)
-            target = os.path.normpath(os.path.join(self.directory, rel + ".lua"))
-            if target in stack:
-                raise RuntimeError(f"{path}: include cycle through {rel!r}")
-            if target in seen:
-                return ""
-            if not os.path.exists(target):
-                raise RuntimeError(f"{path}: included fragment {rel!r} does not exist ({target})")
-            seen.add(target)
-            return self._expand(target, seen, stack + [target])
-
-        return _INCLUDE.sub(replace, text)
-
-    def __contains__(self, name: str) -> bool:
-        return name in self.sources
-
-
-_library: Optional[ScriptLibrary] = None
-_library_lock = threading.Lock()
-
-
-def library() -> ScriptLibrary:
-    """The process-wide library of the package's scripts (read on first use)."""
-    global _library
-    if _library is None:
-        with _library_lock:
-            if _library is None:
-                _library = ScriptLibrary(lua_dir())
-    return _library
 
 
 def _int(v: Any) -> int:
