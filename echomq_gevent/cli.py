@@ -41,11 +41,12 @@ import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 
 from . import __version__  # noqa: E402
-from .config import Config, build_plugin_host, load_config, redact_url  # noqa: E402
+from .config import Config, load_config, redact_url  # noqa: E402
 from .errors import ConfigError  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .logfmt import JsonFormatter, setup_logging  # noqa: E402,F401
 from .logfmt import isatty as _isatty  # noqa: E402
+from .runner import Runner, build_plugin_host  # noqa: E402
 
 log = logging.getLogger("echomq_gevent.cli")
 
@@ -345,8 +346,6 @@ def serve(cfg: Config, host: Any, processors: Dict[str, Any], url: str, demo: bo
     on the main hub) until the workers stop; returns the exit code. The first
     SIGTERM/SIGINT drains (in-flight jobs finish or are handed back after
     ``shutdown_timeout``); a second one hands the unfinished jobs back at once."""
-    from .runner import Runner
-
     runner = Runner(cfg, url, host=host, processors=processors)
     runner.handle_signals()
     runner.start()

@@ -29,12 +29,11 @@ unset or empty); an unquoted scalar is typed after expansion, so
 from __future__ import annotations
 
 import difflib
-import importlib
 import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
@@ -44,7 +43,7 @@ from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, va
 
 __all__ = [
     "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config",
-    "resolve_processor", "build_plugin_host", "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
+    "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
     "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url", "SCHEDULER_KEYS",
 ]
 
@@ -498,103 +497,3 @@ def _strip_key(key: str, message: str) -> str:
 def redact_url(url: str) -> str:
     """``url`` with its password replaced by ``***``, for log lines and error messages."""
     return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
-
-
-# --- resolving what the file names ------------------------------------------------------------
-def resolve_processor(spec: str) -> Callable[..., Any]:
-    """Import ``"module:function"`` (the function may be dotted: ``mod:Class.method``).
-
-    Raises ImportError/AttributeError/TypeError with a message naming the spec.
-    """
-    module_name, _, attr = spec.partition(":")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ImportError(f"processor {spec!r}: module {module_name!r} cannot be imported: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise AttributeError(f"processor {spec!r}: module {module_name!r} has no {attr!r}") from None
-    if not callable(obj):
-        raise TypeError(f"processor {spec!r} is not callable: {obj!r}")
-    return obj
-
-
-def _plugin_object(spec: str) -> Any:
-    from .plugins import import_plugin_module
-
-    module_name, _, attr = spec.partition(":")
-    obj: Any = import_plugin_module(module_name)
-    if attr:
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    return obj
-
-
-def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors: bool = True) -> Tuple[
-        Any, Dict[str, Optional[Callable[..., Any]]]]:
-    """Load the file's plugins (and entry points), build the shared PluginHost and
-    resolve every queue's processor.
-
-    Called by the CLI (run and ``--check``) and the gunicorn integration, on the main
-    greenlet, after :meth:`Config.activate_paths`. ``extra`` are plugin objects or
-    module names added after the file's (the CLI's ``--demo`` and progress plugins).
-    Returns ``(host, processors)``, ``processors[queue]`` being the callable from
-    ``processor:`` or ``None`` (the plugins route by job name). Raises ConfigError naming
-    the line of the plugin or processor that fails, or of a queue nothing can serve.
-    """
-    import pluggy
-
-    from .plugins import PluginHost, make_plugin_manager
-
-    objects: List[Any] = []
-    for i, spec in enumerate(cfg.plugins):
-        try:
-            objects.append(_plugin_object(spec))
-        except ImportError as exc:
-            raise cfg.error(("plugins", i), f"plugin module {spec!r} cannot be imported: {exc}; "
-                                            f"check the name and plugin_paths") from None
-        except AttributeError as exc:
-            raise cfg.error(("plugins", i), f"plugin {spec!r}: {exc}") from None
-    try:
-        pm = make_plugin_manager(list(objects) + list(extra), entry_points=cfg.entry_points)
-    except pluggy.PluginValidationError as exc:
-        raise cfg.error(("plugins",), f"plugin {getattr(exc, 'plugin', '?')!r} is not valid: {exc}") from None
-    except ImportError as exc:  # an installed entry-point plugin that fails to load
-        raise cfg.error(("entry_points",), f"{exc} (or set entry_points: false)") from None
-    try:
-        host = PluginHost(pm)
-    except Exception as exc:
-        raise cfg.error(("plugins",), f"a plugin's echomq_register_processors raised "
-                                      f"{type(exc).__name__}: {exc}") from None
-    processors: Dict[str, Optional[Callable[..., Any]]] = {}
-    dynamic = [impl for impl in pm.hook.echomq_get_processor.get_hookimpls()]
-    routed = {q for (q, _n) in host.registry.routes()}
-    for name, q in cfg.queues.items():
-        if q.processor:
-            try:
-                processors[name] = resolve_processor(q.processor)
-            except (ImportError, AttributeError, TypeError) as exc:
-                raise cfg.error(("queues", name, "processor"), str(exc)) from None
-            continue
-        processors[name] = None
-        if check_processors and name not in routed and not dynamic:
-            raise cfg.error(("queues", name),
-                            f"queue {name!r} has no processor: set processor: 'module:function' or "
-                            f"load a plugin (plugins: [...]) that registers one for it")
-    return host, processors
-
-
-def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Callable[..., Any]]],
-                  url: str) -> List[Any]:
-    """One :class:`~echomq_gevent.worker.Worker` per queue of the file, all sharing ``host``.
-
-    Called by the CLI and the gunicorn integration after :func:`build_plugin_host`, on the
-    hub the workers will run on; nothing talks to Redis until a worker runs.
-    """
-    from .worker import Worker
-
-    return [Worker(name, processor=processors.get(name), connection=url, prefix=cfg.prefix,
-                   plugins=host, **q.options)
-            for name, q in cfg.queues.items()]

@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-from echomq_gevent.config import build_plugin_host, load_config, parse_config
+from echomq_gevent.config import load_config, parse_config
+from echomq_gevent.runner import build_plugin_host
 from echomq_gevent.errors import ConfigError
 from echomq_gevent.worker_options import option_defaults
 
