@@ -9,7 +9,7 @@ from echomq_gevent.events import (EVENT_NAMES, EventsClosedError, JobFailedError
                                   QueueEventsProducer, WaitTimeoutError)
 from redis_server import RedisServer
 
-from test_worker import make_worker, running, wait_for
+from integration.worker_helpers import make_worker, running
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def record(qe: QueueEvents, *names: str) -> list:
     return seen
 
 
-def test_every_event_of_a_job_our_worker_runs(redis_url, prefix, qname, queue, events):
+def test_every_event_of_a_job_our_worker_runs(redis_url, prefix, qname, queue, events, wait_for):
     seen = record(events, "added", "waiting", "active", "progress", "completed", "drained")
     per_job: list = []
 
@@ -51,7 +51,7 @@ def test_every_event_of_a_job_our_worker_runs(redis_url, prefix, qname, queue, e
     assert ids == sorted(ids, key=lambda i: tuple(int(p) for p in i.split("-"))) and len(set(ids)) == len(ids)
 
 
-def test_failed_and_delayed_fields_are_decoded(redis_url, prefix, qname, queue, events):
+def test_failed_and_delayed_fields_are_decoded(redis_url, prefix, qname, queue, events, wait_for):
     seen = record(events, "failed", "delayed", "retries-exhausted")
     delayed = queue.add("later", {}, {"delay": 60000})
 
@@ -116,7 +116,7 @@ def test_unknown_event_names_are_refused_and_nothing_is_written(events, r, queue
                                 "drained", "paused", "resumed", "cleaned", "waiting-children"}
 
 
-def test_custom_events_from_the_producer(redis_url, prefix, qname, events, r, queue):
+def test_custom_events_from_the_producer(redis_url, prefix, qname, events, r, queue, wait_for):
     seen = []
     events.on("deploy", lambda args, eid: seen.append(args), custom=True)
     with QueueEventsProducer(qname, connection=redis_url, prefix=prefix) as producer:
@@ -151,7 +151,7 @@ def test_wait_until_finished_returns_the_value_or_raises_the_reason(redis_url, p
     assert events.listener_count(f"completed:{good.id}") == 0 and events.listener_count(f"failed:{bad.id}") == 0
 
 
-def test_wait_until_finished_on_a_job_that_finished_before_waiting(redis_url, prefix, qname, queue, r):
+def test_wait_until_finished_on_a_job_that_finished_before_waiting(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("early", {})
     with running(make_worker(redis_url, prefix, qname, lambda j: "done early")):
         wait_for(lambda: r.zscore(queue.keys.completed, job.id) is not None, what="job completed")
@@ -167,7 +167,7 @@ def test_wait_until_finished_on_a_job_that_finished_before_waiting(redis_url, pr
         qe.close()
 
 
-def test_wait_until_finished_times_out_and_ends_on_close(redis_url, prefix, qname, queue, events):
+def test_wait_until_finished_times_out_and_ends_on_close(redis_url, prefix, qname, queue, events, wait_for):
     job = queue.add("never", {})
     with pytest.raises(WaitTimeoutError, match=f"job {job.id}"):
         job.wait_until_finished(events, timeout=0.3)
@@ -189,7 +189,7 @@ def test_wait_until_finished_times_out_and_ends_on_close(redis_url, prefix, qnam
         other.close()
 
 
-def test_reading_resumes_from_its_place_after_the_connection_is_killed(events, queue, r):
+def test_reading_resumes_from_its_place_after_the_connection_is_killed(events, queue, r, wait_for):
     seen = record(events, "added")
     first = queue.add("one", {})
     wait_for(lambda: len(seen) == 1, what="first event")
@@ -206,7 +206,7 @@ def test_reading_resumes_from_its_place_after_the_connection_is_killed(events, q
     assert seen[-1][1]["jobId"] == after.id
 
 
-def test_reading_survives_a_redis_restart(prefix, qname):
+def test_reading_survives_a_redis_restart(prefix, qname, wait_for):
     server = RedisServer().start()
     try:
         q = Queue(qname, connection=server.url, prefix=prefix)

@@ -7,7 +7,7 @@ import pytest
 
 from echomq_gevent.errors import ConfigError
 
-from test_worker import make_worker, running, wait_for
+from integration.worker_helpers import make_worker, running
 
 
 def _proc(job):
@@ -16,7 +16,7 @@ def _proc(job):
     return job.data
 
 
-def _run(redis_url, prefix, qname, queue, r, jobs, **opts):
+def _run(wait_for, redis_url, prefix, qname, queue, r, jobs, **opts):
     before = r.zcard(queue.keys.completed) + r.zcard(queue.keys.failed)
     added = queue.add_bulk(jobs)
     with running(make_worker(redis_url, prefix, qname, _proc, **opts)):
@@ -25,10 +25,10 @@ def _run(redis_url, prefix, qname, queue, r, jobs, **opts):
     return added
 
 
-def test_a_worker_with_metrics_counts_each_final_outcome(redis_url, prefix, qname, queue, r):
+def test_a_worker_with_metrics_counts_each_final_outcome(redis_url, prefix, qname, queue, r, wait_for):
     jobs = [("ok", {"i": i}, None) for i in range(4)] + [
         ("bad", {}, {"attempts": 2, "backoff": {"type": "fixed", "delay": 10}})]
-    _run(redis_url, prefix, qname, queue, r, jobs, metrics={"maxDataPoints": 5})
+    _run(wait_for, redis_url, prefix, qname, queue, r, jobs, metrics={"maxDataPoints": 5})
     done = queue.get_metrics("completed")
     failed = queue.get_metrics("failed")
     assert done["meta"]["count"] == 4 and failed["meta"]["count"] == 1  # the retry is not counted
@@ -37,18 +37,18 @@ def test_a_worker_with_metrics_counts_each_final_outcome(redis_url, prefix, qnam
         assert m["count"] == len(m["data"]) and m["count"] <= 1  # one minute boundary at most
 
 
-def test_without_the_option_nothing_is_recorded(redis_url, prefix, qname, queue, r):
-    _run(redis_url, prefix, qname, queue, r, [("ok", {}, None)])
+def test_without_the_option_nothing_is_recorded(redis_url, prefix, qname, queue, r, wait_for):
+    _run(wait_for, redis_url, prefix, qname, queue, r, [("ok", {}, None)])
     assert r.exists(queue.keys.metrics("completed"), queue.keys.metrics("completed") + ":data") == 0
     assert queue.get_metrics("completed") == {"meta": {"count": 0, "prevTS": 0, "prevCount": 0},
                                               "data": [], "count": 0}
 
 
-def test_minutes_that_passed_become_data_points(redis_url, prefix, qname, queue, r):
+def test_minutes_that_passed_become_data_points(redis_url, prefix, qname, queue, r, wait_for):
     key = queue.keys.metrics("completed")
     minutes_ago = int(time.time() * 1000) - 3 * 60000
     r.hset(key, mapping={"count": 7, "prevTS": minutes_ago, "prevCount": 2})
-    _run(redis_url, prefix, qname, queue, r, [("ok", {}, None)], metrics={"maxDataPoints": 10})
+    _run(wait_for, redis_url, prefix, qname, queue, r, [("ok", {}, None)], metrics={"maxDataPoints": 10})
     m = queue.get_metrics("completed")
     # 5 jobs since the last point, then a zero per further minute (3 minutes passed), pushed
     # in that order onto the head of the list, as BullMQ does
@@ -56,7 +56,7 @@ def test_minutes_that_passed_become_data_points(redis_url, prefix, qname, queue,
     assert queue.get_metrics("completed", 2, 2)["data"] == [5]
     assert queue.get_metrics("completed", 0, 1) == {**m, "data": [0, 0]}
     r.hset(key, "prevTS", int(time.time() * 1000) - 50 * 60000)
-    _run(redis_url, prefix, qname, queue, r, [("ok", {}, None)], metrics={"maxDataPoints": 10})
+    _run(wait_for, redis_url, prefix, qname, queue, r, [("ok", {}, None)], metrics={"maxDataPoints": 10})
     assert queue.get_metrics("completed")["count"] == 10  # trimmed to maxDataPoints
 
 

@@ -8,7 +8,7 @@ from echomq_gevent import Queue
 from echomq_gevent.errors import JobLockMismatch, JobNotExist
 
 from queue_helpers import TOKEN, take
-from test_worker import make_worker, running, wait_for
+from integration.worker_helpers import make_worker, running
 
 KEEP_LAST = {"id": "kl", "keepLastIfActive": True, "ttl": 5000}
 
@@ -19,7 +19,7 @@ def _events(r, queue):
 
 # ------------------------------------------------------------------ keepLastIfActive
 def test_keep_last_if_active_parks_the_last_add_and_creates_it_when_the_owner_finishes(
-        redis_url, prefix, qname, queue, r):
+        redis_url, prefix, qname, queue, r, wait_for):
     owner = queue.add("o", {"v": 1}, {"deduplication": KEEP_LAST})
     assert r.pttl(queue.keys.dedup("kl")) == -1, "keepLastIfActive ignores ttl: the key never expires"
     # while the owner only waits, a second add is dropped (nothing parked)
@@ -119,7 +119,7 @@ def test_counts_per_priority(queue):
             queue.get_counts_per_priority(bad)
 
 
-def test_workers_count(redis_url, prefix, qname, queue):
+def test_workers_count(redis_url, prefix, qname, queue, wait_for):
     assert queue.get_workers_count() == 0
     with running(make_worker(redis_url, prefix, qname, lambda j: None)):
         wait_for(lambda: queue.get_workers_count() == 1, what="the worker's connection")
