@@ -18,24 +18,8 @@ from target import PYTHON
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def redis_pids_in(directory: str) -> list:
-    """pids of redis-server processes whose command line names ``directory``."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as fh:
-                argv = fh.read().split(b"\0")
-        except OSError:
-            continue
-        if argv and b"redis-server" in argv[0] and directory.encode() in b" ".join(argv):
-            pids.append(int(entry))
-    return pids
 
-
-
-def test_starts_serves_and_stops_cleanly(tmp_path):
+def test_starts_serves_and_stops_cleanly(tmp_path, redis_pids_in):
     d = str(tmp_path / "var")
     server = EmbeddedRedis(directory=d, stop_grace=120).start()
     try:
@@ -59,7 +43,7 @@ def test_starts_serves_and_stops_cleanly(tmp_path):
     assert not os.path.exists(os.path.join(d, "redis.pid"))
 
 
-def test_data_survives_a_restart(tmp_path):
+def test_data_survives_a_restart(tmp_path, redis_pids_in):
     d = str(tmp_path / "var")
     with EmbeddedRedis(directory=d) as server:
         client = redis.Redis.from_url(server.url)
@@ -72,7 +56,7 @@ def test_data_survives_a_restart(tmp_path):
     assert redis_pids_in(d) == []
 
 
-def test_second_user_attaches_without_owning(tmp_path):
+def test_second_user_attaches_without_owning(tmp_path, redis_pids_in):
     d = str(tmp_path / "var")
     with EmbeddedRedis(directory=d) as owner:
         guest = EmbeddedRedis(directory=d).start()
@@ -92,7 +76,7 @@ def test_tcp_port_when_asked(tmp_path):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
-def test_no_process_left_when_the_owner_is_killed(tmp_path, sig, wait_for):
+def test_no_process_left_when_the_owner_is_killed(tmp_path, sig, wait_for, redis_pids_in):
     d = str(tmp_path / "var")
     script = textwrap.dedent(f"""
         import sys, time
@@ -115,7 +99,7 @@ def test_no_process_left_when_the_owner_is_killed(tmp_path, sig, wait_for):
             owner.wait()
 
 
-def test_stale_files_from_a_crash_are_cleared(tmp_path):
+def test_stale_files_from_a_crash_are_cleared(tmp_path, redis_pids_in):
     d = tmp_path / "var"
     d.mkdir()
     (d / "redis.pid").write_text("999999\n")  # no such process

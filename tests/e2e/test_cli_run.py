@@ -18,7 +18,6 @@ import pytest
 
 from echomq_gevent.queue import Queue
 
-from test_cli_embedded import redis_pids_in
 from target import BIN, PYTHON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -217,7 +216,7 @@ def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_
         queue2.close()
 
 
-def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path, wait_for):
+def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path, wait_for, redis_pids_in):
     plugins = tmp_path / "plugins"
     plugins.mkdir()
     (plugins / "embjobs.py").write_text("def double(job):\n    return job.data['n'] * 2\n")
@@ -257,7 +256,7 @@ def test_embedded_default_runs_jobs_and_leaves_no_process(tmp_path, wait_for):
     assert not os.path.exists(os.path.join(var, "redis.sock"))
 
 
-def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path, wait_for):
+def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path, wait_for, redis_pids_in):
     conf = tmp_path / "worker.yaml"
     (tmp_path / "killjobs.py").write_text("def run(job):\n    return 1\n")
     conf.write_text("redis: {url: embedded}\nplugin_paths: ['.']\nentry_points: false\n"
@@ -274,7 +273,7 @@ def test_embedded_server_goes_away_when_the_command_is_killed(tmp_path, wait_for
         cli.kill()
 
 
-def test_check_on_the_shipped_conf_with_embedded_redis(tmp_path):
+def test_check_on_the_shipped_conf_with_embedded_redis(tmp_path, redis_pids_in):
     env = dict(os.environ, PYTHONPATH=ROOT)
     env.pop("REDIS_URL", None)
     out = subprocess.run([PYTHON, "-m", "echomq_gevent", "-c", os.path.join(ROOT, "conf", "worker.yaml"),
@@ -284,7 +283,7 @@ def test_check_on_the_shipped_conf_with_embedded_redis(tmp_path):
     assert redis_pids_in(str(tmp_path / "var")) == []
 
 
-def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_terminal(tmp_path):
+def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_terminal(tmp_path, redis_pids_in):
     """What ``make demo`` runs: the shipped file, embedded Redis, demo jobs enqueued every
     second; on a terminal a progress line is drawn. SIGINT (Ctrl-C) drains and exits 0."""
     import pty
@@ -331,7 +330,7 @@ def test_demo_mode_on_the_shipped_conf_processes_jobs_and_shows_progress_on_a_te
     assert redis_pids_in(str(tmp_path / "var")) == []
 
 
-def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path, wait_for):
+def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path, wait_for, redis_pids_in):
     """``echomq-gevent --demo`` in an empty folder (no conf/worker.yaml, no -c): the demo
     file shipped in the package runs on the embedded Redis, data under ./var/ there."""
     cli = Cli(["--demo", "--no-progress"], cwd=str(tmp_path), command=[os.path.join(BIN, "echomq-gevent")],
@@ -391,7 +390,7 @@ def test_run_exits_3_when_redis_is_unreachable(tmp_path):
         cli.kill()
 
 
-def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(tmp_path, wait_for):
+def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(tmp_path, wait_for, redis_pids_in):
     (tmp_path / "later.py").write_text("def run(job):\n    return job.data['v'] + 1\n")
     conf = tmp_path / "worker.yaml"
     conf.write_text("redis: {url: embedded}\nplugin_paths: ['.']\nentry_points: false\n"
