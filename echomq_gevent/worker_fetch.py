@@ -66,6 +66,9 @@ class FetchLoop:
 
     def _loop_once(self) -> None:
         if self._paused or len(self._active) >= self.concurrency:
+            if self._paused and self._marker is not None:
+                # a marker wait left pending would pop a wake-up meant for other workers
+                self._marker.cancel(self.client)
             self._wait_kick(None)
             return
         now = now_ms()
