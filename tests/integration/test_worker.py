@@ -11,7 +11,7 @@ import pytest
 from echomq_gevent import Worker
 from echomq_gevent.errors import ConfigError
 from echomq_gevent.hookspecs import hookimpl
-from integration.worker_helpers import Recorder, host_with, make_worker, running
+from integration.worker_helpers import Recorder, host_with, make_worker, marker_wait_blocked, running
 
 
 # --------------------------------------------------------------------------- the bound
@@ -184,13 +184,17 @@ def test_new_job_wakes_an_idle_worker(redis_url, prefix, qname, queue, wait_for)
     assert started[0] - t0 < 3.0, "the base marker did not wake the blocked worker"
 
 
-def test_local_pause_and_resume(redis_url, prefix, qname, queue, wait_for):
-    w = make_worker(redis_url, prefix, qname, lambda j: j.id)
+def test_local_pause_and_resume(redis_url, prefix, qname, queue, r, wait_for):
+    w = make_worker(redis_url, prefix, qname, lambda j: j.id, drain_delay=5)
+
     with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
         w.pause()
-        queue.add("p", {})
-        gevent.sleep(0.6)
-        assert w.completed_count == 0 and w.paused
+        # the pause takes the loop out of its marker wait; from then on only resume wakes it
+        wait_for(lambda: not marker_wait_blocked(w, r), timeout=3, what="the paused loop off the marker")
+        job = queue.add("p", {})
+        assert r.zcard(queue.keys.marker) == 1  # the add's wake-up marker, left for others
+        assert w.completed_count == 0 and w.paused and queue.get_job_state(job.id) == "waiting"
         w.resume()
         wait_for(lambda: w.completed_count == 1, what="completion after resume")
 

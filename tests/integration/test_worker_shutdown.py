@@ -10,7 +10,7 @@ import pytest
 from echomq_gevent import Queue
 from redis_server import RedisServer
 
-from integration.worker_helpers import Recorder, host_with, make_worker, running
+from integration.worker_helpers import Recorder, host_with, make_worker, marker_wait_blocked, running
 
 
 def test_close_waits_for_short_jobs_and_hands_back_long_ones(redis_url, prefix, qname, queue, r, wait_for):
@@ -146,14 +146,17 @@ def test_worker_started_before_redis_waits_for_it(prefix, qname, caplog, wait_fo
     assert any("fetching failed" in m for m in messages)
 
 
-def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qname, queue, wait_for):
+def test_queue_pause_holds_the_worker_and_resume_wakes_it(redis_url, prefix, qname, queue, r, wait_for):
     done = []
     w = make_worker(redis_url, prefix, qname, lambda j: done.append(time.time()), drain_delay=5)
+
     with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
         queue.pause()
-        queue.add("held", {})
-        gevent.sleep(0.8)
-        assert done == []
+        job = queue.add("held", {})
+        # a paused queue gets no wake-up marker: the blocked worker has nothing to pop
+        assert not r.exists(queue.keys.marker) and marker_wait_blocked(w, r)
+        assert done == [] and queue.get_job_state(job.id) == "waiting"
         t0 = time.time()
         queue.resume()
         wait_for(lambda: done, timeout=6, what="job after resume")
