@@ -3,9 +3,13 @@
 - :mod:`echomq_gevent.contrib.gunicorn`: ``install(globals(), config=...)`` in a gunicorn
   config file runs the YAML's job workers inside every ``-k gevent`` worker process,
   beside the WSGI app, on the same hub, with a drain on shutdown that loses nothing.
+- :mod:`echomq_gevent.contrib.cohost`: the job workers of one gunicorn worker process (a
+  :class:`~echomq_gevent.runner.Runner` plus gunicorn's timing, heartbeat and reports).
 - :mod:`echomq_gevent.contrib.wsgi`: a middleware serving ``/_echomq/live``,
   ``/_echomq/ready`` and ``/_echomq/metrics``, and :func:`~echomq_gevent.contrib.wsgi.get_queue`,
   the one shared ``Queue`` per process that request handlers enqueue with.
+- :mod:`echomq_gevent.contrib.state`: what these share per process (settings, the job
+  workers, the embedded Redis, the shared queues).
 
 See ``docs/gunicorn.md``.
 """
