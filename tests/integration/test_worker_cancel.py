@@ -9,10 +9,10 @@ import pytest
 
 from echomq_gevent.errors import EchoMQError, JobCancelled
 
-from test_worker import Recorder, host_with, make_worker, running, wait_for
+from integration.worker_helpers import Recorder, host_with, make_worker, running
 
 
-def test_a_sleeping_greenlet_job_is_interrupted_and_fails_once(redis_url, prefix, qname, queue, r):
+def test_a_sleeping_greenlet_job_is_interrupted_and_fails_once(redis_url, prefix, qname, queue, r, wait_for):
     victim = queue.add("long", {"s": 30})
     other = queue.add("short", {"s": 0.3})
     rec = Recorder()
@@ -39,7 +39,7 @@ def test_a_sleeping_greenlet_job_is_interrupted_and_fails_once(redis_url, prefix
     assert w.counters["failed"] == 1 and w.counters["completed"] == 1
 
 
-def test_a_cancelled_attempt_is_retried_when_attempts_are_left(redis_url, prefix, qname, queue):
+def test_a_cancelled_attempt_is_retried_when_attempts_are_left(redis_url, prefix, qname, queue, wait_for):
     job = queue.add("retry-me", {}, {"attempts": 2})
     starts = []
 
@@ -57,7 +57,7 @@ def test_a_cancelled_attempt_is_retried_when_attempts_are_left(redis_url, prefix
     assert starts == [0, 1] and queue.get_job(job.id).returnvalue == "second time"
 
 
-def test_a_thread_offloaded_job_sees_the_flag(redis_url, prefix, qname, queue):
+def test_a_thread_offloaded_job_sees_the_flag(redis_url, prefix, qname, queue, wait_for):
     job = queue.add("cpu", {})
     polls = []
 
@@ -77,7 +77,7 @@ def test_a_thread_offloaded_job_sees_the_flag(redis_url, prefix, qname, queue):
     assert queue.get_job(job.id).failed_reason == "job cancelled"
 
 
-def test_a_job_whose_lock_is_lost_is_cancelled_and_nothing_is_written(redis_url, prefix, qname, queue, r):
+def test_a_job_whose_lock_is_lost_is_cancelled_and_nothing_is_written(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("stolen", {})
     lock_key = queue.keys.lock(job.id)
     rec = Recorder()
@@ -117,7 +117,7 @@ def test_cancel_of_an_unknown_job_is_refused_and_changes_nothing(redis_url, pref
 
 
 # ------------------------------------------------------------------ runtime concurrency
-def test_concurrency_grows_and_shrinks_while_running_without_dropping_a_job(redis_url, prefix, qname, queue):
+def test_concurrency_grows_and_shrinks_while_running_without_dropping_a_job(redis_url, prefix, qname, queue, wait_for):
     jobs = queue.add_bulk([("work", {"i": i}) for i in range(8)])
     gate = gevent.event.Event()
     state = {"now": 0, "max_after_shrink": 0, "shrunk": False}

@@ -7,7 +7,7 @@ import pytest
 from echomq_gevent import Worker
 from echomq_gevent.errors import EchoMQError, JobLockMismatch, UnrecoverableError
 
-from test_worker import running, wait_for
+from integration.worker_helpers import running
 
 
 @pytest.fixture
@@ -67,7 +67,7 @@ def test_blocking_take_waits_for_a_job(manual, queue):
     assert job is not None and job.id == adder.get().id
 
 
-def test_bad_input_and_closed_worker(redis_url, prefix, qname, queue, r):
+def test_bad_input_and_closed_worker(redis_url, prefix, qname, queue, r, wait_for):
     job = queue.add("x", {})
     w = Worker(qname, None, connection=redis_url, prefix=prefix)
     with pytest.raises(ValueError, match="token must be a non-empty string"):
