@@ -371,16 +371,17 @@ def test_telemetry_sees_a_lost_lock_and_the_result_is_not_written(queue, run_wor
     woke = []
 
     def nap_and_tell(job):
-        result = nap(job)
-        woke.append(job.id)
-        return result
+        try:
+            return nap(job)
+        finally:  # returned, or cancelled because its lock was lost
+            woke.append(job.id)
     w = run_worker(sink, processor=nap_and_tell, lock_duration=1000)
     job = queue.add("nap", {"s": 2.5})
     wait_for(lambda: ("active", job.id) in sink.events, what="the job to start")
     queue.client.set(queue.keys.lock(job.id), "another-worker", px=60000)  # someone else owns it now
     wait_for(lambda: ("lock_lost", job.id) in sink.events, what="the lock-lost event")
-    # the processor returns, then the worker settles (here: discards) and frees the slot
-    wait_for(lambda: woke == [job.id] and not w.active_jobs, what="the processor to return and its slot to free")
+    # the processor ends, then the worker settles (here: discards) and frees the slot
+    wait_for(lambda: woke == [job.id] and not w.active_jobs, what="the processor to end and its slot to free")
     assert ("completed", job.id) not in sink.events
     assert queue.get_job_state(job.id) == "active"
     assert queue.get_job(job.id).returnvalue is None
