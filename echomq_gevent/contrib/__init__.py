@@ -10,6 +10,8 @@
   the one shared ``Queue`` per process that request handlers enqueue with.
 - :mod:`echomq_gevent.contrib.state`: what these share per process (settings, the job
   workers, the embedded Redis, the shared queues).
+- :mod:`echomq_gevent.contrib.logging`, :mod:`echomq_gevent.contrib.prometheus`,
+  :mod:`echomq_gevent.contrib.demo`: the plugins shipped with the package.
 
 See ``docs/gunicorn.md``.
 """
