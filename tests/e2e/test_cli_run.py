@@ -124,7 +124,10 @@ def greet(job):
 
 
 def slow(job):
-    gevent.sleep(float(job.data.get("seconds", 3)))
+    # long on the first run (it must outlive the 1 s drain however slow the machine is),
+    # short once it was handed back
+    first_run = (job.attempts_started or 0) <= 1
+    gevent.sleep(float(job.data.get("seconds", 3)) if first_run else 0.05)
     return {{"slow": job.data.get("n"), "attempt": job.attempts_started}}
 
 
@@ -177,7 +180,7 @@ def test_node_and_cli_jobs_processed_by_yaml_plugin_and_entry_point_and_sigterm_
         assert queue2.get_job(cli_id2).returnvalue == {"x": [1, 2]}
 
         # mid-run: quick jobs finish, slow ones outlive the 1 s drain and go back to wait
-        slow_ids = node_add_bulk(redis_url, prefix, q1, [{"name": "slow", "data": {"n": i, "seconds": 4}}
+        slow_ids = node_add_bulk(redis_url, prefix, q1, [{"name": "slow", "data": {"n": i, "seconds": 60}}
                                                           for i in range(3)])
         quick_ids = [cli_add(cwd, str(conf), q1, "greet", {"who": f"late{i}"}) for i in range(2)]
         wait_for(lambda: all(queue1.get_job_state(j) == "active" for j in slow_ids), what="slow jobs active",
