@@ -34,7 +34,7 @@ from .signals import ShutdownSignals
 
 log = logging.getLogger("echomq_gevent.runner")
 
-__all__ = ["Runner", "build_plugin_host", "build_workers", "resolve_processor"]
+__all__ = ["Runner", "build_plugin_host", "build_workers", "resolve_processor", "sync_schedulers"]
 
 
 class Runner:
@@ -81,8 +81,6 @@ class Runner:
         self._runs = [gevent.spawn(self._run_one, w) for w in self.workers]
         specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
         if specs:  # the file's job schedulers, upserted unless stored as declared
-            from .schedulers import sync_schedulers
-
             self._side.append(gevent.spawn(sync_schedulers, self.url, self.cfg.prefix, specs,
                                            self.stopping_event))
         self.state = "running"
@@ -186,6 +184,44 @@ class Runner:
     def active(self) -> List[Any]:
         """``(worker, job)`` for every job in flight."""
         return [(w, job) for w in self.workers for job in list(w.active_jobs.values())]
+
+
+def sync_schedulers(url: str, prefix: str, specs: Mapping[str, Mapping[str, Mapping[str, Any]]],
+                    stop: Optional[Any] = None, retry_s: float = 2.0) -> None:
+    """Bring the schedulers a configuration declares into Redis: ``specs[queue][id]`` is
+    ``{"repeat": ..., "template": ...}``. Called by :meth:`Runner.start` on its own greenlet; retries while Redis cannot be reached (until ``stop`` is set), logs
+    and skips a scheduler Redis refuses."""
+    import redis
+
+    from .errors import EchoMQError
+    from .queue import Queue
+    from .schedulers import ensure_job_scheduler
+
+    for queue_name, schedulers in specs.items():
+        if not schedulers:
+            continue
+        queue = Queue(queue_name, connection=url, prefix=prefix)
+        try:
+            for scheduler_id, spec in schedulers.items():
+                while True:
+                    try:
+                        outcome = ensure_job_scheduler(queue, scheduler_id, spec.get("repeat") or {},
+                                                       spec.get("template"))
+                        log.info("queue %r: job scheduler %r %s", queue_name, scheduler_id, outcome)
+                        break
+                    except (redis.ConnectionError, redis.TimeoutError) as exc:
+                        log.warning("queue %r: job scheduler %r not written yet (%s); retrying in %.0f s",
+                                    queue_name, scheduler_id, exc, retry_s)
+                        if stop is not None and stop.wait(retry_s):
+                            return
+                        if stop is None:
+                            gevent.sleep(retry_s)
+                    except (EchoMQError, ValueError, redis.ResponseError) as exc:
+                        log.error("queue %r: job scheduler %r cannot be written: %s", queue_name, scheduler_id,
+                                  exc)
+                        break
+        finally:
+            queue.close()
 
 
 # --- resolving what the file names ------------------------------------------------------------

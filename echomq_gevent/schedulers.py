@@ -30,7 +30,7 @@ from .job_options import SHORT_KEYS, _suggest, decode_job_options, encode_job_da
 from .scripts import Scripts
 
 __all__ = ["REPEAT_OPTIONS", "JobScheduler", "SchedulerMixin", "validate_repeat", "validate_template",
-           "validate_scheduler_id", "schedule_next_run", "ensure_job_scheduler", "sync_schedulers"]
+           "validate_scheduler_id", "schedule_next_run", "ensure_job_scheduler"]
 
 log = logging.getLogger("echomq_gevent.schedulers")
 
@@ -455,38 +455,3 @@ def ensure_job_scheduler(queue: Any, scheduler_id: str, repeat: Mapping[str, Any
     if _unchanged(queue, scheduler_id, opts, name, data_json, merged):
         return "unchanged"
     return "upserted" if queue.upsert_job_scheduler(scheduler_id, repeat, template) is not None else "no run"
-
-
-def sync_schedulers(url: str, prefix: str, specs: Mapping[str, Mapping[str, Mapping[str, Any]]],
-                    stop: Optional[Any] = None, retry_s: float = 2.0) -> None:
-    """Bring the schedulers a configuration declares into Redis: ``specs[queue][id]`` is
-    ``{"repeat": ..., "template": ...}``. Called by the runner (CLI, gunicorn) on its own
-    greenlet at start; retries while Redis cannot be reached (until ``stop`` is set), logs
-    and skips a scheduler Redis refuses."""
-    from .queue import Queue
-
-    for queue_name, schedulers in specs.items():
-        if not schedulers:
-            continue
-        queue = Queue(queue_name, connection=url, prefix=prefix)
-        try:
-            for scheduler_id, spec in schedulers.items():
-                while True:
-                    try:
-                        outcome = ensure_job_scheduler(queue, scheduler_id, spec.get("repeat") or {},
-                                                       spec.get("template"))
-                        log.info("queue %r: job scheduler %r %s", queue_name, scheduler_id, outcome)
-                        break
-                    except (redis.ConnectionError, redis.TimeoutError) as exc:
-                        log.warning("queue %r: job scheduler %r not written yet (%s); retrying in %.0f s",
-                                    queue_name, scheduler_id, exc, retry_s)
-                        if stop is not None and stop.wait(retry_s):
-                            return
-                        if stop is None:
-                            gevent.sleep(retry_s)
-                    except (EchoMQError, ValueError, redis.ResponseError) as exc:
-                        log.error("queue %r: job scheduler %r cannot be written: %s", queue_name, scheduler_id,
-                                  exc)
-                        break
-        finally:
-            queue.close()
