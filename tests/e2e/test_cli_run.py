@@ -416,7 +416,7 @@ def test_add_with_embedded_config_and_no_server_keeps_the_job_for_the_next_run(t
     assert redis_pids_in(var) == []
 
 
-def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redis_url, prefix, qname):
+def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redis_url, prefix, qname, wait_for):
     """Schedulers declared in the file are created at start and served; a restart with the
     same file leaves them as they are; ``status`` lists them with their next run."""
     (tmp_path / "schedjobs.py").write_text("def tick(job):\n    return job.data\n")
@@ -443,7 +443,7 @@ def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redi
         try:
             def completed_runs():
                 return [j for j in queue.client.zrange(queue.keys.completed, 0, -1) if j.startswith("repeat:fast:")]
-            wait_until(lambda: len(completed_runs()) >= 3, timeout=60, what="3 runs of the YAML scheduler", proc=run)
+            wait_for(lambda: len(completed_runs()) >= 3, timeout=60, what="3 runs of the YAML scheduler", give_up=run.exited, details=run.output)
         finally:
             assert run.stop() == 0, run.output()
         assert queue.get_job(completed_runs()[0]).returnvalue == {"from": "yaml"}
@@ -453,8 +453,8 @@ def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redi
         # same file again: the nightly scheduler is left as it is (same upcoming run, same count)
         again = Cli(["-c", str(conf)], cwd=str(tmp_path))
         try:
-            wait_until(lambda: again.saw("'nightly' unchanged"), timeout=60, what="the unchanged scheduler log",
-                       proc=again)
+            wait_for(lambda: again.saw("'nightly' unchanged"), timeout=60, what="the unchanged scheduler log",
+                     give_up=again.exited, details=again.output)
         finally:
             assert again.stop() == 0, again.output()
         assert queue.get_job_scheduler("nightly").next == nightly.next
