@@ -323,7 +323,7 @@ class Bench:
 
     # -- measurements ----------------------------------------------------------------------
     def run_worker(self, impl: Impl, n: int, concurrency: int, mode: str = "noop",
-                   sleep_ms: int = 0, timeout: float = 600) -> Dict[str, Any]:
+                   sleep_ms: int = 0, timeout: float = 600, metrics: int = 0) -> Dict[str, Any]:
         """Throughput of ``impl``'s worker over N pre-loaded jobs (module docstring)."""
         self.flush()
         queue = self.new_queue()
@@ -333,6 +333,8 @@ class Bench:
         report.close()
         cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
                "mode": mode, "sleep_ms": sleep_ms, "report": report.name}
+        if metrics:
+            cfg["metrics"] = metrics
         proc = self.start_driver(impl.worker_cmd(), cfg)
         try:
             if not self.wait_blocked_client(15, proc):

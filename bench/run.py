@@ -43,14 +43,18 @@ class Case:
     mode: str = "noop"
     sleep_ms: int = 0
     interval_ms: int = 0
+    #: the worker records BullMQ's metrics (maxDataPoints); 0 = off
+    metrics: int = 0
 
 
 def cases(quick: bool) -> List[Case]:
-    """The case list of issue 6 (W1, W2, enqueue, latency), tiny in quick mode."""
+    """The case list of issue 6 (W1, W2, enqueue, latency) plus W1 with the workers
+    recording BullMQ's metrics (the cost of ``metrics``), tiny in quick mode."""
     if quick:
         return [
             Case("W1 no-op c=100", "w1", "worker", 400, 100),
             Case("W2 sleep 10ms c=100", "w2", "worker", 300, 100, "sleep", 10),
+            Case("W1 no-op c=100 metrics", "metrics", "worker", 400, 100, metrics=60),
             Case("enqueue add", "enqueue", "enqueue", 200, mode="add"),
             Case("enqueue bulk", "enqueue", "enqueue", 1000, mode="bulk"),
             Case("latency", "latency", "latency", 20, 1, interval_ms=5),
@@ -59,6 +63,7 @@ def cases(quick: bool) -> List[Case]:
         Case("W1 no-op c=1", "w1", "worker", 20000, 1),
         Case("W1 no-op c=10", "w1", "worker", 20000, 10),
         Case("W1 no-op c=100", "w1", "worker", 20000, 100),
+        Case("W1 no-op c=100 metrics", "metrics", "worker", 20000, 100, metrics=1440),
         Case("W2 sleep 10ms c=100", "w2", "worker", 5000, 100, "sleep", 10),
         Case("W2 sleep 10ms c=1000", "w2", "worker", 5000, 1000, "sleep", 10),
         Case("enqueue add", "enqueue", "enqueue", 5000, mode="add"),
@@ -71,7 +76,7 @@ def measure(bench: Bench, impl: Impl, case: Case) -> Dict[str, Any]:
     """One run of ``case`` for ``impl``; raises BenchError when jobs went missing."""
     load = _loadavg()
     if case.kind == "worker":
-        row = bench.run_worker(impl, case.n, case.concurrency, case.mode, case.sleep_ms)
+        row = bench.run_worker(impl, case.n, case.concurrency, case.mode, case.sleep_ms, metrics=case.metrics)
         if row["completed"] != case.n or row["failed"]:
             raise BenchError(f"{impl.key} {case.name}: {row['completed']} completed, "
                              f"{row['failed']} failed of {case.n}")
@@ -109,7 +114,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--impl", default="ours,node,pyref",
                    help="comma list of implementations: ours, node, pyref (default all)")
     p.add_argument("--only", default="",
-                   help="comma list of case groups to run: w1, w2, enqueue, latency (default all)")
+                   help="comma list of case groups to run: w1, w2, metrics, enqueue, latency (default all)")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
     p.add_argument("--trace", action="store_true",
                    help="record each worker's Redis command sequence per job (MONITOR) into trace.md")
@@ -124,7 +129,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
     if unknown:
         p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
-    groups = {"w1", "w2", "enqueue", "latency"}
+    groups = {"w1", "w2", "metrics", "enqueue", "latency"}
     bad = [g for g in args.only.split(",") if g and g not in groups]
     if bad:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
@@ -197,6 +202,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
                 for impl in order:
                     why = impl.missing("producer" if case.kind == "enqueue" else "worker")
+                    if case.metrics and not impl.metrics:
+                        why = "its driver cannot record BullMQ's metrics"
                     if why:
                         if rnd == 0:
                             sys.stderr.write(f"bench: skipping {impl.key} / {case.name}: {why}\n")

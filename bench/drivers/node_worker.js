@@ -1,6 +1,7 @@
 // Benchmark driver: one BullMQ (Node) worker on a queue, configured by a JSON argument.
 // Protocol shared by every worker driver of the harness (bench/harness.py):
-//   argv[2] = JSON {url, queue, prefix, concurrency, mode: noop|sleep|latency, sleep_ms, report}
+//   argv[2] = JSON {url, queue, prefix, concurrency, mode: noop|sleep|latency, sleep_ms, report,
+//                   metrics (maxDataPoints; absent = no metrics)}
 //   prints "READY" once connected; on SIGTERM closes gracefully, writes the report JSON
 //   {processed, latencies_ms} to cfg.report and exits 0.
 'use strict';
@@ -25,9 +26,9 @@ if (cfg.mode === 'sleep') {
   processor = async () => { processed += 1; };
 }
 
-const worker = new Worker(cfg.queue, processor, {
+const worker = new Worker(cfg.queue, processor, Object.assign({
   connection, prefix: cfg.prefix, concurrency: cfg.concurrency,
-});
+}, cfg.metrics ? { metrics: { maxDataPoints: cfg.metrics } } : {}));
 worker.on('error', (err) => { console.error('worker error', err); });
 
 let closing = false;

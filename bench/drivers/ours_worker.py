@@ -45,7 +45,8 @@ def main(cfg: Dict[str, Any]) -> None:
             processed += 1
 
     worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"],
-                    concurrency=cfg["concurrency"])
+                    concurrency=cfg["concurrency"],
+                    metrics={"maxDataPoints": cfg["metrics"]} if cfg.get("metrics") else None)
     stop = Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)
     gevent.signal_handler(signal.SIGINT, stop.set)

@@ -52,7 +52,7 @@ def test_every_case_ran_for_every_implementation(quick_run):
     _, impls, data = quick_run
     assert data["meta"]["failures"] == []
     seen = {(r["case"], r["impl"]) for r in data["runs"]}
-    expected = {(c.name, i) for c in cases(quick=True) for i in impls}
+    expected = {(c.name, i) for c in cases(quick=True) for i in impls if not (c.metrics and i == "pyref")}
     assert seen == expected
 
 
