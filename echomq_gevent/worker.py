@@ -98,7 +98,9 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
     per job. Lifecycle events go to the plugins' telemetry hooks.
 
     Construct anywhere; :meth:`run` (blocking) or :meth:`start` (a greenlet) on the hub
-    the worker should live on.
+    the worker should live on. A worker that is never run can hand out jobs one at a time
+    instead (:meth:`get_next_job`, manual processing). Running jobs can be cancelled
+    (:meth:`cancel_job`, :meth:`cancel_all_jobs`) and :attr:`concurrency` changed while it runs.
     """
 
     def __init__(self, queue_name: str, processor: Optional[Callable[[Job], Any]] = None,
