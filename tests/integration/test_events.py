@@ -276,4 +276,6 @@ def test_in_a_monkey_patched_process(redis_url, prefix, qname):
     out = subprocess.run([sys.executable, "-c", _PATCHED_SCRIPT, redis_url, prefix, qname], cwd=root,
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"value": 42, "added": ["1", "2"], "errors": 1}
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    # the killed read is reported once (none if the client library retried it by itself)
+    assert got["value"] == 42 and got["added"] == ["1", "2"] and got["errors"] in (0, 1), got
