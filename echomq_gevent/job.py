@@ -4,8 +4,10 @@ Built by :class:`~echomq_gevent.queue.Queue` (``add``, ``get_job``...) and by th
 worker for every job it fetches (:meth:`Job.from_flat`, on the hot path). Decoding
 follows BullMQ exactly (docs/protocol.md, "The job hash"): ``data``/``opts``/``progress`` are JSON,
 ``failedReason`` is plain text, ``atm``/``ats``/``stc`` are the attempt counters.
-Invalid JSON never raises while decoding; :attr:`Job.decode_error` says what was
-wrong so the worker can fail the job with that reason.
+Nothing read from Redis raises while decoding: invalid JSON, stored options that
+``Queue.add`` would refuse (same rules, checked once here), a counter that is not an
+integer or an id without a job hash set :attr:`Job.decode_error`, which names the field,
+and the worker fails the job with that reason before its processor runs.
 
 The methods (``update_progress``, ``log``...) talk to Redis through the queue's
 :class:`~echomq_gevent.scripts.Scripts`; call them from the job's greenlet (or any
@@ -14,6 +16,7 @@ greenlet/thread: a redis-py client is safe to share).
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 import weakref
@@ -23,7 +26,7 @@ from redis.exceptions import ResponseError
 
 from .errors import JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
 from .job_control import JobControl
-from .job_options import decode_job_options, encode_job_data, validate_job_options
+from .job_options import decode_job_options, encode_job_data, stored_options_problems, validate_job_options
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scripts import Scripts
@@ -117,6 +120,10 @@ def _loads(text: str) -> Any:
     return value
 
 
+#: A counter field as HINCRBY can increment it.
+_INTEGER_TEXT = re.compile(r"^-?\d+$")
+
+
 def _to_int(value: Optional[str], default: int = 0) -> int:
     """``parseInt``-like: decimal text to int, tolerating float text; ``default`` when absent/bad."""
     if value is None or value == "":
@@ -191,8 +198,11 @@ class Job(JobControl):
     # -- decoding ---------------------------------------------------------------------
     @classmethod
     def from_fields(cls, scripts: "Scripts", job_id: str, fields: Dict[str, str]) -> "Job":
-        """Decode a job hash (``HGETALL`` as a dict of str). Never raises for bad JSON:
-        ``decode_error`` names the first field that was not valid JSON."""
+        """Decode a job hash (``HGETALL`` as a dict of str). Never raises for garbage:
+        ``decode_error`` names the first field that is not valid JSON, every stored option
+        that ``Queue.add`` would refuse (those are left out of ``opts``, so settling the
+        job uses defaults for them), a non-integer ``atm``, or a hash holding none of the
+        fields a producer writes."""
         job = cls.__new__(cls)
         keys = scripts.keys
         job.scripts = scripts
@@ -214,10 +224,19 @@ class Job(JobControl):
             stored = _loads(raw) if raw else {}
             if not isinstance(stored, dict):
                 raise ValueError(f"expected an object, got {type(stored).__name__}")
-            job.opts = decode_job_options(stored)
+            opts = decode_job_options(stored)
         except ValueError as exc:
             job.opts = {}
             job.decode_error = job.decode_error or _json_problem(job.id, "opts", exc)
+        else:
+            bad = stored_options_problems(opts) if opts else None
+            if bad:
+                # keep the good ones, so settling the failure uses defaults for the bad
+                job.opts = {k: v for k, v in opts.items() if k not in bad}
+                job.decode_error = job.decode_error or (
+                    f"job {job.id}: invalid stored options: " + "; ".join(bad.values()))
+            else:
+                job.opts = opts
 
         raw = get("progress")
         try:
@@ -226,7 +245,10 @@ class Job(JobControl):
             job.progress = 0
             job.decode_error = job.decode_error or _json_problem(job.id, "progress", exc)
 
-        job.attempts_made = _to_int(get("attemptsMade") or get("atm"))
+        raw = get("atm")
+        if raw is not None and not _INTEGER_TEXT.match(raw):
+            job.decode_error = job.decode_error or f"job {job.id}: field 'atm' is not an integer ({raw!r})"
+        job.attempts_made = _to_int(get("attemptsMade") or raw)
         job.attempts_started = _to_int(get("ats"))
         job.stalled_counter = _to_int(get("stc"))
         job.timestamp = _to_int(get("timestamp"))
@@ -264,6 +286,9 @@ class Job(JobControl):
         job.deferred_failure = get("defa")
         job.processed_by = get("pb")
         job.deduplication_id = get("deid")
+        if "name" not in fields and "data" not in fields and "opts" not in fields and "timestamp" not in fields:
+            job.decode_error = (f"job {job.id}: no job hash was written for it (none of name, data, opts, "
+                                f"timestamp); its id reached the queue without the job")
         job.queue_name = keys.name
         job.prefix = keys.prefix
         job.queue_qualified_name = keys.queue_key

@@ -27,7 +27,7 @@ from .errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError
 __all__ = [
     "PRIORITY_LIMIT", "SHORT_KEYS", "LONG_KEYS", "JOB_OPTION_NAMES",
     "validate_job_options", "encode_job_options", "decode_job_options", "keep_jobs",
-    "validate_job_id", "encode_job_data",
+    "validate_job_id", "encode_job_data", "stored_options_problems",
 ]
 
 #: Highest priority BullMQ accepts (2^21 - 1).
@@ -270,6 +270,36 @@ def validate_job_options(opts: Optional[Mapping[str, Any]], job_name: Optional[s
     if "deduplication" in clean and "parent" in clean:
         raise _fail("deduplication", "cannot be used together with 'parent'", job_name)
     return clean
+
+
+#: Stored options the load check leaves alone: the id already is the job's key (Node's
+#: repeatable jobs carry ids with ':' that ``Queue.add`` would refuse).
+_NOT_CHECKED_ON_LOAD = ("jobId",)
+
+
+def stored_options_problems(opts: Mapping[str, Any]) -> Dict[str, str]:
+    """Check options decoded from a job hash with the rules of :func:`validate_job_options`.
+
+    Called once per job when it is loaded (:meth:`Job.from_fields`), on the worker's
+    greenlet. Returns ``{option: what is wrong}`` for each bad option (empty when all are
+    good). Names this client does not know (a newer BullMQ's) pass unchecked, as do
+    ``None`` values (Node's JSON never stores ``undefined``).
+    """
+    problems: Dict[str, str] = {}
+    for name, value in opts.items():
+        if value is None or name in _NOT_CHECKED_ON_LOAD:
+            continue
+        check = _CHECKS.get(name)
+        if check is None:
+            continue
+        try:
+            check(name, value, None)
+        except (InvalidOptionError, InvalidJobIdError) as exc:
+            problems[name] = str(exc)
+    flags = [f for f in _PARENT_FLAGS if opts.get(f) is True]
+    if len(flags) > 1:
+        problems[flags[1]] = f"job option {flags[1]!r}: cannot be used together with {flags[0]!r}"
+    return problems
 
 
 def encode_job_options(opts: Mapping[str, Any]) -> Dict[str, Any]:

@@ -15,6 +15,8 @@
   Returns the ids found stalled ({} when another worker checked within the interval).
 ]]
 --- @include "includes/addBaseMarkerIfNeeded"
+--- @include "includes/incrementJobCounter"
+--- @include "includes/isForeignKey"
 --- @include "includes/isQueuePausedOrMaxed"
 --- @include "includes/trimEvents"
 
@@ -52,14 +54,14 @@ local suspects = redis.call("SMEMBERS", stalledKey)
 if #suspects > 0 then
   redis.call("DEL", stalledKey)
   for _, suspect in ipairs(suspects) do
-    if string.sub(suspect, 1, 2) == "0:" then
-      -- a legacy marker that reached active: just drop it
+    if string.sub(suspect, 1, 2) == "0:" or isForeignKey(keyPrefix .. suspect) then
+      -- a legacy marker, or an id whose key is not a job hash, that reached active: drop it
       redis.call("LREM", activeKey, 1, suspect)
     else
       local jobKey = keyPrefix .. suspect
       if redis.call("EXISTS", jobKey .. ":lock") == 0
           and redis.call("LREM", activeKey, 1, suspect) > 0 then
-        local stalls = redis.call("HINCRBY", jobKey, "stc", 1)
+        local stalls = incrementJobCounter(jobKey, "stc")
         if stalls > maxStalled and not belongsToLiveScheduler(jobKey) then
           redis.call("HSET", jobKey, "defa", "job stalled more than allowable limit")
         end

@@ -17,6 +17,7 @@
 --- @include "includes/fetchNextJob"
 --- @include "includes/getDelayedScore"
 --- @include "includes/getOrSetMaxEvents"
+--- @include "includes/incrementJobCounter"
 --- @include "includes/leaveActive"
 
 local markerKey = KEYS[1]
@@ -34,7 +35,7 @@ end
 
 local score, due = getDelayedScore(delayedKey, ARGV[2], tonumber(ARGV[5]))
 if ARGV[6] == "0" then
-  redis.call("HINCRBY", jobKey, "atm", 1)
+  incrementJobCounter(jobKey, "atm")
 end
 redis.call("HSET", jobKey, "delay", ARGV[5])
 redis.call("ZADD", delayedKey, score, jobId)

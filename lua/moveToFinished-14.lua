@@ -24,6 +24,7 @@
 ]]
 --- @include "includes/collectMetrics"
 --- @include "includes/fetchNextJob"
+--- @include "includes/incrementJobCounter"
 --- @include "includes/finishDeduplication"
 --- @include "includes/moveParentToWait"
 --- @include "includes/removeFinishedJobs"
@@ -88,15 +89,20 @@ if parentJson or (parentKey and parentKey ~= "") then
   if target == "completed" then
     local parentQueueKey, parentId
     if parentJson then
-      local parent = cjson.decode(parentJson)
-      parentQueueKey = parent["queueKey"]
-      parentId = parent["id"]
+      -- a foreign producer's "parent" may be anything: only a JSON object is read
+      local ok, parent = pcall(cjson.decode, parentJson)
+      if ok and type(parent) == "table" then
+        parentQueueKey = parent["queueKey"]
+        parentId = parent["id"]
+      end
     end
     if (not parentId or parentId == "") and parentKey then
       parentId = string.match(parentKey, ".*:(.*)")
-      parentQueueKey = string.sub(parentKey, 1, #parentKey - #parentId - 1)
+      if parentId then
+        parentQueueKey = string.sub(parentKey, 1, #parentKey - #parentId - 1)
+      end
     end
-    if parentKey then
+    if parentKey and parentId and parentQueueKey then
       parentOnChildCompleted(parentQueueKey, parentKey, parentId, jobKey, resultValue, now)
     end
   elseif parentJson then
@@ -104,7 +110,7 @@ if parentJson or (parentKey and parentKey ~= "") then
   end
 end
 
-local attemptsMade = redis.call("HINCRBY", jobKey, "atm", 1)
+local attemptsMade = incrementJobCounter(jobKey, "atm")
 
 local keepJobs = opts["keepJobs"] or {}
 local keepCount = tonumber(keepJobs["count"])

@@ -14,6 +14,7 @@
 --- @include "includes/addBaseMarkerIfNeeded"
 --- @include "includes/addJobWithPriority"
 --- @include "includes/getOrSetMaxEvents"
+--- @include "includes/incrementJobCounter"
 --- @include "includes/isQueuePausedOrMaxed"
 --- @include "includes/promoteDelayedJobs"
 --- @include "includes/leaveActive"
@@ -43,7 +44,7 @@ else
 end
 addBaseMarkerIfNeeded(markerKey, pausedOrMaxed)
 
-redis.call("HINCRBY", jobKey, "atm", 1)
+incrementJobCounter(jobKey, "atm")
 redis.call("XADD", KEYS[6], "MAXLEN", "~", getOrSetMaxEvents(metaKey), "*",
            "event", "waiting", "jobId", jobId, "prev", "active")
 return 0

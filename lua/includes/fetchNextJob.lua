@@ -1,6 +1,7 @@
 --- @include "includes/getQueueMetadata"
 --- @include "includes/getNextDelayedTimestamp"
 --- @include "includes/getRateLimitTTL"
+--- @include "includes/isForeignKey"
 --- @include "includes/moveJobFromPrioritizedToActive"
 --- @include "includes/prepareJobForProcessing"
 --- @include "includes/promoteDelayedJobs"
@@ -8,7 +9,8 @@
 -- opts is the worker's unpacked map {token, lockDuration, limiter = {max, duration}?, name?}.
 -- Order: promote due delayed jobs; rate limit (meta "max" wins over limiter.max, the
 -- worker's limiter.duration wins over meta "duration"); paused or maxed; then the right
--- end of wait (skipping legacy "0:..." markers), then the best prioritized job.
+-- end of wait (skipping legacy "0:..." markers and ids whose key is not a hash), then the
+-- best prioritized job.
 -- Returns
 --   {flat job hash, jobId, 0, 0}  a job was moved to active
 --   {0, 0, ttl, 0}               rate limited for ttl more ms
@@ -36,13 +38,24 @@ local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limit
   local windowMs = (workerLimiter and workerLimiter["duration"]) or globalWindow
 
   local jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
-  -- entries starting with "0:" are markers written by BullMQ before v6: drop them
-  while jobId and string.sub(jobId, 1, 2) == "0:" do
+  -- entries starting with "0:" are markers written by BullMQ before v6, and ids whose key
+  -- is not a job hash (a foreign producer's): drop them
+  while jobId and (string.sub(jobId, 1, 2) == "0:" or isForeignKey(keyPrefix .. jobId)) do
     redis.call("LREM", activeKey, 1, jobId)
+    if string.sub(jobId, 1, 2) ~= "0:" then
+      redis.log(redis.LOG_WARNING, "queue " .. keyPrefix .. ": job id " .. jobId ..
+                " dropped from wait: its key is not a job hash")
+    end
     jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
   end
   if not jobId then
     jobId = moveJobFromPrioritizedToActive(prioritizedKey, activeKey, pcKey)
+    while jobId and isForeignKey(keyPrefix .. jobId) do
+      redis.call("LREM", activeKey, 1, jobId)
+      redis.log(redis.LOG_WARNING, "queue " .. keyPrefix .. ": job id " .. jobId ..
+                " dropped from prioritized: its key is not a job hash")
+      jobId = moveJobFromPrioritizedToActive(prioritizedKey, activeKey, pcKey)
+    end
   end
   if jobId then
     return prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, now, maxJobs,

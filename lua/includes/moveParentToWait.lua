@@ -22,7 +22,12 @@ end
 --   rdof  the child is simply dropped from the parent's dependencies
 --   none  the parent keeps waiting
 local function parentOnChildFailed(parentJson, childKey, failedReason, now)
-  local parent = cjson.decode(parentJson)
+  -- a foreign producer's "parent" may be anything: only {queueKey, id} is followed
+  local ok, parent = pcall(cjson.decode, parentJson)
+  if not ok or type(parent) ~= "table" or type(parent["queueKey"]) ~= "string"
+      or (type(parent["id"]) ~= "string" and type(parent["id"]) ~= "number") then
+    return
+  end
   local parentQueueKey = parent["queueKey"]
   local parentId = parent["id"]
   local parentKey = parentQueueKey .. ":" .. parentId

@@ -1,5 +1,8 @@
 --- @include "includes/addBaseMarkerIfNeeded"
+--- @include "includes/incrementJobCounter"
 -- Hand a job that just entered active to the fetching worker.
+--   * a non-integer "ats" (garbage) restarts at 1 and the job gets a deferred failure
+--     ("defa") naming the field
 --   * rate limiter: when a maximum applies (maxJobs), count this start; the first start
 --     of a window sets the window length. A job carrying "defa" is only going to be failed,
 --     so it does not use up the limit.
@@ -32,7 +35,11 @@ local function prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, 
   else
     redis.call("HSET", jobKey, "processedOn", now)
   end
-  redis.call("HINCRBY", jobKey, "ats", 1)
+  local _, badStarts = incrementJobCounter(jobKey, "ats")
+  if badStarts and redis.call("HEXISTS", jobKey, "defa") == 0 then
+    -- the job fails at once, with the reason, in whichever worker took it (Node's too)
+    redis.call("HSET", jobKey, "defa", "job hash field 'ats' is not an integer: " .. tostring(badStarts))
+  end
 
   addBaseMarkerIfNeeded(markerKey, false)
   return {redis.call("HGETALL", jobKey), jobId, 0, 0}

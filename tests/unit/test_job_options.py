@@ -167,3 +167,20 @@ def test_size_limit():
     # counted in UTF-8 bytes, like Node
     with pytest.raises(InvalidJobDataError, match="exceeds the limit 4 bytes"):
         encode_job_data("éé", "j", size_limit=4)
+
+
+def test_stored_options_are_checked_with_the_add_rules_but_run_what_node_writes():
+    from echomq_gevent.job_options import stored_options_problems
+
+    bad = stored_options_problems({"attempts": "three", "removeOnComplete": "yes", "lifo": True})
+    assert set(bad) == {"attempts", "removeOnComplete"}
+    assert "'attempts'" in bad["attempts"] and "'three'" in bad["attempts"]
+    # what a Node producer writes and our producer would not: runs as is
+    assert stored_options_problems({
+        "jobId": "repeat:abc:1700000000000",  # a scheduler's id, with ':'
+        "deduplication": {"id": "d", "keepLastIfActive": True},
+        "someOptionOfANewerBullMQ": {"x": 1},
+        "attempts": 0,
+    }) == {}
+    assert "keepLastIfActive" in stored_options_problems(
+        {"deduplication": {"id": "d", "keepLastIfActive": "yes"}})["deduplication"]

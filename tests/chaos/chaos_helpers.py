@@ -1,0 +1,178 @@
+"""What the chaos tests share: waiting on a condition, writing jobs as a foreign producer
+would, counting a job's end events, and a TCP proxy the test controls."""
+from __future__ import annotations
+
+import itertools
+import json
+import select
+import socket
+import struct
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import gevent
+import redis
+
+from echomq_gevent.keys import QueueKeys
+
+
+def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
+             interval: float = 0.05) -> Any:
+    """Poll ``cond`` (yielding to the hub) until it returns something truthy; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = cond()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        gevent.sleep(interval)
+
+
+def write_job(r: "redis.Redis", keys: QueueKeys, fields: Optional[Dict[str, Any]] = None,
+              job_id: Optional[str] = None, raw: Optional[Callable[["redis.Redis", str], None]] = None) -> str:
+    """Put a job in ``wait`` the way any producer speaking the protocol could: the hash
+    (``fields`` as given, garbage included), the id pushed on ``wait`` and the marker.
+    ``raw(r, job_key)`` writes the job key itself instead of ``fields`` (a wrong type,
+    say); with neither, no hash is written at all."""
+    if job_id is None:
+        job_id = str(r.incr(keys.base + "id"))
+    if raw is not None:
+        raw(r, keys.job(job_id))
+    elif fields:
+        r.hset(keys.job(job_id), mapping={k: v for k, v in fields.items()})
+    r.lpush(keys.wait, job_id)
+    r.zadd(keys.marker, {"0": 0})
+    return job_id
+
+
+def good_fields(name: str = "task", data: Any = None, opts: Optional[Dict[str, Any]] = None) -> Dict[str, str]:
+    """The fields a well-behaved producer writes (as Node's ``Job.asJSON``)."""
+    return {"name": name, "data": json.dumps(data if data is not None else {}),
+            "opts": json.dumps(opts if opts is not None else {"attempts": 0}),
+            "timestamp": str(int(time.time() * 1000)), "delay": "0", "priority": "0"}
+
+
+def end_events(r: "redis.Redis", keys: QueueKeys) -> Dict[str, List[str]]:
+    """job id -> the ``completed``/``failed`` events the queue's stream holds for it."""
+    out: Dict[str, List[str]] = {}
+    for _id, fields in r.xrange(keys.events):
+        if fields.get("event") in ("completed", "failed"):
+            out.setdefault(fields.get("jobId", "?"), []).append(fields["event"])
+    return out
+
+
+class ControlledProxy:
+    """A TCP proxy between the code under test and Redis, run on native threads (so it
+    keeps forwarding whatever the test's hub does).
+
+    * :meth:`mute`: every open connection stops forwarding in both directions but stays
+      open, as behind a NAT or a failover that dropped its state without FIN or RST;
+      connections opened afterwards work normally.
+    * :meth:`reset`: every open connection is closed with RST.
+    * :attr:`latency`: seconds added before each chunk is forwarded.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self.latency = 0.0
+        self._listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(128)
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: Dict[int, Tuple[socket.socket, socket.socket, threading.Event]] = {}
+        self._ids = itertools.count()
+        self._closed = False
+        self.accepted = 0
+        threading.Thread(target=self._accept_loop, name="chaos-proxy-accept", daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _accept_loop(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            muted = threading.Event()
+            pid = next(self._ids)
+            with self._lock:
+                self._pairs[pid] = (client, upstream, muted)
+                self.accepted += 1
+            threading.Thread(target=self._pump, args=(pid, client, upstream, muted), daemon=True,
+                             name=f"chaos-proxy-{pid}").start()
+
+    def _pump(self, pid: int, a: socket.socket, b: socket.socket, muted: threading.Event) -> None:
+        peers = {a: b, b: a}
+        try:
+            while not self._closed and pid in self._pairs:
+                if muted.is_set():  # hold everything: read nothing, send nothing, close nothing
+                    time.sleep(0.05)
+                    continue
+                readable, _, _ = select.select([a, b], [], [], 0.1)
+                if muted.is_set():
+                    continue
+                for s in readable:
+                    data = s.recv(65536)
+                    if not data:
+                        return
+                    if self.latency:
+                        time.sleep(self.latency)
+                    peers[s].sendall(data)
+        except (OSError, ValueError):
+            pass
+        finally:
+            if not muted.is_set():
+                self._drop(pid, rst=False)
+
+    def _drop(self, pid: int, rst: bool) -> None:
+        with self._lock:
+            pair = self._pairs.pop(pid, None)
+        if pair is None:
+            return
+        for s in pair[:2]:
+            try:
+                if rst:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                s.close()
+            except OSError:
+                pass
+
+    def open_connections(self) -> int:
+        with self._lock:
+            return sum(1 for _c, _u, m in self._pairs.values() if not m.is_set())
+
+    def mute(self) -> int:
+        """Stop every open connection without closing it; returns how many."""
+        with self._lock:
+            pairs = [p for p in self._pairs.values() if not p[2].is_set()]
+        for _c, _u, muted in pairs:
+            muted.set()
+        return len(pairs)
+
+    def reset(self) -> int:
+        """Close every open connection (muted ones included) with RST; returns how many."""
+        with self._lock:
+            ids = list(self._pairs)
+        for pid in ids:
+            self._drop(pid, rst=True)
+        return len(ids)
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._listener.close()
+        except OSError:
+            pass
+        self.reset()
