@@ -37,6 +37,7 @@ _LAZY = {
     "JobFailedError": ".events",
     "JobScheduler": ".schedulers",
     "CronError": ".cron",
+    "ConnectionSettings": ".connection",
 }
 
 
@@ -56,6 +57,7 @@ __all__ = [
     "Queue",
     "Job",
     "Worker",
+    "ConnectionSettings",
     "JobTimeoutError",
     "QueueEvents",
     "QueueEventsProducer",

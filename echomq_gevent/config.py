@@ -13,6 +13,7 @@ The file::
     redis:
       url: embedded            # or redis://host:port/db, rediss://..., unix:///path.sock
       embedded: {dir: var}     # only with url: embedded
+      socket_timeout: 10       # and the other ConnectionSettings (connection.py)
     prefix: bull
     plugin_paths: [../plugins] # folders (relative to this file) put on sys.path
     plugins: [demo]            # plugin modules (or module:object)
@@ -37,6 +38,7 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
+from .connection import DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings
 from .errors import ConfigError
 from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options
@@ -53,7 +55,7 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
                   "defaults", "queues")
-REDIS_KEYS = ("url", "embedded")
+REDIS_KEYS = ("url", "embedded") + SETTING_KEYS
 EMBEDDED_KEYS = ("dir", "port", "persist")
 LOGGING_KEYS = ("level", "format")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -203,6 +205,8 @@ class RedisSettings:
     embedded_dir: str = "var"
     embedded_port: Optional[int] = None
     embedded_persist: bool = True
+    #: socket timeouts, TCP keep-alive and health checks of every client the workers make
+    connection: ConnectionSettings = DEFAULT_SETTINGS
 
     @property
     def embedded(self) -> bool:
@@ -339,6 +343,12 @@ def _parse_redis(cfg: Config, value: Any) -> None:
         raise cfg.error(("redis", "url"), f"must be 'embedded' or a redis://, rediss:// or unix:// URL, "
                                           f"got {url!r}")
     cfg.redis.url = url
+    given = {k: v for k, v in value.items() if k in SETTING_KEYS}
+    if given:
+        try:
+            cfg.redis.connection = ConnectionSettings.from_mapping(given)
+        except ConnectionSettingError as exc:
+            raise cfg.error(("redis", exc.option), str(exc)) from None
     emb = value.get("embedded")
     if emb is None:
         return

@@ -14,7 +14,7 @@ import difflib
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from .connection import DEFAULT_URL, ConnectionLike, make_client
+from .connection import DEFAULT_URL, ConnectionLike, ConnectionSettings, make_client
 from .errors import EchoMQError, InvalidOptionError, ScriptError, error_for_code
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
@@ -74,18 +74,22 @@ class Queue(QueueGetters, SchedulerMixin):
     under each job's own options, like Node's ``defaultJobOptions``. ``streams``
     (``{"events": {"maxLen": N}}``, Node's option) stores the events stream's cap in
     meta at once (see :meth:`set_events_max_len`); without it the cap stays as stored
-    (10 000 when none is).
+    (10 000 when none is). ``connection_settings``
+    (:class:`~echomq_gevent.connection.ConnectionSettings`: socket timeouts, TCP
+    keep-alive, health checks) apply to a client built from a URL; the defaults are used
+    without it.
     """
 
     def __init__(self, name: str, connection: ConnectionLike = DEFAULT_URL, prefix: str = DEFAULT_PREFIX,
                  max_connections: Optional[int] = None,
                  default_job_options: Optional[Mapping[str, Any]] = None,
-                 streams: Optional[Mapping[str, Any]] = None) -> None:
+                 streams: Optional[Mapping[str, Any]] = None,
+                 connection_settings: Optional[ConnectionSettings] = None) -> None:
         self.keys = QueueKeys(name, prefix)
         self.name = self.keys.name
         self.prefix = self.keys.prefix
         self.qualified_name = self.keys.queue_key
-        self.client = make_client(connection, max_connections=max_connections)
+        self.client = make_client(connection, max_connections=max_connections, settings=connection_settings)
         self._owns_client = self.client is not connection
         self.scripts = Scripts(self.client, self.keys)
         self.default_job_options = validate_job_options(default_job_options, None)

@@ -320,5 +320,5 @@ def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Call
     from .worker import Worker
 
     return [Worker(name, processor=processors.get(name), connection=url, prefix=cfg.prefix,
-                   plugins=host, **q.options)
+                   plugins=host, connection_settings=cfg.redis.connection, **q.options)
             for name, q in cfg.queues.items()]

@@ -31,7 +31,7 @@ import gevent.event
 import gevent.pool
 import redis
 
-from .connection import ConnectionLike, make_client
+from .connection import DEFAULT_SETTINGS, ConnectionLike, ConnectionSettings, make_client
 from .hub import HubMonitor
 from .job import Job
 from .job_options import keep_jobs
@@ -105,14 +105,17 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
 
     def __init__(self, queue_name: str, processor: Optional[Callable[[Job], Any]] = None,
                  connection: ConnectionLike = None, prefix: str = "bull",
-                 plugins: Optional[PluginHost] = None, **options: Any) -> None:
+                 plugins: Optional[PluginHost] = None,
+                 connection_settings: Optional[ConnectionSettings] = None, **options: Any) -> None:
         self.options = validate_worker_options(options, where=f"Worker for queue {queue_name!r}")
         if processor is not None and not callable(processor):
             raise TypeError(f"Worker for queue {queue_name!r}: processor must be callable, got {processor!r}")
         self.keys = QueueKeys(queue_name, prefix)
         self.queue_name = queue_name
         self.prefix = prefix
-        self.client = make_client(connection)
+        #: socket timeouts, keep-alive and health checks of every client this worker makes
+        self.connection_settings = connection_settings or DEFAULT_SETTINGS
+        self.client = make_client(connection, settings=connection_settings)
         self._owns_client = self.client is not connection
         self.scripts = Scripts(self.client, self.keys)
         self.plugins = plugins if plugins is not None else PluginHost()

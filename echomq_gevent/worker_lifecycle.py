@@ -66,8 +66,11 @@ class Lifecycle:
             except redis.ResponseError:
                 marker.connection_id = None
 
-        self._blocking = clone_client(self.client, max_connections=2, client_name=self._blocking_client_name(),
-                                      socket_timeout=MAX_BLOCK_S + 5, redis_connect_func=on_connect)
+        settings = self.connection_settings
+        self._blocking = clone_client(self.client, max_connections=2, settings=settings,
+                                      client_name=self._blocking_client_name(),
+                                      socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                      redis_connect_func=on_connect)
         marker.client = self._blocking
         self._marker = marker
         try:  # connect now: the worker shows up in getWorkers() from the start
@@ -75,7 +78,10 @@ class Lifecycle:
         except CONNECTION_ERRORS as exc:
             log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", label, exc)
 
-        lock_scripts = Scripts(clone_client(self.client, max_connections=2), self.keys, self.scripts.lib)
+        # a renewal must never wait on a dead connection longer than a lock can spare
+        lock_timeout = min(settings.socket_timeout, max(1.0, self.lock_duration / 4000.0))
+        lock_scripts = Scripts(clone_client(self.client, max_connections=2, settings=settings,
+                                            socket_timeout=lock_timeout), self.keys, self.scripts.lib)
         self._locks = LockRenewer(lock_scripts, self.lock_duration, lock_renew_interval(opts),
                                   self._on_locks_lost, label=label)
         self._locks.start()

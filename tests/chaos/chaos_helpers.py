@@ -70,6 +70,8 @@ class ControlledProxy:
     * :meth:`mute`: every open connection stops forwarding in both directions but stays
       open, as behind a NAT or a failover that dropped its state without FIN or RST;
       connections opened afterwards work normally.
+    * :meth:`hold_replies`: every open connection still carries commands to Redis but
+      no reply back: a command runs and its caller never learns it did.
     * :meth:`reset`: every open connection is closed with RST.
     * :attr:`latency`: seconds added before each chunk is forwarded.
     """
@@ -84,6 +86,7 @@ class ControlledProxy:
         self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self._pairs: Dict[int, Tuple[socket.socket, socket.socket, threading.Event]] = {}
+        self._held: set = set()
         self._ids = itertools.count()
         self._closed = False
         self.accepted = 0
@@ -127,6 +130,8 @@ class ControlledProxy:
                     data = s.recv(65536)
                     if not data:
                         return
+                    if s is b and pid in self._held:
+                        continue  # a reply of a held connection: swallowed
                     if self.latency:
                         time.sleep(self.latency)
                     peers[s].sendall(data)
@@ -160,6 +165,13 @@ class ControlledProxy:
         for _c, _u, muted in pairs:
             muted.set()
         return len(pairs)
+
+    def hold_replies(self) -> int:
+        """Let every open connection carry commands but no replies; returns how many."""
+        with self._lock:
+            ids = [pid for pid, p in self._pairs.items() if not p[2].is_set()]
+            self._held.update(ids)
+        return len(ids)
 
     def reset(self) -> int:
         """Close every open connection (muted ones included) with RST; returns how many."""

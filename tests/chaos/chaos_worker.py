@@ -1,0 +1,44 @@
+"""A worker process for the chaos tests: gevent-patched like production, one Worker on the
+queue named in its JSON argument, every run recorded straight into Redis (bypassing any
+proxy under test) so the test can count how often each job ran.
+
+    python chaos_worker.py '{"queue": ..., "url": ..., "record_url": ..., "prefix": ...,
+                            "options": {...}, "settings": {...}}'
+
+Jobs' data: ``{"s": seconds}`` sleeps that long (0 or absent: a no-op). Prints READY as it
+starts; exits 0 after SIGTERM.
+"""
+from gevent import monkey
+
+monkey.patch_all()
+
+import json  # noqa: E402
+import logging  # noqa: E402
+import sys  # noqa: E402
+
+import gevent  # noqa: E402
+import redis  # noqa: E402
+
+from echomq_gevent import ConnectionSettings, Worker  # noqa: E402
+
+cfg = json.loads(sys.argv[1])
+logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                    format="%(asctime)s %(name)s %(levelname)s %(message)s")
+recorder = redis.Redis.from_url(cfg["record_url"], decode_responses=True, socket_timeout=5)
+runs_key = f"{cfg['prefix']}:chaos:runs"
+
+
+def processor(job):
+    recorder.rpush(runs_key, job.id)
+    seconds = (job.data or {}).get("s") or 0
+    if seconds:
+        gevent.sleep(seconds)
+    return None
+
+
+settings = ConnectionSettings(**cfg["settings"]) if cfg.get("settings") else None
+worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"],
+                connection_settings=settings, **cfg.get("options", {}))
+print("READY", flush=True)
+worker.run()
+print("EXITED", flush=True)
