@@ -188,3 +188,37 @@ class ControlledProxy:
         except OSError:
             pass
         self.reset()
+
+
+def runs_of(r: "redis.Redis", prefix: str) -> Dict[str, int]:
+    """job id -> how many times a chaos worker process ran it (recorded in the session's Redis)."""
+    counts: Dict[str, int] = {}
+    for job_id in r.lrange(f"{prefix}:chaos:runs", 0, -1):
+        counts[job_id] = counts.get(job_id, 0) + 1
+    return counts
+
+
+def add_jobs(url: str, qname: str, prefix: str, n: int, seconds: float = 0) -> List[str]:
+    """Add ``n`` jobs whose processor sleeps ``seconds`` (batches of 500); their ids."""
+    from echomq_gevent import Queue
+
+    q = Queue(qname, connection=url, prefix=prefix)
+    try:
+        out: List[str] = []
+        for start in range(0, n, 500):
+            batch = [{"name": "work", "data": {"s": seconds}} for _ in range(min(500, n - start))]
+            out.extend(j.id for j in q.add_bulk(batch))
+        return out
+    finally:
+        q.close()
+
+
+def assert_every_job_ended_once(queue_r: "redis.Redis", keys: QueueKeys, ids: List[str]) -> None:
+    """Every job of ``ids`` is completed, with exactly one end event, and ``active`` is empty."""
+    completed = set(queue_r.zrange(keys.completed, 0, -1))
+    lost = [i for i in ids if i not in completed]
+    assert not lost, f"{len(lost)} job(s) not completed, e.g. {lost[:10]}"
+    events = end_events(queue_r, keys)
+    twice = {i: e for i, e in events.items() if len(e) != 1}
+    assert not twice, f"jobs with more than one end event: {dict(list(twice.items())[:10])}"
+    assert queue_r.llen(keys.active) == 0

@@ -95,7 +95,9 @@ class WorkerProcesses:
 
 
 @pytest.fixture
-def workers(tmp_path, own_redis, prefix, qname):
-    w = WorkerProcesses(tmp_path, qname, prefix, own_redis.url)
+def workers(tmp_path, redis_url, prefix, qname):
+    """Worker processes; they record each run in the session's Redis (``runs_of(r, prefix)``),
+    which no fault touches."""
+    w = WorkerProcesses(tmp_path, qname, prefix, redis_url)
     yield w
     w.stop_all()
