@@ -15,7 +15,10 @@ is named once in :class:`_RedisPy`:
 * ``ConnectionPool.get_connection`` (its ``command_name`` argument is required before
   5.3 and deprecated after), ``ConnectionPool.release``, and the pool attributes
   ``connection_kwargs``, ``max_connections`` and ``cache`` (client-side caching, 5.1+);
-* ``Connection.send_packed_command``, ``Connection.read_response``,
+* ``Connection.connect``, ``Connection.check_health``, ``Connection.can_read`` and
+  ``Connection._sock`` (before a call is written, so a failure there is known to have
+  sent nothing);
+* ``Connection.send_packed_command`` (and its ``check_health`` argument), ``Connection.read_response``,
   ``Connection.disconnect``, ``Connection.pack_command``/``pack_commands`` (without
   hiredis);
 * ``Redis.connection`` (set for ``single_connection_client=True``);
@@ -28,8 +31,9 @@ from __future__ import annotations
 
 import inspect
 import os
+import time
 import weakref
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import redis
 from redis.exceptions import ResponseError
@@ -39,13 +43,32 @@ try:  # the C packer redis-py itself uses when hiredis is installed
 except ImportError:  # pragma: no cover - redis-py without hiredis
     _hiredis_pack = None
 
-__all__ = ["KeptConnection", "MIN_POOL_SIZE", "pack_command"]
+__all__ = ["KeptConnection", "MIN_POOL_SIZE", "pack_command", "AmbiguousCallError"]
 
 #: Fewest pool connections for which a connection is kept (the rest stay for other commands).
 MIN_POOL_SIZE = 4
+#: Seconds a kept connection may sit idle before it is polled once for an EOF (the server
+#: closed it, e.g. restarted) before the next call is written on it. A busy worker uses it
+#: without pause and never pays the poll; after a pause the poll tells "closed before the
+#: call" (re-sendable) apart from "failed after the call was written" (ambiguous).
+STALE_AFTER_S = 1.0
 
 #: What a connection that broke mid-call raises; the call is then run through the client.
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
+
+
+class AmbiguousCallError(redis.ConnectionError):
+    """The connection failed after a command was sent and before its answer arrived, and
+    the command is not safe to send again: Redis may or may not have run it. The caller
+    reads the state back instead (``docs/reliability.md``, "No blind replay").
+
+    A ``redis.ConnectionError``, so code that only retries connection errors after a
+    pause still does; ``commands`` are the commands whose outcome is unknown.
+    """
+
+    def __init__(self, message: str, commands: Sequence[Sequence[Any]] = ()) -> None:
+        super().__init__(message)
+        self.commands = [tuple(c) for c in commands]
 
 
 class _RedisPy:
@@ -73,14 +96,31 @@ class _RedisPy:
             pool.release(conn)
 
     @staticmethod
+    def ready(conn: Any, poll: bool) -> None:
+        """Connect if needed, and with ``poll`` replace a connection the server has closed
+        (its socket is readable: EOF, or an answer nobody asked for); then run the client's
+        health check (a PING on a connection idle longer than ``health_check_interval``).
+        All before anything of the call is written: a failure here is unambiguous."""
+        if poll and getattr(conn, "_sock", None) is not None:
+            try:
+                stale = conn.can_read(timeout=0)
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                stale = True
+            if stale:
+                conn.disconnect()
+        conn.connect()
+        conn.check_health()
+
+    @staticmethod
     def send(conn: Any, commands: Sequence[Sequence[Any]]) -> None:
-        """Write ``commands`` in one send, packed as the client packs them."""
+        """Write ``commands`` in one send, packed as the client packs them (the health
+        check already ran in :meth:`ready`)."""
         if _hiredis_pack is not None:
-            conn.send_packed_command((b"".join([_hiredis_pack(tuple(c)) for c in commands]),))
+            conn.send_packed_command((b"".join([_hiredis_pack(tuple(c)) for c in commands]),), check_health=False)
         elif len(commands) == 1:  # pragma: no cover - without hiredis
-            conn.send_packed_command(conn.pack_command(*commands[0]))
+            conn.send_packed_command(conn.pack_command(*commands[0]), check_health=False)
         else:  # pragma: no cover - without hiredis
-            conn.send_packed_command(conn.pack_commands(commands))
+            conn.send_packed_command(conn.pack_commands(commands), check_health=False)
 
     @staticmethod
     def read(conn: Any) -> Any:
@@ -132,6 +172,7 @@ class KeptConnection:
     def __init__(self, client: "redis.Redis") -> None:
         self.client = client
         self._idle: List[Any] = []
+        self._idle_since = 0.0
         self._pid = os.getpid()
         # not at interpreter exit: the process' sockets close with it anyway
         weakref.finalize(self, _give_back, client.connection_pool, self._idle).atexit = False
@@ -149,35 +190,54 @@ class KeptConnection:
         """Check the kept connection back in; the next call takes one again. Idempotent."""
         _give_back(self.client.connection_pool, self._idle)
 
-    def _take(self) -> Any:
+    def _take(self) -> Tuple[Any, bool]:
+        """A connection for one call, and whether it sat idle long enough to be polled."""
         if self._pid != os.getpid():  # forked: the kept sockets belong to the parent
             self._idle.clear()
             self._pid = os.getpid()
         try:
-            return self._idle.pop()
-        except IndexError:
-            return _RedisPy.checkout(self.client.connection_pool)
+            conn = self._idle.pop()
+        except IndexError:  # the pool checks out a connection as it checks any other
+            return _RedisPy.checkout(self.client.connection_pool), False
+        return conn, time.monotonic() - self._idle_since > STALE_AFTER_S
 
     def _keep(self, conn: Any) -> None:
         if self._idle:
             _RedisPy.checkin(self.client.connection_pool, conn)  # one idle connection is enough
         else:
             self._idle.append(conn)
+            self._idle_since = time.monotonic()
 
-    def call(self, *command: Any) -> Any:
+    def call(self, *command: Any, resend: bool = True) -> Any:
         """One command: the same answer (or error) as ``client.execute_command(*command)``.
-        A connection error gives the connection up and runs the command through the
-        client, with its retry policy, as every other command."""
+
+        A connection that fails before the command was written (connect, health check) is
+        given up and the command runs through the client. One that fails after it was
+        written leaves unknown whether Redis ran it: with ``resend`` (an idempotent or
+        read-only command) it is sent again through the client; without, it raises
+        :class:`AmbiguousCallError` and is never sent again."""
         pool = self.client.connection_pool
-        conn = self._take()
+        conn, poll = self._take()
+        try:
+            _RedisPy.ready(conn, poll)
+        except _CONNECTION_ERRORS:
+            _RedisPy.drop(pool, conn)
+            return self.client.execute_command(*command)
+        except BaseException:
+            _RedisPy.drop(pool, conn)
+            raise
         try:
             _RedisPy.send(conn, (command,))
             result = _RedisPy.read(conn)
         except ResponseError:  # a whole answer was read: the connection is clean
             self._keep(conn)
             raise
-        except _CONNECTION_ERRORS:
+        except _CONNECTION_ERRORS as exc:
             _RedisPy.drop(pool, conn)
+            if not resend:
+                raise AmbiguousCallError(
+                    f"the connection failed after {command[0]} was sent ({type(exc).__name__}: {exc}); it is not "
+                    f"sent again, as it may have run", (command,)) from exc
             return self.client.execute_command(*command)
         except BaseException:  # e.g. GreenletExit mid-read: the answer may still be unread
             _RedisPy.drop(pool, conn)
@@ -185,13 +245,18 @@ class KeptConnection:
         self._keep(conn)
         return result
 
-    def call_many(self, commands: Sequence[Sequence[Any]]) -> List[Any]:
+    def call_many(self, commands: Sequence[Sequence[Any]], resend: bool = True) -> List[Any]:
         """Several commands in one write, answers read in order with an error in place of
-        its answer, as a non-transaction redis-py pipeline gives them. A connection error
-        gives the connection up and runs them as such a pipeline."""
+        its answer, as a non-transaction redis-py pipeline gives them. A connection that
+        fails before the write is given up and they run as such a pipeline; one that fails
+        after it runs them again only with ``resend`` (all of them idempotent), else raises
+        :class:`AmbiguousCallError`."""
         pool = self.client.connection_pool
-        conn = self._take()
+        conn, poll = self._take()
+        sent = False
         try:
+            _RedisPy.ready(conn, poll)
+            sent = True
             _RedisPy.send(conn, commands)
             results: List[Any] = []
             for _ in commands:
@@ -199,8 +264,12 @@ class KeptConnection:
                     results.append(_RedisPy.read(conn))
                 except ResponseError as exc:
                     results.append(exc)
-        except _CONNECTION_ERRORS:
+        except _CONNECTION_ERRORS as exc:
             _RedisPy.drop(pool, conn)
+            if sent and not resend:
+                raise AmbiguousCallError(
+                    f"the connection failed after {len(commands)} command(s) were sent ({type(exc).__name__}: "
+                    f"{exc}); they are not sent again, as they may have run", commands) from exc
             pipe = self.client.pipeline(transaction=False)
             try:
                 for command in commands:

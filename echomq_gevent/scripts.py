@@ -25,7 +25,8 @@ from .keys import QueueKeys
 from .kept_connection import KeptConnection
 from .script_library import ScriptLibrary, library, lua_dir, pack
 
-__all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir"]
+__all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir", "RESEND_SAFE",
+           "ADD_SCRIPTS"]
 
 Number = Union[int, float]
 
@@ -65,6 +66,28 @@ class ScriptBatch:
     def execute(self) -> List[Any]:
         calls, self.calls = self.calls, []
         return self.scripts.run_many(calls, check=False)
+
+
+#: Scripts that may be sent again when a connection failed after the call was written (so
+#: Redis may or may not have run it): read-only ones, and ones whose second run changes
+#: nothing (guarded by a token, a state check or a time window). Every other script is
+#: never re-sent after such a failure; the caller reads the state back instead. The add
+#: scripts count as safe only with a custom job id (a second add of the same id is refused
+#: as a duplicate); with an automatic id a second run would add a second job.
+#: ``docs/reliability.md`` has the table with the reason for each script.
+RESEND_SAFE = frozenset({
+    "getCounts-1", "getState-8", "getStateV2-8", "isFinished-3",   # read only
+    "extendLock-2", "extendLocks-1",            # set the lock only while the token matches
+    "moveStalledJobsToWait-9",                  # one run per stalled_interval (stalled-check key)
+    "pause-7",                                  # sets or clears the paused flag
+    "updateProgress-3", "updateData-1",         # overwrite a field (a second progress event at most)
+    "changeDelay-4",                            # absolute due time from the caller's clock
+    "changePriority-7",                         # the same priority again
+    "removeJob-2",                              # 1 for an id that is gone
+    "drain-5", "obliterate-2", "moveJobsToWait-8",  # their callers loop until nothing is left
+})
+#: The add scripts (safe to re-send only with a custom job id).
+ADD_SCRIPTS = frozenset({"addStandardJob-9", "addDelayedJob-6", "addPrioritizedJob-9"})
 
 
 class Scripts(AdminScripts):
@@ -117,18 +140,25 @@ class Scripts(AdminScripts):
         return ("EVALSHA", self.lib.shas[call.name], len(call.keys), *call.keys, *call.args)
 
     def call(self, name: str, keys: Sequence[Any], args: Sequence[Any],
-             client: Optional["redis.Redis"] = None) -> Any:
+             client: Optional["redis.Redis"] = None, resend: Optional[bool] = None) -> Any:
         """EVALSHA ``name`` with ``keys``/``args``; on NOSCRIPT load it and try once more.
-        The raw answer: negative codes are not checked (see :meth:`run`)."""
+        The raw answer: negative codes are not checked (see :meth:`run`).
+
+        ``resend`` (default: whether ``name`` is in :data:`RESEND_SAFE`) says whether the
+        call may be sent again when the connection fails after it was written; when not,
+        that failure raises :class:`~echomq_gevent.kept_connection.AmbiguousCallError`.
+        A client that cannot lend a kept connection (see :class:`KeptConnection`) follows
+        its own retry policy instead."""
         c = client or self.client
         sha = self.lib.shas[name]
         kept = self._kept
         if kept is not None and c is self.client:
+            safe = name in RESEND_SAFE if resend is None else resend
             try:
-                return kept.call("EVALSHA", sha, len(keys), *keys, *args)
+                return kept.call("EVALSHA", sha, len(keys), *keys, *args, resend=safe)
             except NoScriptError:
                 kept.call("SCRIPT", "LOAD", self.lib.sources[name])
-                return kept.call("EVALSHA", sha, len(keys), *keys, *args)
+                return kept.call("EVALSHA", sha, len(keys), *keys, *args, resend=safe)
         try:
             return c.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -152,7 +182,8 @@ class Scripts(AdminScripts):
             except ResponseError as exc:
                 results = [exc]
         elif self._kept is not None:
-            results = self._kept.call_many([self._evalsha(c) for c in calls])
+            results = self._kept.call_many([self._evalsha(c) for c in calls],
+                                           resend=all(c.name in RESEND_SAFE for c in calls))
         else:
             pipe = self.client.pipeline(transaction=False)
             try:
@@ -241,7 +272,7 @@ class Scripts(AdminScripts):
         if pipe is not None:
             self.queue_call(pipe, script, keys, args)
             return None
-        return str(self._check(script, self.call(script, keys, args), job_id or None))
+        return str(self._check(script, self.call(script, keys, args, resend=bool(job_id)), job_id or None))
 
     # -- worker side (docs/protocol.md, "Fetching and finishing") ---------------------
     def _fetch_keys(self) -> List[str]:

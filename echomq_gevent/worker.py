@@ -24,7 +24,7 @@ import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import gevent
 import gevent.event
@@ -156,6 +156,8 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         self._closed = gevent.event.Event()
         self._loop_done = gevent.event.Event()
         self._drained = False
+        #: tokens of pick-ups (or fetch-nexts) whose answer was lost; read back by the loop
+        self._unknown_pickups: List[str] = []
         self._burst = 1
         self._block_until = 0
         self._limit_until = 0

@@ -27,6 +27,7 @@ import gevent
 
 from .errors import UnrecoverableError
 from .job import Job
+from .kept_connection import AmbiguousCallError
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S
 from .schedulers import schedule_next_run
 from .worker_slots import Slot, now_ms
@@ -76,6 +77,9 @@ class FetchLoop:
             wait_ms = min(self._limit_until - now, self.options["max_rate_limit_delay"])
             self._wait_kick(wait_ms / 1000.0)
             return
+        if self._unknown_pickups:
+            self._claim_unknown_pickups()
+            return
         if self._drained and not self._wait_for_work():
             return
         if self._paused or self.closing:  # paused or closed while blocked on the marker
@@ -88,12 +92,17 @@ class FetchLoop:
         free slots: fill them in a few round trips) and falls back to 1 otherwise."""
         tokens = [f"{self.id}:{next(self._tokens)}" for _ in range(max(1, count))]
         now = now_ms()
-        if len(tokens) == 1:
-            answers: List[Any] = [self.scripts.move_to_active(tokens[0], self.lock_duration, now,
-                                                              limiter=self.limiter, name=self.name)]
-        else:
-            answers = self.scripts.move_to_active_many(tokens, self.lock_duration, now, limiter=self.limiter,
-                                                       name=self.name)
+        try:
+            if len(tokens) == 1:
+                answers: List[Any] = [self.scripts.move_to_active(tokens[0], self.lock_duration, now,
+                                                                  limiter=self.limiter, name=self.name)]
+            else:
+                answers = self.scripts.move_to_active_many(tokens, self.lock_duration, now,
+                                                           limiter=self.limiter, name=self.name)
+        except AmbiguousCallError:
+            # the pick-ups may have taken jobs: never sent again, read back (next turn)
+            self._unknown_pickups.extend(tokens)
+            raise
         self.last_fetch_at = time.time()
         error: Optional[BaseException] = None
         started = 0
@@ -111,6 +120,38 @@ class FetchLoop:
             self._burst = 1
         if error is not None:
             raise error
+
+    def _claim_unknown_pickups(self) -> None:
+        """After pick-ups whose answer was lost (the connection failed once they were sent):
+        find the jobs they took, in ``active`` and locked with one of their tokens, and run
+        them, so none waits for its lock to lapse and the stalled check. Also used for the
+        next job a finish fetched when the finish's answer was lost. Raises on a connection
+        error (the loop tries again after its pause); the locks are renewed meanwhile only
+        once the jobs are started, so a read-back that takes longer than ``lock_duration``
+        leaves them to the stalled check."""
+        tokens = set(self._unknown_pickups)
+        client = self.scripts.client
+        ids = client.lrange(self.keys.active, 0, -1)
+        owners: List[Any] = []
+        if ids:
+            pipe = client.pipeline(transaction=False)
+            for job_id in ids:
+                pipe.get(self.keys.lock(job_id))
+            owners = pipe.execute()
+        claimed = 0
+        for job_id, owner in zip(ids, owners):
+            if owner not in tokens or job_id in self._active:
+                continue
+            fields = client.hgetall(self.keys.job(job_id))
+            job = Job.from_fields(self.scripts, job_id, fields)
+            job.token = owner
+            claimed += 1
+            self._start(job, owner)
+        self._unknown_pickups.clear()
+        self._drained = False
+        if claimed:
+            log.warning("queue %r: %d job(s) taken by a pick-up whose answer was lost were found by their lock "
+                        "and started", self.queue_name, claimed)
 
     def _wait_for_work(self) -> bool:
         """Block on the marker. True: time to call moveToActive; False: look again."""

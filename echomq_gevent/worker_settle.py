@@ -23,8 +23,9 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gevent
+import redis
 
-from . import backoff as backoff_mod
+from .builtin import default_failure_decision
 from .errors import (
     DelayedError,
     InvalidJobDataError,
@@ -39,8 +40,9 @@ from .errors import (
     WaitingChildrenError,
 )
 from .hookspecs import FailureDecision
-from .job import Job
+from .job import Job, job_state
 from .job_options import keep_jobs
+from .kept_connection import AmbiguousCallError
 from .scripts import ScriptCall, Scripts
 from .worker_slots import CONNECTION_ERRORS, Slot, now_ms
 
@@ -68,12 +70,62 @@ class _Gone(Exception):
     """The job is no longer ours (lock lost, removed, handed back)."""
 
 
+class _Unwritable(Exception):
+    """Redis answered a settle call with an error that is not about the job's state and
+    did not say it refused before running (a script error)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+#: Errors with which Redis refuses a command before it runs (for a script: at its first
+#: write, so it wrote nothing): sending it again later is safe.
+_REFUSED_FIRST = tuple(getattr(redis.exceptions, name) for name in (
+    "OutOfMemoryError", "ReadOnlyError", "TryAgainError", "ClusterDownError", "MasterDownError")
+    if hasattr(redis.exceptions, name))
+_REFUSED_WORDS = ("command not allowed when used memory", "BUSY ", "LOADING", "MASTERDOWN", "TRYAGAIN",
+                  "CLUSTERDOWN", "READONLY", "NOREPLICAS", "You can't write against a read only replica")
+
+
+def _not_run(exc: BaseException) -> bool:
+    """Whether ``exc`` says the call never ran: a connection error before it was sent
+    (an ambiguous one is :class:`AmbiguousCallError`, handled apart), or a refusal."""
+    if isinstance(exc, CONNECTION_ERRORS) or isinstance(exc, _REFUSED_FIRST):
+        return True
+    if isinstance(exc, redis.ResponseError):
+        text = str(exc)
+        return any(word in text for word in _REFUSED_WORDS)
+    return False
+
+
+def _describe(err: BaseException) -> str:
+    """An error's message, or its type name; never raises (a ``__str__`` may)."""
+    try:
+        text = str(err)
+    except Exception:
+        text = ""
+    return text or type(err).__name__
+
+
 class Settling:
     """Writing the outcome of a job of a :class:`~echomq_gevent.worker.Worker`."""
 
-    def _settle(self, slot: Slot, call: Callable[[], Any]) -> Any:
-        """Run a state-changing script for the slot's job; retry on connection errors
-        (the lock keeps being renewed meanwhile). Raises _Gone when the job is not ours."""
+    def _settle(self, slot: Slot, call: Callable[[], Any], ended_in: Tuple[str, ...]) -> Any:
+        """Run a state-changing script for the slot's job and return its answer.
+
+        * Not run at all (a connection error before it was sent, or Redis refusing it
+          before it wrote anything: OOM at ``maxmemory``, BUSY, LOADING, READONLY,
+          MASTERDOWN, TRYAGAIN): sent again after a growing pause, while the lock keeps
+          being renewed.
+        * Maybe run (the connection failed after it was sent): never sent blindly; the
+          state is read back (:meth:`_read_back`). Still our lock: it did not run, send
+          it again. The job in one of ``ended_in`` (its target state): it ran; the answer
+          is taken as 0 (nothing fetched next) and a next job it may have fetched is
+          found by its lock and started. Anything else: the job is no longer ours.
+        * The lock is not ours, or the job is gone: raises _Gone.
+        * Any other error (a script error): raises _Unwritable, never more.
+        """
         slot.phase = "finishing"
         failures = 0
         while True:
@@ -86,7 +138,18 @@ class Settling:
                 log.warning("queue %r: job %s is no longer active here (%s); its result is not written",
                             self.queue_name, slot.job.id, exc)
                 raise _Gone() from None
-            except CONNECTION_ERRORS as exc:
+            except AmbiguousCallError as exc:
+                outcome = self._read_back(slot, ended_in, exc)
+                if outcome == "done":
+                    self._unknown_pickups.append(slot.token)  # a next job it may have fetched
+                    self._kick.set()
+                    return 0
+                if outcome == "gone":
+                    raise _Gone() from None
+                continue  # not run: safe to send again now
+            except Exception as exc:
+                if not _not_run(exc):
+                    raise _Unwritable(exc) from exc
                 failures += 1
                 if self._force.is_set() or slot.handed_back:
                     log.error("queue %r: job %s: result not written (%s); the stalled check will recover "
@@ -97,6 +160,39 @@ class Settling:
                             self.queue_name, slot.job.id, exc, delay)
                 gevent.sleep(delay)
 
+    def _read_back(self, slot: Slot, ended_in: Tuple[str, ...], cause: BaseException) -> str:
+        """After a settle call whose answer was lost: ``"not run"`` (our lock is still there:
+        every settle script deletes it when it runs), ``"done"`` (the job is in one of
+        ``ended_in``) or ``"gone"``. Retries its own reads on connection errors until they
+        answer, or until the job is handed back or the close is forced."""
+        job = slot.job
+        failures = 0
+        while True:
+            try:
+                owner = self.scripts.client.get(self.keys.lock(job.id))
+                if owner == slot.token:
+                    log.warning("queue %r: job %s: the answer of its result write was lost (%s); its lock is "
+                                "still ours, so the write did not happen and is sent again",
+                                self.queue_name, job.id, cause)
+                    return "not run"
+                state = job_state(self.scripts, job.id)
+            except CONNECTION_ERRORS as exc:
+                failures += 1
+                if self._force.is_set() or slot.handed_back:
+                    return "gone"
+                delay = min(5.0, 0.2 * (2 ** min(failures - 1, 10)))
+                log.warning("queue %r: job %s: cannot read back its state (%s); retrying in %.1f s",
+                            self.queue_name, job.id, exc, delay)
+                gevent.sleep(delay)
+                continue
+            if state in ended_in:
+                log.warning("queue %r: job %s: the answer of its result write was lost (%s); read back: it is "
+                            "%s, the write happened", self.queue_name, job.id, cause, state)
+                return "done"
+            log.warning("queue %r: job %s: the answer of its result write was lost (%s) and its lock is gone; "
+                        "it is %s, no longer ours", self.queue_name, job.id, cause, state)
+            return "gone"
+
     def _finish(self, call: ScriptCall) -> Any:
         """Run a ``moveToFinished`` call, with the other finishes of this hub turn when the
         worker has more than one slot; returns the checked answer."""
@@ -105,12 +201,21 @@ class Settling:
         return self._batcher.run(call)
 
     def _finish_opts(self, job: Job, token: str, target: str) -> Dict[str, Any]:
-        value = job.opts.get("removeOnComplete" if target == "completed" else "removeOnFail")
+        """ARGV[8] of moveToFinished. Never raises: options were checked when the job was
+        loaded, and a processor that put garbage into ``job.opts`` since gets the
+        worker's defaults."""
+        opts = job.opts if isinstance(job.opts, dict) else {}
+        value = opts.get("removeOnComplete" if target == "completed" else "removeOnFail")
+        try:
+            keep = self._keep[target] if value is None else keep_jobs(value)
+        except Exception:
+            keep = self._keep[target]
+        attempts = opts.get("attempts")
         return {
             "token": token,
-            "keepJobs": self._keep[target] if value is None else keep_jobs(value),
+            "keepJobs": keep,
             "lockDuration": self.lock_duration,
-            "attempts": int(job.opts.get("attempts") or 0),
+            "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             "maxMetricsSize": self._max_metrics,
             "limiter": self.limiter,
             "name": self.name,
@@ -133,12 +238,16 @@ class Settling:
                 job.id, finished[0], "returnvalue", value, "completed", fetch,
                 self._finish_opts(job, slot.token, "completed")))
         try:
-            res = self._settle(slot, call)
+            res = self._settle(slot, call, ("completed", "unknown"))
         except _Gone:
             return None
         except (JobPendingChildren, JobHasFailedChildren) as exc:
             slot.phase = "running"
             return self._fail(slot, exc)
+        except _Unwritable as exc:
+            slot.phase = "running"
+            return self._fail(slot, UnrecoverableError(
+                f"job {job.id}: its result could not be written: {_describe(exc.error)}"))
         job.returnvalue = result
         job.finished_on = finished[0]
         job.attempts_made += 1
@@ -148,51 +257,47 @@ class Settling:
         return self._next_from(res, slot.token) if fetch else None
 
     def _decide(self, job: Job, err: BaseException) -> Tuple[str, int, Optional[str]]:
-        """("retry", delay_ms, None) | ("fail", 0, None) | ("move", 0, queue)."""
+        """("retry", delay_ms, None) | ("fail", 0, None) | ("move", 0, queue).
+
+        One rule: the failure policy hook (user plugins first, the built-in BullMQ rule of
+        :func:`~echomq_gevent.builtin.default_failure_decision` last). When no
+        implementation answers (a plugin host built without the built-ins, or a policy
+        that raised), the built-in rule is applied directly."""
         decision = self.plugins.failure_decision(self, job, err)
-        if isinstance(decision, FailureDecision):
-            if decision.action == "retry":
-                return "retry", int(decision.delay or 0), None
-            if decision.action == "move":
-                return "move", 0, decision.queue
-            return "fail", 0, None
-        unrecoverable = isinstance(err, UnrecoverableError) or type(err).__name__ == "UnrecoverableError"
-        attempts = int(job.opts.get("attempts") or 0)
-        limit = self.options["max_started_attempts"]
-        started_out = bool(limit) and limit <= (job.attempts_started or 0)
-        if job.attempts_made + 1 < attempts and not unrecoverable and not started_out:
-            try:
-                delay = backoff_mod.compute_delay(job.opts.get("backoff"), job.attempts_made + 1, err, job,
-                                                  self.plugins)
-            except backoff_mod.UnknownBackoffType as exc:
-                log.error("queue %r: %s; the job fails instead of retrying", self.queue_name, exc)
-                return "fail", 0, None
-            if delay == backoff_mod.NO_RETRY:
-                return "fail", 0, None
-            return "retry", delay, None
+        if not isinstance(decision, FailureDecision):
+            decision = default_failure_decision(self, job, err)
+        if decision.action == "retry":
+            return "retry", int(decision.delay or 0), None
+        if decision.action == "move":
+            return "move", 0, decision.queue
         return "fail", 0, None
 
     @staticmethod
     def _reason(err: BaseException) -> str:
-        return str(err) or type(err).__name__
+        return _describe(err)
 
     def _stacktrace(self, job: Job, err: BaseException) -> List[str]:
-        stack = list(job.stacktrace or [])
-        stack.append("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip("\n"))
-        limit = job.opts.get("stackTraceLimit")
-        if limit == 0 and limit is not False:
+        """The stored stack traces plus this one, cut to ``stackTraceLimit``. Never raises."""
+        stack = [s for s in (job.stacktrace if isinstance(job.stacktrace, list) else []) if isinstance(s, str)]
+        try:
+            stack.append("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip("\n"))
+        except Exception:
+            stack.append(f"{type(err).__name__}: {_describe(err)} (its traceback could not be formatted)")
+        limit = (job.opts if isinstance(job.opts, dict) else {}).get("stackTraceLimit")
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+            return stack
+        if limit == 0:
             return []
-        if limit:
-            stack = stack[-int(limit):]
-        return stack
+        return stack[-limit:]
 
     def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
         job, token = slot.job, slot.token
         now = now_ms()
-        if isinstance(err, RateLimitError) or str(err) == RATE_LIMIT_MESSAGE:
+        if isinstance(err, RateLimitError) or _describe(err) == RATE_LIMIT_MESSAGE:
             try:
-                ttl = self._settle(slot, lambda: self.scripts.move_job_from_active_to_wait(job.id, token))
-            except _Gone:
+                ttl = self._settle(slot, lambda: self.scripts.move_job_from_active_to_wait(job.id, token),
+                                   ("waiting", "prioritized"))
+            except (_Gone, _Unwritable):
                 return None
             if ttl and ttl > 0:
                 self._limit_until = max(self._limit_until, now_ms() + int(ttl))
@@ -236,9 +341,11 @@ class Settling:
                 call = lambda: self.scripts.retry_job(  # noqa: E731
                     job.id, now_ms(), token, lifo=bool(job.opts.get("lifo")), fields_to_update=fields)
             try:
-                res = self._settle(slot, call)
+                res = self._settle(slot, call, ("delayed",) if delay > 0 else ("waiting", "prioritized"))
             except _Gone:
                 return None
+            except _Unwritable as exc:
+                return self._unwritable(slot, exc)
             job.attempts_made += 1
             if delay > 0:
                 job.delay = delay
@@ -257,14 +364,24 @@ class Settling:
                 job.id, now_ms(), "failedReason", reason, "failed", fetch,
                 self._finish_opts(job, token, "failed"), fields))
         try:
-            res = self._settle(slot, call_failed)
+            res = self._settle(slot, call_failed, ("failed", "unknown"))
         except _Gone:
             return None
+        except _Unwritable as exc:
+            return self._unwritable(slot, exc)
         job.attempts_made += 1
         job.finished_on = now
         self.counters["failed"] += 1
         self.plugins.notify("echomq_job_failed", worker=self, job=job, error=err)
         return self._next_from(res, token) if fetch else None
+
+    def _unwritable(self, slot: Slot, exc: "_Unwritable") -> None:
+        """A failure or retry Redis refused with a script error: the job is left to the
+        stalled check (its lock is no longer renewed), which fails it after
+        ``max_stalled_count`` stalls with BullMQ's reason."""
+        log.error("queue %r: job %s: its failure could not be written (%s); it stays in active and the "
+                  "stalled check takes it over", self.queue_name, slot.job.id, _describe(exc.error))
+        return None
 
     def _copy_to_queue(self, job: Job, target: str) -> None:
         """The ``move`` failure decision: add a copy of the job (attempts reset) to ``target``."""

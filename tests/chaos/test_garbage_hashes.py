@@ -125,3 +125,50 @@ def test_every_garbage_hash_ends_once_with_its_reason(r, redis_url, prefix, qnam
             problems.append(f"{name}: its lock is still held")
     assert not problems, "\n".join(problems)
     assert r.llen(keys.active) == 0
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("even the message is broken")
+
+
+def test_settling_never_throws_whatever_the_processor_does(r, redis_url, prefix, qname):
+    """A processor that raises an exception whose message cannot be read, or scribbles
+    garbage into ``job.opts`` before it returns or raises: each job still ends once."""
+    keys = QueueKeys(qname, prefix)
+
+    def processor(job):
+        kind = job.data["kind"]
+        if kind == "unprintable":
+            raise Unprintable()
+        if kind == "opts-then-return":
+            job.opts["removeOnComplete"] = "yes"
+            job.opts["attempts"] = "many"
+            return "done"
+        if kind == "opts-then-raise":
+            job.opts["stackTraceLimit"] = "x"
+            job.opts["removeOnFail"] = {"age": "old"}
+            job.stacktrace = [1, None, {"not": "text"}]
+            raise ValueError("plain failure")
+        if kind == "return-unserialisable":
+            return {1, 2}
+        raise AssertionError(kind)
+
+    expected = {"unprintable": ("failed", "Unprintable"), "opts-then-return": ("completed", None),
+                "opts-then-raise": ("failed", "plain failure"),
+                "return-unserialisable": ("failed", "not JSON-serialisable")}
+    ids = {kind: write_job(r, keys, good_fields(data={"kind": kind})) for kind in expected}
+    worker = Worker(qname, processor, connection=redis_url, prefix=prefix, concurrency=2, drain_delay=0.2,
+                    lock_duration=1000, stalled_interval=300)
+    worker.start()
+    try:
+        wait_for(lambda: r.zcard(keys.completed) + r.zcard(keys.failed) == len(ids) and not r.llen(keys.active),
+                 what="every job to end")
+    finally:
+        worker.close(timeout=5)
+    events = end_events(r, keys)
+    for kind, (state, words) in expected.items():
+        job_id = ids[kind]
+        assert events.get(job_id) == [state], (kind, events.get(job_id))
+        if words:
+            assert words in (r.hget(keys.job(job_id), "failedReason") or ""), kind

@@ -5,6 +5,8 @@ the worker holds its lock, and the worker is still serving afterwards."""
 from __future__ import annotations
 
 import time
+import pytest
+
 from echomq_gevent.keys import QueueKeys
 
 from chaos_helpers import add_jobs, assert_every_job_ended_once, runs_of, wait_for
@@ -66,3 +68,67 @@ def test_latency_slows_but_loses_nothing(proxy, own_redis, own_r, r, workers, pr
     wait_for(lambda: own_r.zcard(keys.completed) >= len(ids), timeout=60, what="every job through a slow link")
     check(own_r, r, keys, prefix, ids)
     assert "lost its lock" not in workers.log_text()
+
+
+# --- no blind replay: a command ran, its answer never came back ---------------------------------
+def worker_is_blocked(own_r) -> bool:
+    return any(c.get("cmd") == "bzpopmin" for c in own_r.client_list())
+
+
+def test_an_add_whose_answer_is_lost_is_not_sent_again(proxy, own_redis, own_r, prefix, qname):
+    from echomq_gevent import ConnectionSettings, Queue
+    from echomq_gevent.kept_connection import AmbiguousCallError
+
+    keys = QueueKeys(qname, prefix)
+    q = Queue(qname, connection=proxy.url, prefix=prefix,
+              connection_settings=ConnectionSettings(socket_timeout=1, health_check_interval=0))
+    try:
+        q.add("warm-up", {})  # the queue's connection is open
+        assert proxy.hold_replies() >= 1
+        with pytest.raises(AmbiguousCallError, match="may have run"):
+            q.add("once", {})
+        names = [own_r.hget(keys.job(i), "name") for i in own_r.lrange(keys.wait, 0, -1)]
+        assert sorted(names) == ["once", "warm-up"], names  # it ran, once
+        # with a custom id a second send is harmless (a duplicate id is refused), so it is sent
+        q.add("warm-up again", {})  # a new connection, open
+        assert proxy.hold_replies() >= 1
+        job = q.add("custom", {}, {"jobId": "order-7"})
+        assert job.id == "order-7"
+        assert own_r.llen(keys.wait) == 4
+    finally:
+        q.close()
+
+
+def test_a_pickup_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, workers, prefix, qname):
+    keys = QueueKeys(qname, prefix)
+    # locks and stalled checks far longer than the test: only the read-back can save the job
+    child = workers.start(proxy.url, {"socket_timeout": 1.5, "health_check_interval": 0},
+                          concurrency=1, lock_duration=60000, stalled_interval=60000, drain_delay=1)
+    wait_for(lambda: worker_is_blocked(own_r), what="the worker waiting on the marker")
+    assert proxy.hold_replies() >= 2
+    [job_id] = add_jobs(own_redis.url, qname, prefix, 1)
+    wait_for(lambda: own_r.zscore(keys.completed, job_id) is not None, timeout=20,
+             what="the job taken by the lost pick-up to complete")
+    assert runs_of(r, prefix) == {job_id: 1}
+    assert_every_job_ended_once(own_r, keys, [job_id])
+    assert "found by their lock and started" in workers.log_text()
+    assert child.poll() is None
+
+
+def test_a_finish_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, workers, prefix, qname):
+    keys = QueueKeys(qname, prefix)
+    # the first job loads the finish script (a lost answer of an unloaded script is a
+    # NOSCRIPT that never ran: read back as such, and sent again)
+    [warm] = add_jobs(own_redis.url, qname, prefix, 1)
+    [slow] = add_jobs(own_redis.url, qname, prefix, 1, seconds=2)
+    [fast] = add_jobs(own_redis.url, qname, prefix, 1)
+    child = workers.start(proxy.url, {"socket_timeout": 1.5, "health_check_interval": 0},
+                          concurrency=1, lock_duration=60000, stalled_interval=60000, drain_delay=1)
+    wait_for(lambda: runs_of(r, prefix).get(slow), what="the slow job running")
+    assert proxy.hold_replies() >= 2  # its finish (and the fetch of the next job) run, unanswered
+    wait_for(lambda: own_r.zscore(keys.completed, fast) is not None, timeout=20,
+             what="the next job, fetched by the lost finish, to complete")
+    assert runs_of(r, prefix) == {warm: 1, slow: 1, fast: 1}
+    assert_every_job_ended_once(own_r, keys, [warm, slow, fast])
+    assert "the write happened" in workers.log_text()
+    assert child.poll() is None

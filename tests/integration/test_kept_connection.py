@@ -204,3 +204,63 @@ def test_for_client_refuses_clients_it_cannot_serve(redis_url):
         assert isinstance(KeptConnection.for_client(client), KeptConnection)
     finally:
         client.close()
+
+
+# --- no blind replay ---------------------------------------------------------------------------
+# A script that counts its runs and, on its first run only, keeps Redis busy for 300 ms: a
+# client whose socket timeout is 250 ms loses the answer of that run (which happened).
+_SLOW_FIRST = """
+if redis.call('INCR', KEYS[1]) == 1 then
+  local t = redis.call('TIME')
+  local start = t[1] * 1000000 + t[2]
+  repeat
+    t = redis.call('TIME')
+  until (t[1] * 1000000 + t[2]) - start > 300000
+end
+return 1
+"""
+
+
+@pytest.fixture
+def impatient(redis_url):
+    client = _client(redis_url, socket_timeout=0.25)
+    kept = KeptConnection.for_client(client)
+    assert kept is not None
+    yield kept
+    kept.release()
+    client.close()
+
+
+def test_a_call_whose_answer_is_lost_is_not_sent_again_unless_safe(impatient, r, prefix):
+    from echomq_gevent.kept_connection import AmbiguousCallError
+
+    once, twice = f"{prefix}:once", f"{prefix}:twice"
+    with pytest.raises(AmbiguousCallError, match="may have run"):
+        impatient.call("EVAL", _SLOW_FIRST, 1, once, resend=False)
+    assert r.get(once) == "1"  # (r waits for the script) it ran once, and was not sent again
+    # a call declared safe is sent again through the client, whose answer arrives
+    assert impatient.call("EVAL", _SLOW_FIRST, 1, twice, resend=True) == 1
+    assert r.get(twice) == "2"
+
+
+def test_a_batch_whose_answers_are_lost_is_not_sent_again(impatient, r, prefix):
+    from echomq_gevent.kept_connection import AmbiguousCallError
+
+    key = f"{prefix}:runs"
+    with pytest.raises(AmbiguousCallError) as info:
+        impatient.call_many([("EVAL", _SLOW_FIRST, 1, key), ("EVAL", _SLOW_FIRST, 1, key)], resend=False)
+    assert len(info.value.commands) == 2
+    assert r.get(key) == "2"
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_call(lane, r, monkeypatch):
+    import echomq_gevent.kept_connection as kept_module
+
+    monkeypatch.setattr(kept_module, "STALE_AFTER_S", 0.0)
+    lane.get_counts(["wait"])
+    conn = lane.kept_connection.idle[0]
+    conn.send_command("CLIENT", "ID")
+    r.client_kill_filter(_id=int(conn.read_response()))
+    # an unsafe call: the closed connection is noticed before anything is written
+    assert lane.call("addLog-2", [lane.keys.job("nope"), lane.keys.logs("nope")], ["nope", "x", ""],
+                     resend=False) == -1
