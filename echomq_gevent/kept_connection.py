@@ -211,17 +211,20 @@ class KeptConnection:
     def call(self, *command: Any, resend: bool = True) -> Any:
         """One command: the same answer (or error) as ``client.execute_command(*command)``.
 
-        A connection that fails before the command was written (connect, health check) is
-        given up and the command runs through the client. One that fails after it was
-        written leaves unknown whether Redis ran it: with ``resend`` (an idempotent or
-        read-only command) it is sent again through the client; without, it raises
-        :class:`AmbiguousCallError` and is never sent again."""
+        With ``resend`` (an idempotent or read-only command) a connection that fails is
+        given up and the command runs through the client (with its retry policy). Without,
+        a failure before the command was written (connect, health check) raises that
+        connection error (nothing was sent: trying again is safe), and one after it was
+        written raises :class:`AmbiguousCallError`: Redis may have run it, it is never
+        sent again (a client's retry policy would send it blindly)."""
         pool = self.client.connection_pool
         conn, poll = self._take()
         try:
             _RedisPy.ready(conn, poll)
         except _CONNECTION_ERRORS:
             _RedisPy.drop(pool, conn)
+            if not resend:
+                raise  # nothing was sent: the caller may try again, knowing that
             return self.client.execute_command(*command)
         except BaseException:
             _RedisPy.drop(pool, conn)
@@ -247,9 +250,9 @@ class KeptConnection:
 
     def call_many(self, commands: Sequence[Sequence[Any]], resend: bool = True) -> List[Any]:
         """Several commands in one write, answers read in order with an error in place of
-        its answer, as a non-transaction redis-py pipeline gives them. A connection that
-        fails before the write is given up and they run as such a pipeline; one that fails
-        after it runs them again only with ``resend`` (all of them idempotent), else raises
+        its answer, as a non-transaction redis-py pipeline gives them. With ``resend`` (all
+        of them idempotent) a failed connection is given up and they run as such a
+        pipeline; without, a failure before the write raises it, one after raises
         :class:`AmbiguousCallError`."""
         pool = self.client.connection_pool
         conn, poll = self._take()
@@ -266,7 +269,9 @@ class KeptConnection:
                     results.append(exc)
         except _CONNECTION_ERRORS as exc:
             _RedisPy.drop(pool, conn)
-            if sent and not resend:
+            if not resend and not sent:
+                raise
+            if not resend:
                 raise AmbiguousCallError(
                     f"the connection failed after {len(commands)} command(s) were sent ({type(exc).__name__}: "
                     f"{exc}); they are not sent again, as they may have run", commands) from exc
