@@ -132,6 +132,27 @@ def _keepalive_options(idle: int, interval: int, count: int) -> Dict[int, int]:
     return opts
 
 
+def _accepted_by(connection_class: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """The settings ``connection_class`` takes (a unix-socket connection of redis-py 4.5
+    has no ``socket_connect_timeout``, none has keep-alive): its ``__init__`` and those
+    it passes ``**kwargs`` on to."""
+    import inspect
+
+    names = set()
+    for klass in getattr(connection_class, "__mro__", ()):
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            params = inspect.signature(init).parameters
+        except (TypeError, ValueError):  # pragma: no cover - a C-level __init__
+            return dict(kwargs)
+        names.update(params)
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            break
+    return {k: v for k, v in kwargs.items() if k in names}
+
+
 #: The defaults (``ConnectionSettings()``).
 DEFAULT_SETTINGS = ConnectionSettings()
 #: The names a YAML ``redis:`` section takes besides ``url`` and ``embedded``.
@@ -151,7 +172,9 @@ def make_client(connection: ConnectionLike = None, max_connections: Optional[int
         connection = DEFAULT_URL
     if isinstance(connection, str):
         kwargs: dict = {"decode_responses": True}
-        kwargs.update((settings or DEFAULT_SETTINGS).client_kwargs(tcp=not connection.startswith("unix:")))
+        unix = connection.startswith("unix:")
+        conn_class = redis.UnixDomainSocketConnection if unix else redis.Connection
+        kwargs.update(_accepted_by(conn_class, (settings or DEFAULT_SETTINGS).client_kwargs(tcp=not unix)))
         if max_connections:
             kwargs["max_connections"] = max_connections
         kwargs.update(extra)
@@ -182,9 +205,9 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
     kwargs["decode_responses"] = True
     tcp = not issubclass(pool.connection_class, redis.UnixDomainSocketConnection)
     if settings is not None:
-        kwargs.update(settings.client_kwargs(tcp=tcp))
+        kwargs.update(_accepted_by(pool.connection_class, settings.client_kwargs(tcp=tcp)))
     else:
-        for key, value in DEFAULT_SETTINGS.client_kwargs(tcp=tcp).items():
+        for key, value in _accepted_by(pool.connection_class, DEFAULT_SETTINGS.client_kwargs(tcp=tcp)).items():
             current = kwargs.get(key)
             if key == "socket_keepalive_options":
                 unset = not isinstance(current, dict) or not current  # redis-py's sentinel, or none

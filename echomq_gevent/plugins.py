@@ -167,7 +167,7 @@ class PluginHost:
         """
         hook = getattr(self.pm.hook, hook_name)
         impls = hook.get_hookimpls()
-        if not any(impl.wrapper or impl.hookwrapper for impl in impls):
+        if not any(_wraps(impl) for impl in impls):
             for impl in reversed(impls):
                 try:
                     impl.function(*[kwargs[a] for a in impl.argnames])
@@ -175,7 +175,7 @@ class PluginHost:
                     log.exception("telemetry plugin %s raised in %s; ignored", impl.plugin_name, hook_name)
             return
         for impl in impls:
-            if not (impl.wrapper or impl.hookwrapper) and not getattr(impl.function, _GUARDED, False):
+            if not _wraps(impl) and not getattr(impl.function, _GUARDED, False):
                 impl.function = _guarded(impl.function, impl.plugin_name, hook_name)
         try:
             hook(**kwargs)
@@ -184,6 +184,12 @@ class PluginHost:
 
 
 _GUARDED = "__echomq_guarded__"
+
+
+def _wraps(impl: Any) -> bool:
+    """A wrapper implementation: new style (``wrapper=True``, pluggy >= 1.1) or old
+    (``hookwrapper=True``)."""
+    return bool(getattr(impl, "wrapper", False) or getattr(impl, "hookwrapper", False))
 
 
 def _guarded(fn: Callable[..., Any], plugin_name: str, hook_name: str) -> Callable[..., Any]:

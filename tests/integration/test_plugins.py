@@ -3,10 +3,12 @@ policies, custom backoff, telemetry in order, and a raising telemetry plugin tha
 fails a job."""
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any, List, Tuple
 
 import gevent
+import pluggy
 import pytest
 
 from echomq_gevent import DelayedError, FailureDecision, RateLimitError, hookimpl
@@ -475,25 +477,12 @@ def test_telemetry_sees_jobs_their_processor_moved(queue, run_worker, qname, wai
 
 
 # --- wrapper hooks -------------------------------------------------------------------------------------------
-class Timing:
-    """A new-style wrapper (``wrapper=True``) around job completion, as a tracing plugin writes it."""
-
-    __name__ = "test-timing"
-
-    def __init__(self) -> None:
-        self.spans: List[Tuple[str, str]] = []
-
-    @hookimpl(wrapper=True)
-    def echomq_job_completed(self, job, result, duration_ms):
-        self.spans.append(("enter", job.id))
-        try:
-            return (yield)
-        finally:
-            self.spans.append(("exit", job.id))
+#: new-style wrappers (``wrapper=True``) came with pluggy 1.1; the old style works on 1.0 too
+NEW_STYLE_WRAPPERS = "wrapper" in inspect.signature(pluggy.HookimplMarker.__call__).parameters
 
 
 class OldStyleTiming:
-    """An old-style ``hookwrapper=True`` around job activation."""
+    """An old-style ``hookwrapper=True`` around job activation and completion."""
 
     __name__ = "test-old-timing"
 
@@ -502,38 +491,61 @@ class OldStyleTiming:
 
     @hookimpl(hookwrapper=True)
     def echomq_job_active(self, job):
-        self.seen.append("before " + job.id)
+        self.seen.append("before active " + job.id)
         outcome = yield
         outcome.get_result()
-        self.seen.append("after " + job.id)
+        self.seen.append("after active " + job.id)
+
+    @hookimpl(hookwrapper=True)
+    def echomq_job_completed(self, job, result, duration_ms):
+        self.seen.append("before completed " + job.id)
+        yield
+        self.seen.append("after completed " + job.id)
 
 
 def test_wrapper_hooks_run_around_the_telemetry_and_a_raising_plugin_stays_guarded(queue, run_worker, qname, wait_for):
-    timing, old, boom, rec = Timing(), OldStyleTiming(), Exploding(), Recorder()
-    run_worker(Processors(qname), boom, rec, timing, old)
+    old, boom, rec = OldStyleTiming(), Exploding(), Recorder()
+    run_worker(Processors(qname), boom, rec, old)
     job = queue.add("ok", {"w": 1})
     wait_for(state_is(queue, job.id, "completed", "failed"), what="the job to finish")
     assert queue.get_job_state(job.id) == "completed"
-    wait_for(lambda: ("exit", job.id) in timing.spans, what="the wrapper to close its span")
-    assert timing.spans == [("enter", job.id), ("exit", job.id)]
-    assert old.seen == ["before " + job.id, "after " + job.id]
+    wait_for(lambda: "after completed " + job.id in old.seen, what="the wrapper to close")
+    assert old.seen == ["before active " + job.id, "after active " + job.id,
+                        "before completed " + job.id, "after completed " + job.id]
     # the raising plugin was called under the wrappers and the recorder still saw everything
     assert boom.calls >= 2
     assert rec.of(job.id) == ["active", "completed"]
 
 
-def test_a_raising_wrapper_is_logged_and_the_job_completes(queue, run_worker, qname, caplog, wait_for):
+@pytest.mark.skipif(not NEW_STYLE_WRAPPERS, reason="pluggy < 1.1 has no wrapper=True")
+def test_new_style_wrappers_run_and_a_raising_one_is_logged(queue, run_worker, qname, caplog, wait_for):
+    class Timing:
+        __name__ = "test-timing"
+
+        def __init__(self) -> None:
+            self.spans: List[Tuple[str, str]] = []
+
+        @hookimpl(wrapper=True)
+        def echomq_job_completed(self, job, result, duration_ms):
+            self.spans.append(("enter", job.id))
+            try:
+                return (yield)
+            finally:
+                self.spans.append(("exit", job.id))
+
     class Broken:
         __name__ = "test-broken-wrapper"
 
         @hookimpl(wrapper=True)
-        def echomq_job_completed(self, job):
+        def echomq_job_active(self, job):
             raise RuntimeError("wrapper is broken")
             yield  # pragma: no cover
 
-    rec = Recorder()
-    run_worker(Processors(qname), rec, Broken())
+    timing, rec = Timing(), Recorder()
+    run_worker(Processors(qname), rec, timing, Broken())
     job = queue.add("ok", {})
     wait_for(state_is(queue, job.id, "completed", "failed"), what="the job to finish")
     assert queue.get_job_state(job.id) == "completed"
+    wait_for(lambda: ("exit", job.id) in timing.spans, what="the wrapper to close its span")
+    assert timing.spans == [("enter", job.id), ("exit", job.id)]
     wait_for(lambda: "wrapper is broken" in caplog.text, what="the wrapper's error in the log")
