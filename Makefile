@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-fast test-wheel matrix bench bench-smoke lint dist clean
+.PHONY: demo test test-fast test-wheel matrix chaos soak bench bench-smoke lint dist clean
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,16 @@ matrix: $(VENV)/.installed
 ## lint: ruff; fails on any finding
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
+
+## chaos: the chaos suite with its long cases (faults, garbage, restarts; see docs/reliability.md)
+chaos: $(VENV)/.installed
+	ECHOMQ_CHAOS_LONG=1 ECHOMQ_CHAOS_REPORT=bench/results/chaos.json \
+	  $(PY) -m pytest -q -p no:cacheprovider tests/chaos $(PYTEST_ARGS)
+
+## soak: SOAK_JOBS no-op jobs through one worker process, RSS and jobs/s sampled (bench/results/soak.*)
+SOAK_JOBS ?= 1000000
+soak: $(VENV)/.installed
+	ECHOMQ_SOAK_JOBS=$(SOAK_JOBS) $(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_soak.py $(PYTEST_ARGS)
 
 ## bench: the side-by-side benchmarks (results under bench/results/)
 bench: $(VENV)/.installed tests/node_modules/.installed

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import select
 import socket
 import struct
@@ -222,3 +223,18 @@ def assert_every_job_ended_once(queue_r: "redis.Redis", keys: QueueKeys, ids: Li
     twice = {i: e for i, e in events.items() if len(e) != 1}
     assert not twice, f"jobs with more than one end event: {dict(list(twice.items())[:10])}"
     assert queue_r.llen(keys.active) == 0
+
+
+def record_figure(name: str, value: float, unit: str) -> None:
+    """Add a measured figure to the JSON file named by ``$ECHOMQ_CHAOS_REPORT`` (``make
+    chaos`` sets it; docs/reliability.md quotes it); nothing without it."""
+    path = os.environ.get("ECHOMQ_CHAOS_REPORT")
+    if not path:
+        return
+    data: Dict[str, Any] = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    data[name] = {"value": round(value, 2), "unit": unit}
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1, sort_keys=True)

@@ -5,8 +5,9 @@ proxy under test) so the test can count how often each job ran.
     python chaos_worker.py '{"queue": ..., "url": ..., "record_url": ..., "prefix": ...,
                             "options": {...}, "settings": {...}}'
 
-Jobs' data: ``{"s": seconds}`` sleeps that long (0 or absent: a no-op). Prints READY as it
-starts; exits 0 after SIGTERM.
+Jobs' data: ``{"s": seconds}`` sleeps that long (0 or absent: a no-op). ``"record": false``
+skips the recording (the soak), ``"stats_every": s`` prints ``STAT completed failed
+retried`` every s seconds. Prints READY as it starts; exits 0 after SIGTERM.
 """
 from gevent import monkey
 
@@ -28,8 +29,12 @@ recorder = redis.Redis.from_url(cfg["record_url"], decode_responses=True, socket
 runs_key = f"{cfg['prefix']}:chaos:runs"
 
 
+record = cfg.get("record", True)
+
+
 def processor(job):
-    recorder.rpush(runs_key, job.id)
+    if record:
+        recorder.rpush(runs_key, job.id)
     seconds = (job.data or {}).get("s") or 0
     if seconds:
         gevent.sleep(seconds)
@@ -39,6 +44,18 @@ def processor(job):
 settings = ConnectionSettings(**cfg["settings"]) if cfg.get("settings") else None
 worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"],
                 connection_settings=settings, **cfg.get("options", {}))
+
+
+def report(every: float) -> None:
+    """Print the worker's counters every ``every`` s (the soak samples them)."""
+    while True:
+        gevent.sleep(every)
+        c = worker.counters
+        print(f"STAT {c['completed']} {c['failed']} {c['retried']}", flush=True)
+
+
+if cfg.get("stats_every"):
+    gevent.spawn(report, float(cfg["stats_every"]))
 print("READY", flush=True)
 worker.run()
 print("EXITED", flush=True)

@@ -24,12 +24,13 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 
 
 def pytest_collection_modifyitems(config, items):
-    if os.environ.get("ECHOMQ_CHAOS_LONG"):
-        return
-    skip = pytest.mark.skip(reason="long chaos case: run with `make chaos` (ECHOMQ_CHAOS_LONG=1)")
+    long_ok = bool(os.environ.get("ECHOMQ_CHAOS_LONG"))
+    soak_ok = bool(os.environ.get("ECHOMQ_SOAK_JOBS"))
     for item in items:
-        if "chaos_long" in item.keywords:
-            item.add_marker(skip)
+        if "chaos_long" in item.keywords and not long_ok:
+            item.add_marker(pytest.mark.skip(reason="long chaos case: run with `make chaos`"))
+        if "soak" in item.keywords and not soak_ok:
+            item.add_marker(pytest.mark.skip(reason="the soak: run with `make soak`"))
 
 
 @pytest.fixture
@@ -67,9 +68,12 @@ class WorkerProcesses:
         self.record_url = record_url
         self.procs: List[subprocess.Popen] = []
 
-    def start(self, url: str, settings: Optional[Dict[str, Any]] = None, **options: Any) -> subprocess.Popen:
+    def start(self, url: str, settings: Optional[Dict[str, Any]] = None, extra: Optional[Dict[str, Any]] = None,
+              **options: Any) -> subprocess.Popen:
+        """A worker process on ``url`` with ``ConnectionSettings(**settings)`` and worker
+        ``options``; ``extra`` goes into its JSON argument as is (``record``, ``stats_every``)."""
         cfg = {"queue": self.queue, "url": url, "record_url": self.record_url, "prefix": self.prefix,
-               "options": options, "settings": settings or {}}
+               "options": options, "settings": settings or {}, **(extra or {})}
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, HERE, os.environ.get("PYTHONPATH", "")]))
         log = open(self.tmp_path / f"worker{len(self.procs)}.log", "w")
         proc = subprocess.Popen([sys.executable, os.path.join(HERE, "chaos_worker.py"), json.dumps(cfg)],
