@@ -1,5 +1,5 @@
-"""What the chaos tests share: waiting on a condition, writing jobs as a foreign producer
-would, counting a job's end events, and a TCP proxy the test controls."""
+"""What the chaos tests share (waiting is the ``wait_for`` fixture of ``tests/conftest.py``):
+writing jobs as a foreign producer would, counting a job's end events, and a TCP proxy the test controls."""
 from __future__ import annotations
 
 import itertools
@@ -12,23 +12,9 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import gevent
 import redis
 
 from echomq_gevent.keys import QueueKeys
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
-             interval: float = 0.05) -> Any:
-    """Poll ``cond`` (yielding to the hub) until it returns something truthy; fail after ``timeout`` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = cond()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        gevent.sleep(interval)
 
 
 def write_job(r: "redis.Redis", keys: QueueKeys, fields: Optional[Dict[str, Any]] = None,

@@ -12,7 +12,7 @@ import pytest
 from echomq_gevent import Queue, Worker
 from echomq_gevent.keys import QueueKeys
 
-from chaos_helpers import end_events, good_fields, wait_for, write_job
+from chaos_helpers import end_events, good_fields, write_job
 
 
 def fields(**changes: Any) -> Dict[str, Any]:
@@ -73,7 +73,7 @@ CASES: Dict[str, Case] = {
 }
 
 
-def test_every_garbage_hash_ends_once_with_its_reason(r, redis_url, prefix, qname):
+def test_every_garbage_hash_ends_once_with_its_reason(r, redis_url, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     runs: List[str] = []
 
@@ -132,7 +132,7 @@ class Unprintable(Exception):
         raise RuntimeError("even the message is broken")
 
 
-def test_settling_never_throws_whatever_the_processor_does(r, redis_url, prefix, qname):
+def test_settling_never_throws_whatever_the_processor_does(r, redis_url, prefix, qname, wait_for):
     """A processor that raises an exception whose message cannot be read, or scribbles
     garbage into ``job.opts`` before it returns or raises: each job still ends once."""
     keys = QueueKeys(qname, prefix)

@@ -9,7 +9,7 @@ import pytest
 
 from echomq_gevent.keys import QueueKeys
 
-from chaos_helpers import add_jobs, assert_every_job_ended_once, record_figure, runs_of, wait_for
+from chaos_helpers import add_jobs, assert_every_job_ended_once, record_figure, runs_of
 
 # short timeouts so a dead connection is noticed within seconds
 SETTINGS = {"socket_timeout": 1.5, "socket_connect_timeout": 1.0, "health_check_interval": 1}
@@ -26,7 +26,7 @@ def check(own_r, r, keys: QueueKeys, prefix: str, ids: list) -> None:
     assert not dup, f"jobs that ran more than once: {dup}"
 
 
-def test_muted_connections_are_noticed_and_replaced(proxy, own_redis, own_r, r, workers, prefix, qname):
+def test_muted_connections_are_noticed_and_replaced(proxy, own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     ids = add_jobs(own_redis.url, qname, prefix, 120, 0.05)
     child = workers.start(proxy.url, SETTINGS, **OPTIONS)
@@ -47,7 +47,7 @@ def test_muted_connections_are_noticed_and_replaced(proxy, own_redis, own_r, r, 
     assert recovered_in < 30, f"took {recovered_in:.1f} s to finish after the mute"
 
 
-def test_reset_connections_lose_nothing(proxy, own_redis, own_r, r, workers, prefix, qname):
+def test_reset_connections_lose_nothing(proxy, own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     ids = add_jobs(own_redis.url, qname, prefix, 200, 0.02)
     child = workers.start(proxy.url, SETTINGS, **OPTIONS)
@@ -64,7 +64,7 @@ def test_reset_connections_lose_nothing(proxy, own_redis, own_r, r, workers, pre
     assert child.poll() is None
 
 
-def test_latency_slows_but_loses_nothing(proxy, own_redis, own_r, r, workers, prefix, qname):
+def test_latency_slows_but_loses_nothing(proxy, own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     ids = add_jobs(own_redis.url, qname, prefix, 60, 0)
     proxy.latency = 0.05
@@ -103,7 +103,7 @@ def test_an_add_whose_answer_is_lost_is_not_sent_again(proxy, own_redis, own_r, 
         q.close()
 
 
-def test_a_pickup_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, workers, prefix, qname):
+def test_a_pickup_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     # locks and stalled checks far longer than the test: only the read-back can save the job
     child = workers.start(proxy.url, {"socket_timeout": 1.5, "health_check_interval": 0},
@@ -122,7 +122,7 @@ def test_a_pickup_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, 
     assert child.poll() is None
 
 
-def test_a_finish_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, workers, prefix, qname):
+def test_a_finish_whose_answer_is_lost_is_read_back(proxy, own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     # the first job loads the finish script (a lost answer of an unloaded script is a
     # NOSCRIPT that never ran: read back as such, and sent again)

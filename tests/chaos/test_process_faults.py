@@ -15,7 +15,7 @@ import redis
 from echomq_gevent import Queue
 from echomq_gevent.keys import QueueKeys
 
-from chaos_helpers import add_jobs, assert_every_job_ended_once, record_figure, runs_of, wait_for
+from chaos_helpers import add_jobs, assert_every_job_ended_once, record_figure, runs_of
 
 OPTIONS = dict(concurrency=8, lock_duration=2000, stalled_interval=500, drain_delay=1)
 # Redis refuses lock renewals (writes) at maxmemory: locks must outlast the squeeze
@@ -23,7 +23,7 @@ OOM_OPTIONS = dict(OPTIONS, lock_duration=30000)
 SETTINGS = {"socket_timeout": 2, "socket_connect_timeout": 1, "health_check_interval": 1}
 
 
-def test_redis_restarted_mid_run_loses_nothing(own_redis, own_r, r, workers, prefix, qname):
+def test_redis_restarted_mid_run_loses_nothing(own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     ids = add_jobs(own_redis.url, qname, prefix, 300, 0.01)
     child = workers.start(own_redis.url, SETTINGS, **OPTIONS)
@@ -60,7 +60,7 @@ def test_redis_restarted_mid_run_loses_nothing(own_redis, own_r, r, workers, pre
     (5, 400),
     pytest.param(25, 3000, marks=pytest.mark.chaos_long),
 ], ids=["5-kills", "25-kills"])
-def test_sigkill_loop_with_restarts_loses_nothing(own_redis, own_r, r, workers, prefix, qname, rounds, jobs):
+def test_sigkill_loop_with_restarts_loses_nothing(own_redis, own_r, r, workers, prefix, qname, rounds, jobs, wait_for):
     keys = QueueKeys(qname, prefix)
     ids = add_jobs(own_redis.url, qname, prefix, jobs, 0.02)
     rng = random.Random(7)
@@ -95,7 +95,7 @@ def test_sigkill_loop_with_restarts_loses_nothing(own_redis, own_r, r, workers, 
     assert kills == rounds
 
 
-def test_maxmemory_during_adds_and_finishes(own_redis, own_r, r, workers, prefix, qname):
+def test_maxmemory_during_adds_and_finishes(own_redis, own_r, r, workers, prefix, qname, wait_for):
     keys = QueueKeys(qname, prefix)
     ids = add_jobs(own_redis.url, qname, prefix, 80, 0.5)
     child = workers.start(own_redis.url, SETTINGS, **OOM_OPTIONS)

@@ -94,7 +94,7 @@ def test_the_walk_sees_the_package():
     graph = _graph()
     assert "echomq_gevent.worker" in graph and "echomq_gevent.contrib.gunicorn" in graph
     assert "echomq_gevent.worker_fetch" in graph["echomq_gevent.worker"]
-    assert "echomq_gevent.backoff" in graph["echomq_gevent.worker_settle"]  # ``from . import backoff``
+    assert "echomq_gevent.hookspecs" in graph["echomq_gevent.plugins"]  # ``from . import hookspecs``
 
 
 def test_the_cycle_finder_finds_a_cycle():
