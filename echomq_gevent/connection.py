@@ -22,7 +22,7 @@ import redis
 from .errors import ConfigError
 
 __all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client",
-           "DEFAULT_URL", "SETTING_KEYS"]
+           "url_settings", "DEFAULT_URL", "SETTING_KEYS"]
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
@@ -159,6 +159,14 @@ DEFAULT_SETTINGS = ConnectionSettings()
 SETTING_KEYS = tuple(f.name for f in fields(ConnectionSettings))
 
 
+def url_settings(url: str, settings: Optional[ConnectionSettings] = None) -> Dict[str, Any]:
+    """The keyword arguments ``settings`` (default :data:`DEFAULT_SETTINGS`) give a client
+    or pool built with ``from_url(url, ...)``: what its connection class takes."""
+    unix = url.startswith("unix:")
+    conn_class = redis.UnixDomainSocketConnection if unix else redis.Connection
+    return _accepted_by(conn_class, (settings or DEFAULT_SETTINGS).client_kwargs(tcp=not unix))
+
+
 def make_client(connection: ConnectionLike = None, max_connections: Optional[int] = None,
                 settings: Optional[ConnectionSettings] = None, **extra: Any) -> "redis.Redis":
     """A decoding ``redis.Redis`` for a URL, an existing client, or ``None`` (the default URL).
@@ -172,9 +180,7 @@ def make_client(connection: ConnectionLike = None, max_connections: Optional[int
         connection = DEFAULT_URL
     if isinstance(connection, str):
         kwargs: dict = {"decode_responses": True}
-        unix = connection.startswith("unix:")
-        conn_class = redis.UnixDomainSocketConnection if unix else redis.Connection
-        kwargs.update(_accepted_by(conn_class, (settings or DEFAULT_SETTINGS).client_kwargs(tcp=not unix)))
+        kwargs.update(url_settings(connection, settings))
         if max_connections:
             kwargs["max_connections"] = max_connections
         kwargs.update(extra)

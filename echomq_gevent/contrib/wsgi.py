@@ -175,10 +175,12 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
     if queue is None:
         import redis
 
+        from ..connection import url_settings
         from ..queue import Queue
 
+        # the socket timeouts, keep-alive and health checks of every client we create
         pool = redis.BlockingConnectionPool.from_url(
-            url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True)
+            url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True, **url_settings(url))
         queue = Queue(name, connection=redis.Redis(connection_pool=pool), prefix=prefix)
         process.queues[key] = queue
     return queue

@@ -90,3 +90,13 @@ def test_unix_socket_clients_get_timeouts_without_tcp_options():
     clone = kwargs_of(clone_client(client, settings=ConnectionSettings(socket_timeout=3)))
     assert clone["socket_timeout"] == 3 and "socket_keepalive" not in clone
     client.connection_pool.make_connection()  # the connection class accepts what it is given
+
+
+def test_the_wsgi_enqueue_pool_gets_the_defaults():
+    from echomq_gevent.contrib.wsgi import get_queue
+
+    queue = get_queue("conn-settings-q", connection=URL, prefix="p")
+    kw = kwargs_of(queue.client)
+    assert kw["socket_timeout"] == DEFAULT_SETTINGS.socket_timeout
+    assert kw["socket_keepalive"] is True
+    assert kw["health_check_interval"] == DEFAULT_SETTINGS.health_check_interval
