@@ -34,7 +34,9 @@ def example_plugin_path(tmp_path_factory):
     base = [PYTHON, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
             "--target", target]
     fast = subprocess.run(base + ["--no-build-isolation", EXAMPLE_PKG], capture_output=True, text=True)
-    if fast.returncode != 0:  # no `wheel` beside setuptools: build in an isolated environment
+    if fast.returncode != 0 or not any(n.endswith(".dist-info") for n in os.listdir(target)):
+        # no `wheel` beside setuptools (an old pip then installs an egg, without the entry
+        # point's metadata where importlib.metadata looks): build in an isolated environment
         shutil.rmtree(target, ignore_errors=True)
         os.makedirs(target)
         slow = subprocess.run(base + [EXAMPLE_PKG], capture_output=True, text=True)
