@@ -34,9 +34,10 @@ dist: $(VENV)/.installed
 	$(PY) -m build --outdir dist .
 
 ## test-wheel: build, install the wheel into fresh virtual environments outside the
-## checkout and run the end-to-end tests against it (what CI does)
+## checkout and run the end-to-end tests against it (what CI does); DEPS=lowest
+## APP_PYTHON=python3.9 runs them on the lowest releases setup.py allows
 test-wheel: $(VENV)/.installed tests/node_modules/.installed
-	PYTEST_ARGS="$(PYTEST_ARGS)" bash .ci/wheel
+	PYTEST_ARGS="$(PYTEST_ARGS)" DEPS="$(DEPS)" APP_PYTHON="$(APP_PYTHON)" bash .ci/wheel
 
 ## matrix: unit and integration tests on the lowest and newest dependencies the metadata
 ## allows, on Python 3.9, 3.11 and 3.13 (noxfile.py; NOX_ARGS="-s tests-3.9(lowest)" picks one)

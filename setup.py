@@ -31,9 +31,9 @@ def read_readme() -> str:
 #: Lowest versions are the ones the lowest combination of the test matrix runs
 #: (``noxfile.py``, ``constraints/lowest.txt``); keep the three in step.
 INSTALL_REQUIRES = [
-    "gevent>=21.12",
-    "redis[hiredis]>=4.5,<10",
-    "pluggy>=1.0,<2",
+    "gevent>=23.7",  # older releases import pkg_resources, gone from current setuptools
+    "redis[hiredis]>=4.6,<10",  # 4.5's unix-socket connections refuse socket_connect_timeout
+    "pluggy>=1.2,<2",  # new-style hook wrappers (@hookimpl(wrapper=True)) came in 1.2
     "PyYAML>=5.4",
     "msgpack>=1.0,<2",
     # cron patterns of job schedulers (echomq_gevent.cron)
@@ -47,7 +47,9 @@ EXTRAS = {
     "prometheus": ["prometheus_client>=0.12"],
     # gunicorn -k gevent with echomq_gevent.contrib.gunicorn: gunicorn's own gevent extra
     # brings what its gevent worker imports (e.g. `packaging` from gunicorn 25 on).
-    "gunicorn": ["gunicorn[gevent]>=20.1"],
+    "gunicorn": ["gunicorn[gevent]>=21.2"],  # gunicorn 20 imports pkg_resources
+    # One extra per optional integration (an "otel" extra comes with a tracing plugin);
+    # add its lowest version to constraints/lowest.txt and its module to .ci/wheel's tests.
     "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3"],
     # The tools `make lint`, `make dist` and `make matrix` use (versions pinned: a new
     # release of the linter must not fail a build on its own).

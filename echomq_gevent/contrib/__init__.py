@@ -13,5 +13,12 @@
 - :mod:`echomq_gevent.contrib.logging`, :mod:`echomq_gevent.contrib.prometheus`,
   :mod:`echomq_gevent.contrib.demo`: the plugins shipped with the package.
 
-See ``docs/gunicorn.md``.
+And the plugins that ship with the package, named by module in the YAML ``plugins:``:
+
+- :mod:`echomq_gevent.contrib.logging`: one structured log record per job event;
+- :mod:`echomq_gevent.contrib.prometheus`: Prometheus metrics (the ``prometheus`` extra);
+- :mod:`echomq_gevent.contrib.demo`: the demo queue's processors, and ``demo.yaml``, the
+  file ``echomq-gevent --demo`` runs when it is given none.
+
+See ``docs/gunicorn.md`` and ``docs/plugins.md``.
 """
