@@ -11,14 +11,9 @@
 - :mod:`echomq_gevent.contrib.state`: what these share per process (settings, the job
   workers, the embedded Redis, the shared queues).
 - :mod:`echomq_gevent.contrib.logging`, :mod:`echomq_gevent.contrib.prometheus`,
-  :mod:`echomq_gevent.contrib.demo`: the plugins shipped with the package.
-
-And the plugins that ship with the package, named by module in the YAML ``plugins:``:
-
-- :mod:`echomq_gevent.contrib.logging`: one structured log record per job event;
-- :mod:`echomq_gevent.contrib.prometheus`: Prometheus metrics (the ``prometheus`` extra);
-- :mod:`echomq_gevent.contrib.demo`: the demo queue's processors, and ``demo.yaml``, the
-  file ``echomq-gevent --demo`` runs when it is given none.
+  :mod:`echomq_gevent.contrib.demo`: the plugins shipped with the package, named by module
+  in the YAML ``plugins:``; ``demo.yaml`` beside them is the file ``echomq-gevent --demo``
+  runs when it is given none.
 
 See ``docs/gunicorn.md`` and ``docs/plugins.md``.
 """
