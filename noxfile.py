@@ -37,7 +37,7 @@ os.environ["PATH"] = os.pathsep.join(_pyenv_bins() + [os.environ.get("PATH", "")
 
 VERSIONS = ("import importlib.metadata as m, sys; print('python', sys.version.split()[0], *("
             "f'{d} {m.version(d)}' for d in ('gevent', 'greenlet', 'redis', 'hiredis', 'pluggy', 'PyYAML', "
-            "'msgpack', 'prometheus_client')), sep=' | ')")
+            "'msgpack', 'croniter', 'prometheus_client')), sep=' | ')")
 
 
 @nox.session(python=PYTHONS)
