@@ -55,7 +55,8 @@ EXTRAS = {
     # release of the linter must not fail a build on its own).
     "dev": ["ruff==0.17.6", "build>=1.0", "nox>=2024.3"],
 }
-EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5",
+# websocket-client drives the headless Chromium of the dashboard's browser tests.
+EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"]})
 
 setup(

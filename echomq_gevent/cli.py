@@ -9,6 +9,7 @@
                                                  (when there is no conf/worker.yaml here)
     echomq-gevent -c FILE add QUEUE NAME JSON [--opts JSON]
     echomq-gevent -c FILE status [--json]
+    echomq-gevent -c FILE dashboard [--bind HOST:PORT] [--actions] [--queue NAME ...]
     echomq-gevent --version
 
 gevent's ``monkey.patch_all()`` runs at the top of this module, before it imports
@@ -282,6 +283,37 @@ def _describe_scheduler(s: Dict[str, Any]) -> str:
     return out
 
 
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """``dashboard [--bind HOST:PORT] [--actions]``: serve the web dashboard until SIGTERM/SIGINT."""
+    from .contrib.dashboard import Dashboard, auth_from_env, parse_bind, serve
+
+    try:
+        host, port = parse_bind(args.bind)
+        auth = auth_from_env()
+    except ValueError as exc:
+        print(f"echomq-gevent dashboard: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = _load(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    conn = _Connection(cfg, args.redis)
+    try:
+        conn.ping()
+        app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth)
+        server = serve(app, host, port, log=None)
+        stop = gevent.event.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            gevent.signal_handler(sig, stop.set)
+        log.warning("dashboard on http://%s:%d/ (%s%s), prefix %r", host if ":" not in host else f"[{host}]",
+                    server.server_port, "actions enabled" if args.actions else "read-only",
+                    ", basic auth" if auth else "", prefix)
+        stop.wait()
+        server.stop(timeout=2)
+        app.close()
+        return EXIT_OK
+    finally:
+        conn.close()
+
+
 def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
     """``--check``: config and plugins resolved (done by the caller); now Redis."""
     plugins = [name for name, _p in host.pm.list_name_plugin()]
@@ -433,7 +465,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", help="job counts per queue and the workers seen")
     s.add_argument("queues", nargs="*", help="queue names (default: the file's queues)")
     s.add_argument("--json", action="store_true", help="print JSON")
-    for sp in (a, s):
+    d = sub.add_parser("dashboard", help="serve the web dashboard (read-only unless --actions)")
+    d.add_argument("--bind", default="127.0.0.1:8765",
+                   help="HOST:PORT to listen on (default 127.0.0.1:8765; only this machine)")
+    d.add_argument("--actions", action="store_true",
+                   help="enable retry/promote/remove/pause/resume/clean (each confirmed, CSRF-protected)")
+    d.add_argument("--queue", action="append", help="show only this queue (repeat; default: every queue found)")
+    for sp in (a, s, d):
         sp.add_argument("--redis", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sp.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sp.add_argument("-c", "--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -450,6 +488,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "status":
             setup_logging(args.log_level or "warning", args.log_format or "text")
             return cmd_status(args)
+        if args.command == "dashboard":
+            setup_logging(args.log_level or "warning", args.log_format or "text")
+            return cmd_dashboard(args)
         return cmd_run(args)
     except ConfigError as exc:
         print(f"echomq-gevent: configuration error: {exc}", file=sys.stderr)

@@ -62,7 +62,7 @@ _HOOK_MARK = "_echomq_gunicorn_hook"
 def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml", *,
             drain_margin: Optional[float] = None, metrics: bool = True,
             poll_interval: float = 0.1, extra_plugins: tuple = (), gc_freeze: bool = True,
-            endpoints: bool = True) -> Settings:
+            endpoints: bool = True, dashboard: Any = None) -> Settings:
     """Wire the job workers of the YAML file ``config`` into a gunicorn config module.
 
     Call it from the gunicorn config file, after the file's own hooks, as
@@ -77,6 +77,10 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
     (``gc.freeze()``), which keeps full collections short while jobs run. ``endpoints``
     wraps the loaded WSGI app in :class:`~echomq_gevent.contrib.wsgi.EchoMQMiddleware`
     (unless it already is), so ``/_echomq/live|ready|metrics`` work without touching the app.
+    ``dashboard`` (``True``, a dict of :class:`~echomq_gevent.contrib.dashboard.Dashboard`
+    options such as ``{"actions": True, "auth": check}``, or a Dashboard) also serves the
+    web dashboard at ``/_echomq/ui/`` through that middleware; read-only unless
+    ``actions`` is set.
 
     Runs in the gunicorn master at config load (again on HUP). Raises ConfigError naming
     the file, line and key when the YAML is wrong, which stops gunicorn before it forks;
@@ -94,7 +98,7 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
                   "send HUP again)", exc)
         cfg = process.settings.config
     process.settings = Settings(path, cfg, drain_margin, metrics, poll_interval, tuple(extra_plugins),
-                                gc_freeze, endpoints)
+                                gc_freeze, endpoints, dashboard)
     if metrics:
         _prepare_prometheus_dir()
     _chain(namespace, "on_starting", _on_starting, ours_first=True)
@@ -246,7 +250,7 @@ def _post_worker_init(gworker: Any) -> None:
 
         if not isinstance(gworker.wsgi, EchoMQMiddleware):
             # the app was loaded just before this hook; the HTTP server starts after it
-            gworker.wsgi = EchoMQMiddleware(gworker.wsgi)
+            gworker.wsgi = EchoMQMiddleware(gworker.wsgi, dashboard=installed.dashboard)
 
 
 def _worker_exit(server: Any, gworker: Any) -> None:

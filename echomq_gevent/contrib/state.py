@@ -26,7 +26,7 @@ class Settings:
 
     def __init__(self, config_path: str, config: Config, drain_margin: Optional[float],
                  metrics: bool, poll_interval: float, extra_plugins: tuple,
-                 gc_freeze: bool = True, endpoints: bool = True) -> None:
+                 gc_freeze: bool = True, endpoints: bool = True, dashboard: Any = None) -> None:
         self.config_path = config_path
         self.config = config
         self.drain_margin = drain_margin
@@ -35,6 +35,7 @@ class Settings:
         self.extra_plugins = extra_plugins
         self.gc_freeze = gc_freeze
         self.endpoints = endpoints
+        self.dashboard = dashboard
 
     @property
     def redis_url(self) -> str:

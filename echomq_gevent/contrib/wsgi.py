@@ -25,6 +25,12 @@ The middleware answers three paths itself and passes everything else to the app:
 
 Bodies of ``live`` and ``ready`` are JSON with the details (state, per-queue
 ``active``/``concurrency``, hub lag, counts).
+
+With ``dashboard=`` the middleware also serves the web dashboard
+(:mod:`echomq_gevent.contrib.dashboard`) under ``/_echomq/ui/``: pass a
+:class:`~echomq_gevent.contrib.dashboard.Dashboard`, or ``True`` / a dict of its options
+(``actions``, ``auth``, ``queues``...) to build one per process on the Redis and prefix
+of the YAML that ``install()`` loaded.
 """
 from __future__ import annotations
 
@@ -56,10 +62,17 @@ class EchoMQMiddleware:
     """
 
     def __init__(self, app: Callable[..., Iterable[bytes]], path_prefix: str = "/_echomq",
-                 cohost: Any = None) -> None:
+                 cohost: Any = None, dashboard: Any = None) -> None:
         self.app = app
         self.path_prefix = path_prefix.rstrip("/")
         self._cohost = cohost
+        if dashboard is not None and not isinstance(dashboard, (bool, dict)) and not callable(dashboard):
+            raise TypeError(f"dashboard must be a Dashboard (any WSGI app), True or a dict of its options, "
+                            f"got {dashboard!r}")
+        self._dashboard_spec = dashboard or None
+        self._dashboard: Any = None
+        self._dashboard_pid: Optional[int] = None
+        self.ui_prefix = self.path_prefix + "/ui"
         self._routes: Dict[str, Callable[[], Tuple[str, List[Tuple[str, str]], bytes]]] = {
             self.path_prefix + "/live": self.live,
             self.path_prefix + "/ready": self.ready,
@@ -67,13 +80,34 @@ class EchoMQMiddleware:
         }
 
     def __call__(self, environ: Dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
-        route = self._routes.get(environ.get("PATH_INFO", ""))
+        path = environ.get("PATH_INFO", "")
+        if self._dashboard_spec is not None and (path == self.ui_prefix or path.startswith(self.ui_prefix + "/")):
+            inner = dict(environ)
+            inner["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "").rstrip("/") + self.ui_prefix
+            inner["PATH_INFO"] = path[len(self.ui_prefix):] or "/"
+            return self.dashboard()(inner, start_response)
+        route = self._routes.get(path)
         if route is None:
             return self.app(environ, start_response)
         status, headers, body = route()
         headers = headers + [("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
         start_response(status, headers)
         return [body] if environ.get("REQUEST_METHOD", "GET") != "HEAD" else [b""]
+
+    def dashboard(self) -> Any:
+        """The dashboard app; one built from options is made once per process (after a fork
+        the parent's connections are not reused)."""
+        spec = self._dashboard_spec
+        if not isinstance(spec, (bool, dict)):
+            return spec
+        if self._dashboard is None or self._dashboard_pid != os.getpid():
+            from .dashboard import Dashboard
+
+            options = dict(spec) if isinstance(spec, dict) else {}
+            url, prefix = _defaults(options.pop("connection", None), options.pop("prefix", None))
+            self._dashboard = Dashboard(url, prefix=prefix, **options)
+            self._dashboard_pid = os.getpid()
+        return self._dashboard
 
     def cohost(self) -> Any:
         if self._cohost is not None:
