@@ -675,7 +675,9 @@ def _chart(t: Dict[str, Any], width: int, height: int, axis: bool = False) -> st
     peak = max([1.0] + list(t["completed"]) + list(t["failed"]))
     lines = []
     for kind in ("completed", "failed"):
-        values = t[kind]
+        values = list(t[kind])
+        if len(values) == 1:
+            values = values * 2  # one minute recorded: a flat line at its value
         if len(values) < 2:
             continue
         step = width / (len(values) - 1)
