@@ -48,8 +48,10 @@ EXTRAS = {
     # gunicorn -k gevent with echomq_gevent.contrib.gunicorn: gunicorn's own gevent extra
     # brings what its gevent worker imports (e.g. `packaging` from gunicorn 25 on).
     "gunicorn": ["gunicorn[gevent]>=21.2"],  # gunicorn 20 imports pkg_resources
-    # One extra per optional integration (an "otel" extra comes with a tracing plugin);
-    # add its lowest version to constraints/lowest.txt and its module to .ci/wheel's tests.
+    # One extra per optional integration; add its lowest version to constraints/lowest.txt
+    # and its module to .ci/wheel's tests.
+    # echomq_gevent.contrib.otel: traces (an OpenTelemetry SDK is the application's choice).
+    "otel": ["opentelemetry-api>=1.20"],
     "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3"],
     # The tools `make lint`, `make dist` and `make matrix` use (versions pinned: a new
     # release of the linter must not fail a build on its own).
@@ -57,7 +59,8 @@ EXTRAS = {
 }
 # websocket-client drives the headless Chromium of the dashboard's browser tests.
 EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
-                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"]})
+                         "opentelemetry-sdk>=1.20",
+                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"]})
 
 setup(
     name="echomq-gevent",

@@ -24,6 +24,12 @@ def builtin_backoff(backoff_type: str, attempts_made: int, delay: int, jitter: f
 
 
 @hookimpl(trylast=True)
+def echomq_add_job(queue: Any, name: str, data: Any, opts: Any, add: Any) -> Any:
+    """The add itself; producer-side plugins wrap this call."""
+    return add(name, data, opts)
+
+
+@hookimpl(trylast=True)
 def echomq_backoff_delay(backoff_type: str, attempts_made: int, delay: int, error: BaseException,
                          job: Any) -> Optional[int]:
     jitter = 0.0

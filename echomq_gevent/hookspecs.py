@@ -16,7 +16,7 @@ patching, no CPU loops).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
 
 import pluggy
 
@@ -136,6 +136,21 @@ def echomq_backoff_delay(backoff_type: str, attempts_made: int, delay: int, erro
     ``delay`` is ``backoff.delay`` (0 when absent). Return ``-1`` to fail the job
     instead of retrying, or ``None`` when this plugin does not know the type. The
     built-in types ``fixed`` and ``exponential`` are answered by the built-in plugin.
+    """
+
+
+# --- producer side ---------------------------------------------------------------------------
+@hookspec(firstresult=True)
+def echomq_add_job(queue: Any, name: str, data: Any, opts: Dict[str, Any],
+                   add: Callable[[str, Any, Dict[str, Any]], "Job"]) -> Optional["Job"]:
+    """Add one job for a :class:`~echomq_gevent.queue.Queue` made with ``plugins=``.
+
+    The built-in implementation (``trylast``) calls ``add(name, data, opts)`` and returns
+    the job. Wrap it (``hookwrapper=True``) to act around an add on the caller's greenlet
+    or thread: change ``opts`` (the caller's options as a fresh dict, BullMQ names) before
+    the ``yield`` (e.g. put trace context into ``opts["telemetry"]``), read the added job
+    from the outcome after it. A queue without a plugin host adds directly and never calls
+    this hook; an exception here fails the add, so a wrapper must guard its own code.
     """
 
 

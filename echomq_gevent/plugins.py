@@ -154,6 +154,12 @@ class PluginHost:
         return self.pm.hook.echomq_backoff_delay(backoff_type=backoff_type, attempts_made=attempts_made,
                                                  delay=delay, error=error, job=job)
 
+    # -- producer side -----------------------------------------------------------------
+    def add_job(self, queue: Any, name: str, data: Any, opts: Any, add: Callable[..., Any]) -> Any:
+        """Run ``add(name, data, opts)`` through the ``echomq_add_job`` hook, so
+        producer-side wrappers (tracing) act around it."""
+        return self.pm.hook.echomq_add_job(queue=queue, name=name, data=data, opts=dict(opts or {}), add=add)
+
     # -- telemetry ---------------------------------------------------------------------
     def notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call every implementation of a telemetry hook; one that raises is logged and

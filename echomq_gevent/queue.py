@@ -77,14 +77,15 @@ class Queue(QueueGetters, SchedulerMixin):
     (10 000 when none is). ``connection_settings``
     (:class:`~echomq_gevent.connection.ConnectionSettings`: socket timeouts, TCP
     keep-alive, health checks) apply to a client built from a URL; the defaults are used
-    without it.
+    without it. ``plugins`` (a :class:`~echomq_gevent.plugins.PluginHost`) runs every
+    :meth:`add` through the plugins' ``echomq_add_job`` hook (producer-side tracing).
     """
 
     def __init__(self, name: str, connection: ConnectionLike = DEFAULT_URL, prefix: str = DEFAULT_PREFIX,
                  max_connections: Optional[int] = None,
                  default_job_options: Optional[Mapping[str, Any]] = None,
                  streams: Optional[Mapping[str, Any]] = None,
-                 connection_settings: Optional[ConnectionSettings] = None) -> None:
+                 connection_settings: Optional[ConnectionSettings] = None, plugins: Any = None) -> None:
         self.keys = QueueKeys(name, prefix)
         self.name = self.keys.name
         self.prefix = self.keys.prefix
@@ -94,6 +95,9 @@ class Queue(QueueGetters, SchedulerMixin):
         self.scripts = Scripts(self.client, self.keys)
         self.default_job_options = validate_job_options(default_job_options, None)
         self._add_scripts_loaded = False
+        #: A :class:`~echomq_gevent.plugins.PluginHost` whose ``echomq_add_job`` wrappers run
+        #: around :meth:`add` (e.g. ``echomq_gevent.contrib.otel``); ``None``: plain adds.
+        self.plugins = plugins
         if streams is not None:
             self.set_events_max_len(events_max_len(streams))
 
@@ -170,8 +174,14 @@ class Queue(QueueGetters, SchedulerMixin):
         back (a ``duplicated`` event is emitted); a deduplicated add returns the id of
         the job that owns the deduplication id. Raises InvalidOptionError /
         InvalidJobIdError / InvalidJobDataError before writing anything,
-        ParentJobNotExist when ``opts.parent`` names a missing job.
+        ParentJobNotExist when ``opts.parent`` names a missing job. With ``plugins``
+        the add goes through their ``echomq_add_job`` hook.
         """
+        if self.plugins is not None:
+            return self.plugins.add_job(self, name, data, opts, self._add)
+        return self._add(name, data, opts)
+
+    def _add(self, name: str, data: Any, opts: Optional[Mapping[str, Any]] = None) -> Job:
         prepared = self._prepare(name, data, opts)
         try:
             job_id = self.scripts.add_job(prepared.job_id, prepared.name, prepared.timestamp,

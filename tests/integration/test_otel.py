@@ -1,0 +1,139 @@
+"""The OpenTelemetry plugin with the SDK's in-memory exporter: producer and consumer
+spans as bullmq-otel makes them, context carried in the job's options."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import gevent
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, StatusCode
+
+from echomq_gevent import Queue, Worker
+from echomq_gevent.contrib.otel import OtelPlugin, extract_context, producer_plugins
+from echomq_gevent.plugins import PluginHost, make_plugin_manager
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def spans():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    exporter.provider = provider
+    yield exporter
+    provider.shutdown()
+
+
+def wait_for(cond, timeout=15.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        gevent.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def by_name(exporter, name):
+    return [s for s in exporter.get_finished_spans() if s.name == name]
+
+
+def test_add_makes_a_producer_span_and_stores_its_context_as_bullmq_does(spans, redis_url, prefix, qname, r):
+    q = Queue(qname, connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+    try:
+        job = q.add("mail", {"to": "ann"})
+        quiet = q.add("mail", {"to": "bob"}, {"telemetry": {"omitContext": True}})
+    finally:
+        q.close()
+    first, second = by_name(spans, f"add {qname}.mail")
+    assert first.kind == SpanKind.PRODUCER
+    assert dict(first.attributes) == {"bullmq.queue.name": qname, "bullmq.queue.operation": "add",
+                                      "bullmq.job.name": "mail", "bullmq.job.id": job.id}
+    stored = json.loads(r.hget(f"{prefix}:{qname}:{job.id}", "opts"))
+    carrier = json.loads(stored["tm"])  # BullMQ's short name for telemetry.metadata
+    assert carrier["traceparent"] == f"00-{first.context.trace_id:032x}-{first.context.span_id:016x}-{first.context.trace_flags:02x}"
+    assert "tm" not in json.loads(r.hget(f"{prefix}:{qname}:{quiet.id}", "opts"))
+    assert second.attributes["bullmq.job.id"] == quiet.id
+
+
+def test_the_worker_continues_the_trace_in_a_consumer_span(spans, redis_url, prefix, qname):
+    plugin = OtelPlugin(spans.provider)
+    seen = {}
+
+    def process(job):
+        seen[job.id] = trace.get_current_span().get_span_context().span_id
+        if job.name == "bad":
+            raise ValueError("no such mailbox")
+        return {"sent": True}
+
+    q = Queue(qname, connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+    worker = Worker(qname, process, connection=redis_url, prefix=prefix, name="mailer", drain_delay=0.5,
+                    plugins=PluginHost(make_plugin_manager([plugin])))
+    try:
+        good = q.add("good", {"n": 1})
+        bad = q.add("bad", {"n": 2}, {"attempts": 2, "backoff": 0})
+        worker.start()
+        wait_for(lambda: len(by_name(spans, f"process {qname}")) == 3, what="3 consumer spans")
+    finally:
+        worker.close(timeout=5)
+        q.close()
+    add_good, = by_name(spans, f"add {qname}.good")
+    add_bad, = by_name(spans, f"add {qname}.bad")
+    runs = by_name(spans, f"process {qname}")
+    ok = next(s for s in runs if s.attributes["bullmq.job.id"] == good.id)
+    assert ok.kind == SpanKind.CONSUMER
+    assert ok.context.trace_id == add_good.context.trace_id
+    assert ok.parent.span_id == add_good.context.span_id
+    assert ok.context.span_id == seen[good.id]  # the processor ran inside the span
+    assert {k: ok.attributes[k] for k in ("bullmq.queue.name", "bullmq.queue.operation", "bullmq.job.name",
+                                          "bullmq.worker.name", "echomq.job.outcome", "bullmq.job.state")} == {
+        "bullmq.queue.name": qname, "bullmq.queue.operation": "process", "bullmq.job.name": "good",
+        "bullmq.worker.name": "mailer", "echomq.job.outcome": "completed", "bullmq.job.state": "completed"}
+    assert ok.attributes["bullmq.worker.id"] == worker.id
+    assert [(e.name, dict(e.attributes)) for e in ok.events] == [
+        ("job completed", {"bullmq.job.result": '{"sent": true}'})]
+    bad_runs = sorted((s for s in runs if s.attributes["bullmq.job.id"] == bad.id), key=lambda s: s.start_time)
+    assert [s.attributes["echomq.job.outcome"] for s in bad_runs] == ["retried", "failed"]
+    assert [s.attributes["bullmq.job.attempts.made"] for s in bad_runs] == [1, 2]
+    for s in bad_runs:
+        assert s.context.trace_id == add_bad.context.trace_id and s.parent.span_id == add_bad.context.span_id
+        assert s.status.status_code == StatusCode.ERROR
+        assert ("job failed", {"bullmq.job.failed.reason": "no such mailbox"}) in [
+            (e.name, dict(e.attributes)) for e in s.events]
+        assert any(e.name == "exception" for e in s.events)
+
+
+def test_unreadable_context_starts_a_new_trace():
+    assert extract_context({"telemetry": {"metadata": "{not json"}}) is None
+    assert extract_context({"telemetry": {"metadata": '["a"]'}}) is None
+    assert extract_context({"telemetry": {"omitContext": True, "metadata": '{"traceparent": "x"}'}}) is None
+    assert extract_context({}) is None
+
+
+def test_off_by_default_the_plugin_is_not_loaded_and_jobs_carry_no_context(redis_url, prefix, qname):
+    code = (
+        "import sys\n"
+        "from echomq_gevent import Queue, Worker\n"
+        f"q = Queue({qname!r}, connection={redis_url!r}, prefix={prefix!r})\n"
+        "job = q.add('x', {})\n"
+        f"w = Worker({qname!r}, lambda j: 1, connection={redis_url!r}, prefix={prefix!r}, drain_delay=0.2)\n"
+        "w.start()\n"
+        "import gevent\n"
+        "while q.get_job_state(job.id) != 'completed': gevent.sleep(0.02)\n"
+        "w.close(timeout=5)\n"
+        "print('echomq_gevent.contrib.otel' in sys.modules)\n"
+        "print('telemetry' in q.get_job(job.id).opts)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["False", "False"]
