@@ -23,4 +23,6 @@ keepalive = 5
 max_requests = int(os.environ.get("MAX_REQUESTS", "0"))
 max_requests_jitter = max_requests // 10
 
-install(globals(), config=os.environ.get("ECHOMQ_CONFIG", "examples/worker.yaml"))
+# dashboard=True: a read-only dashboard at /_echomq/ui/ (docs/dashboard.md); pass
+# {"actions": True, "auth": check} to enable actions behind your own auth check
+install(globals(), config=os.environ.get("ECHOMQ_CONFIG", "examples/worker.yaml"), dashboard=True)

@@ -298,7 +298,8 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     conn = _Connection(cfg, args.redis)
     try:
         conn.ping()
-        app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth)
+        app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth,
+                        known_queues=list(cfg.queues) if cfg else ())
         server = serve(app, host, port, log=None)
         stop = gevent.event.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -108,7 +108,8 @@ class Dashboard:
 
     ``connection`` is a Redis URL or a ``redis.Redis``; ``queues`` the queue names to
     show (default: every queue found under ``prefix`` by a SCAN for BullMQ's ``meta``
-    and ``id`` keys, refreshed every ``discover_every_s`` seconds). ``actions`` enables the
+    and ``id`` keys, refreshed every ``discover_every_s`` seconds, plus ``known_queues``,
+    e.g. the YAML's, which show even before they have keys). ``actions`` enables the
     buttons that change queues and jobs. ``auth`` is called with the WSGI environ of
     every request and must return true to let it in (see :func:`basic_auth`); without
     it anyone who reaches the address may look (and act, with ``actions=True``).
@@ -117,7 +118,8 @@ class Dashboard:
     def __init__(self, connection: Any = "redis://localhost:6379/0", prefix: str = "bull",
                  queues: Optional[Sequence[str]] = None, actions: bool = False,
                  auth: Optional[Callable[[Environ], bool]] = None, page_size: int = 20,
-                 title: str = "echomq", discover_every_s: float = 10.0) -> None:
+                 title: str = "echomq", discover_every_s: float = 10.0,
+                 known_queues: Sequence[str] = ()) -> None:
         from ..connection import make_client
         from ..keys import validate_prefix, validate_queue_name
 
@@ -128,6 +130,7 @@ class Dashboard:
         self.prefix = validate_prefix(prefix)
         self.client = make_client(connection)
         self.fixed_queues = [validate_queue_name(q) for q in queues] if queues is not None else None
+        self.known_queues = [validate_queue_name(q) for q in known_queues]
         self.actions = bool(actions)
         self.auth = auth
         self.page_size = page_size
@@ -146,7 +149,7 @@ class Dashboard:
         now = time.monotonic()
         if self._known and now - self._known_at < self.discover_every_s:
             return list(self._known)
-        found = set()
+        found = set(self.known_queues)
         head = self.prefix + ":"
         for suffix in (":meta", ":id"):
             for key in self.client.scan_iter(match=_glob_escape(head) + "*" + suffix, count=500):

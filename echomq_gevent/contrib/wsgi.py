@@ -105,6 +105,11 @@ class EchoMQMiddleware:
 
             options = dict(spec) if isinstance(spec, dict) else {}
             url, prefix = _defaults(options.pop("connection", None), options.pop("prefix", None))
+            from .gunicorn import settings
+
+            s = settings()
+            if s is not None and "queues" not in options:
+                options.setdefault("known_queues", list(s.config.queues))
             self._dashboard = Dashboard(url, prefix=prefix, **options)
             self._dashboard_pid = os.getpid()
         return self._dashboard

@@ -230,6 +230,8 @@ def test_request_enqueues_a_job_that_the_same_pool_processes(gunicorn, queue, wa
     assert status == 200 and body["state"] == "completed"
     # the trivial endpoint and the app's own 404 still go through the middleware untouched
     assert g.get("/") == (200, b"hello\n")
+    status, page = g.get("/_echomq/ui/")  # the read-only dashboard the example config turns on
+    assert status == 200 and b'data-queue="mail"' in page and b"read-only" in page
     assert g.get("/nope")[0] == 404
     status, body = g.get_json("/sleep?n=3&ms=5", method="POST")
     assert status == 202 and len(body["jobs"]) == 3
