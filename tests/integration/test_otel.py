@@ -137,3 +137,33 @@ def test_off_by_default_the_plugin_is_not_loaded_and_jobs_carry_no_context(redis
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0, out.stderr
     assert out.stdout.split("\n")[:2] == ["False", "False"]
+
+
+def test_the_module_named_as_a_plugin_traces_on_the_global_provider(redis_url, prefix, qname):
+    """``plugins: ["echomq_gevent.contrib.otel"]`` in the YAML registers the module itself."""
+    code = (
+        "import gevent\n"
+        "from opentelemetry import trace\n"
+        "from opentelemetry.sdk.trace import TracerProvider\n"
+        "from opentelemetry.sdk.trace.export import SimpleSpanProcessor\n"
+        "from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter\n"
+        "exporter = InMemorySpanExporter()\n"
+        "provider = TracerProvider(); provider.add_span_processor(SimpleSpanProcessor(exporter))\n"
+        "trace.set_tracer_provider(provider)\n"
+        "from echomq_gevent import Queue, Worker\n"
+        "from echomq_gevent.plugins import PluginHost, make_plugin_manager\n"
+        "host = PluginHost(make_plugin_manager(['echomq_gevent.contrib.otel']))\n"
+        f"q = Queue({qname!r}, connection={redis_url!r}, prefix={prefix!r}, plugins=host)\n"
+        "job = q.add('x', {})\n"
+        f"w = Worker({qname!r}, lambda j: 1, connection={redis_url!r}, prefix={prefix!r}, drain_delay=0.2,"
+        " plugins=host)\n"
+        "w.start()\n"
+        "while len(exporter.get_finished_spans()) < 2: gevent.sleep(0.02)\n"
+        "w.close(timeout=5)\n"
+        "a, p = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time)\n"
+        "print(a.name, p.name, p.context.trace_id == a.context.trace_id, p.parent.span_id == a.context.span_id)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"add {qname}.x process {qname} True True"
