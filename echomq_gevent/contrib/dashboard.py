@@ -119,7 +119,7 @@ class Dashboard:
                  queues: Optional[Sequence[str]] = None, actions: bool = False,
                  auth: Optional[Callable[[Environ], bool]] = None, page_size: int = 20,
                  title: str = "echomq", discover_every_s: float = 10.0,
-                 known_queues: Sequence[str] = ()) -> None:
+                 known_queues: Sequence[str] = (), sample_every_s: float = SAMPLE_EVERY_S) -> None:
         from ..connection import make_client
         from ..keys import validate_prefix, validate_queue_name
 
@@ -136,6 +136,7 @@ class Dashboard:
         self.page_size = page_size
         self.title = title
         self.discover_every_s = discover_every_s
+        self.sample_every_s = sample_every_s
         self._queues: Dict[str, Any] = {}
         self._known: List[str] = []
         self._known_at = 0.0
@@ -186,7 +187,7 @@ class Dashboard:
         now = time.time()
         with self._lock:
             ring = self._samples.setdefault(name, collections.deque(maxlen=SAMPLES_KEPT))
-            if ring and now - ring[-1][0] < SAMPLE_EVERY_S:
+            if ring and now - ring[-1][0] < self.sample_every_s:
                 return
             ring.append((now, counts.get("completed", 0), counts.get("failed", 0)))
 

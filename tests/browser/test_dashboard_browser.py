@@ -199,3 +199,27 @@ def test_mounted_under_the_middleware_at_echomq_ui(browser, dashboard, filled, q
         browser.click("#confirm")
         assert browser.url().startswith(base + "/_echomq/ui/job?")
     assert queue.get_job_state(job_id) == "waiting"
+
+
+def test_throughput_chart_from_count_samples(browser, dashboard, queue, qname, redis_url, prefix):
+    from conftest import wait_for
+
+    from echomq_gevent import Worker
+
+    queue.add("first", {})
+    with serving(dashboard(sample_every_s=0)) as base:
+        browser.goto(f"{base}/queue?name={qname}")  # first sample: nothing completed
+        assert browser.js("document.querySelectorAll('.chart polyline').length") == 0
+        assert "no data yet" in browser.text(".chart")
+        worker = Worker(qname, lambda job: 1, connection=redis_url, prefix=prefix, drain_delay=0.5)
+        worker.start()
+        try:
+            for i in range(5):
+                queue.add("more", {"i": i})
+            wait_for(lambda: queue.get_job_counts("completed")["completed"] == 6, what="6 completed jobs")
+        finally:
+            worker.close(timeout=5)
+        browser.goto(f"{base}/queue?name={qname}")
+        assert browser.js("document.querySelectorAll('.chart polyline.completed').length") == 1
+        assert "count samples" in browser.text(".chart figcaption")
+        assert float(browser.text(".chart .peak")) > 0
