@@ -37,7 +37,7 @@ os.environ["PATH"] = os.pathsep.join(_pyenv_bins() + [os.environ.get("PATH", "")
 
 VERSIONS = ("import importlib.metadata as m, sys; print('python', sys.version.split()[0], *("
             "f'{d} {m.version(d)}' for d in ('gevent', 'greenlet', 'redis', 'hiredis', 'pluggy', 'PyYAML', "
-            "'msgpack', 'croniter', 'prometheus_client')), sep=' | ')")
+            "'msgpack', 'croniter', 'prometheus_client', 'opentelemetry-api')), sep=' | ')")
 
 
 @nox.session(python=PYTHONS)
@@ -47,7 +47,8 @@ def tests(session: nox.Session, deps: str) -> None:
     pins = ["-c", LOWEST] if deps == "lowest" else ["--upgrade"]
     # --prefer-binary: the newest release with a wheel for this interpreter (gevent 26.9
     # has none for 3.9 and would be compiled for minutes; 26.7 has one)
-    session.install("--prefer-binary", *pins, ".[prometheus]", "pytest>=7", "psutil>=5.8")
+    session.install("--prefer-binary", *pins, ".[prometheus,otel]", "pytest>=7", "psutil>=5.8",
+                    "opentelemetry-sdk>=1.20")
     session.run("python", "-c", VERSIONS)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/integration",
                 "--ignore", "tests/integration/test_bench_smoke.py", *session.posargs)

@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -15,6 +14,7 @@ import urllib.request
 import pytest
 
 from echomq_gevent.contrib.dashboard import auth_from_env, parse_bind
+from target import PYTHON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,7 +23,7 @@ def start(*args, env=None):
     full_env = dict(os.environ, PYTHONPATH=ROOT)
     full_env.pop("ECHOMQ_CONFIG", None)
     full_env.update(env or {})
-    proc = subprocess.Popen([sys.executable, "-m", "echomq_gevent", *args], cwd=ROOT, env=full_env,
+    proc = subprocess.Popen([PYTHON, "-m", "echomq_gevent", *args], cwd=ROOT, env=full_env,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     lines = []
