@@ -493,7 +493,8 @@ class Dashboard:
             raise _Refused("403 Forbidden", "the form's CSRF token is missing or does not match this "
                                             "browser's cookie; reload the page and try again")
         origin = req.environ.get("HTTP_ORIGIN")
-        if origin and origin != "null" and origin.split("://", 1)[-1] != req.environ.get("HTTP_HOST", ""):
+        hosts = {req.environ.get("HTTP_HOST", ""), req.environ.get("HTTP_X_FORWARDED_HOST", "")} - {""}
+        if origin and origin.split("://", 1)[-1] not in hosts:
             raise _Refused("403 Forbidden", f"cross-origin request from {origin!r} refused")
         name = form.get("queue", "")
         q = self.queue(name)

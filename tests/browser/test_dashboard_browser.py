@@ -165,11 +165,23 @@ def test_read_only_by_default(browser, dashboard, filled, queue, qname):
 
 def test_screenshots_of_the_main_pages(browser, dashboard, filled, queue, qname, tmp_path):
     """Takes the pictures of docs/dashboard.md (into $ECHOMQ_SCREENSHOTS when set)."""
+    from conftest import wait_for
+
+    from echomq_gevent import Worker
+
     out = os.environ.get("ECHOMQ_SCREENSHOTS") or str(tmp_path)
-    with serving(dashboard(actions=True)) as base:
+    with serving(dashboard(actions=True, sample_every_s=0)) as base:
+        browser.goto(f"{base}/queue?name={qname}")  # a first count sample for the chart
+        worker = Worker(qname, lambda job: {"done": job.id}, connection=queue.client, prefix=queue.prefix,
+                        drain_delay=0.5)
+        worker.start()
+        try:
+            wait_for(lambda: queue.get_job_counts("completed")["completed"] == 9, what="9 completed jobs")
+        finally:
+            worker.close(timeout=5)
         pages = {"dashboard-queues.png": "/",
                  "dashboard-queue.png": f"/queue?name={qname}&state=failed",
-                 "dashboard-job.png": f"/job?queue={qname}&id={filled['failed'][0]}",
+                 "dashboard-job.png": f"/job?queue={qname}&id={filled['completed'][0]}",
                  "dashboard-confirm.png": f"/confirm?queue={qname}&action=retry&job={filled['failed'][0]}&state=failed"}
         for name, path in pages.items():
             browser.goto(base + path)
@@ -223,3 +235,32 @@ def test_throughput_chart_from_count_samples(browser, dashboard, queue, qname, r
         assert browser.js("document.querySelectorAll('.chart polyline.completed').length") == 1
         assert "count samples" in browser.text(".chart figcaption")
         assert float(browser.text(".chart .peak")) > 0
+
+
+def test_a_post_from_another_origin_is_refused_even_with_the_token(dashboard, filled, queue, qname):
+    job_id = filled["failed"][0]
+    with serving(dashboard(actions=True)) as base:
+        with urllib.request.urlopen(f"{base}/queue?name={qname}", timeout=10) as resp:
+            cookie = resp.headers["Set-Cookie"].split(";")[0]
+        token = cookie.split("=", 1)[1]
+        body = f"queue={qname}&action=retry&job={job_id}&state=failed&csrf={token}".encode()
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            def redirect_request(self, *args, **kwargs):
+                return None
+
+        opener = urllib.request.build_opener(NoRedirect)
+
+        def post(origin):
+            headers = {"Cookie": cookie, **({"Origin": origin} if origin else {})}
+            try:
+                return opener.open(urllib.request.Request(base + "/action", data=body, headers=headers),
+                                   timeout=10).status
+            except urllib.error.HTTPError as exc:
+                return exc.code
+
+        assert post("http://evil.example") == 403
+        assert post("null") == 403
+        assert queue.get_job_state(job_id) == "failed"
+        assert post(base) == 303
+    assert queue.get_job_state(job_id) == "waiting"
