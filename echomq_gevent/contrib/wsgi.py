@@ -105,8 +105,6 @@ class EchoMQMiddleware:
 
             options = dict(spec) if isinstance(spec, dict) else {}
             url, prefix = _defaults(options.pop("connection", None), options.pop("prefix", None))
-            from .gunicorn import settings
-
             s = settings()
             if s is not None and "queues" not in options:
                 options.setdefault("known_queues", list(s.config.queues))
@@ -191,9 +189,10 @@ def _json(code: int, payload: Dict[str, Any]) -> Tuple[str, List[Tuple[str, str]
 
 # --- the shared queue ------------------------------------------------------------------------
 def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str] = None,
-              pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = 5.0) -> Any:
+              pool_size: int = DEFAULT_POOL_SIZE, pool_timeout: float = 5.0, plugins: Any = None) -> Any:
     """The one :class:`~echomq_gevent.queue.Queue` for ``name`` in this process, shared by
-    every request greenlet.
+    every request greenlet. ``plugins`` (a :class:`~echomq_gevent.plugins.PluginHost`, e.g.
+    ``echomq_gevent.contrib.otel.producer_plugins()``) is given to the queue when it has none.
 
     ``connection`` and ``prefix`` default to the YAML that ``install()`` loaded, so the
     app enqueues where the job workers fetch. The queue's client uses a
@@ -222,6 +221,8 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
             url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True, **url_settings(url))
         queue = Queue(name, connection=redis.Redis(connection_pool=pool), prefix=prefix)
         process.queues[key] = queue
+    if plugins is not None and queue.plugins is None:
+        queue.plugins = plugins
     return queue
 
 

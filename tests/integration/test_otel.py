@@ -167,3 +167,16 @@ def test_the_module_named_as_a_plugin_traces_on_the_global_provider(redis_url, p
                          env=dict(os.environ, PYTHONPATH=ROOT))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == f"add {qname}.x process {qname} True True"
+
+
+def test_the_shared_request_queue_takes_the_producer_plugin(spans, redis_url, prefix, qname):
+    from echomq_gevent.contrib.wsgi import close_queues, get_queue
+
+    try:
+        q = get_queue(qname, connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+        job = q.add("signup", {})
+        assert get_queue(qname, connection=redis_url, prefix=prefix) is q
+    finally:
+        close_queues()
+    span, = spans.get_finished_spans()
+    assert span.name == f"add {qname}.signup" and span.attributes["bullmq.job.id"] == job.id
