@@ -3,16 +3,11 @@ served over HTTP from a thread, and a queue with jobs in every state."""
 from __future__ import annotations
 
 import os
-import socketserver
-import threading
-import time
-from contextlib import contextmanager
-from typing import Any, Callable, Dict, Iterator, List
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from typing import Any, Dict, Iterator, List
 
-import gevent
 import pytest
 
+from browser_helpers import wait_for
 from cdp import Browser, find_chromium
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -41,30 +36,6 @@ def browser() -> Iterator[Browser]:
         b.close()
 
 
-class _ThreadedServer(socketserver.ThreadingMixIn, WSGIServer):
-    daemon_threads = True  # the browser keeps idle connections open; one thread each
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@contextmanager
-def serving(app: Callable[..., Any]) -> Iterator[str]:
-    """Serve a WSGI app on 127.0.0.1 (a free port) from a thread; yields its base URL."""
-    server: WSGIServer = make_server("127.0.0.1", 0, app, server_class=_ThreadedServer,
-                                     handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_port}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
-
-
 @pytest.fixture
 def dashboard(redis_url, prefix):
     """``dashboard(**options)``: a Dashboard over the test's prefix, closed afterwards."""
@@ -80,17 +51,6 @@ def dashboard(redis_url, prefix):
     yield make
     for d in made:
         d.close()
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll ``cond`` (yielding to gevent) until it is true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def _process(job):

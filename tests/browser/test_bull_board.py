@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from conftest import serving
+from browser_helpers import serving, wait_for
 
 from echomq_gevent.contrib.dashboard import STATES
 

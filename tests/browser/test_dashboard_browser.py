@@ -7,7 +7,7 @@ import os
 import urllib.error
 import urllib.request
 
-from conftest import serving
+from browser_helpers import serving, wait_for
 
 from echomq_gevent.contrib.dashboard import STATES
 
@@ -165,7 +165,6 @@ def test_read_only_by_default(browser, dashboard, filled, queue, qname):
 
 def test_screenshots_of_the_main_pages(browser, dashboard, filled, queue, qname, tmp_path):
     """Takes the pictures of docs/dashboard.md (into $ECHOMQ_SCREENSHOTS when set)."""
-    from conftest import wait_for
 
     from echomq_gevent import Worker
 
@@ -214,7 +213,6 @@ def test_mounted_under_the_middleware_at_echomq_ui(browser, dashboard, filled, q
 
 
 def test_throughput_chart_from_count_samples(browser, dashboard, queue, qname, redis_url, prefix):
-    from conftest import wait_for
 
     from echomq_gevent import Worker
 
