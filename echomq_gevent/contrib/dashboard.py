@@ -217,8 +217,7 @@ class Dashboard:
     def schedulers(self, q: Any) -> List[Dict[str, Any]]:
         getter = getattr(q, "get_job_schedulers", None)
         if getter is not None:
-            found = getter(0, 49)
-            return [s if isinstance(s, dict) else getattr(s, "__dict__", {"id": str(s)}) for s in found]
+            return [s.as_dict() if hasattr(s, "as_dict") else dict(s) for s in getter(0, 49, asc=True)]
         key = q.keys.queue_key + ":repeat"
         out = []
         for sid, score in self.client.zrange(key, 0, 49, withscores=True):
