@@ -35,6 +35,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import os  # noqa: E402
+import signal  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Dict, List, Optional, Sequence  # noqa: E402
 
