@@ -1,26 +1,97 @@
 """Script wrappers for the getters and admin calls BullMQ's ``Queue`` has beyond the
-worker's hot path (metrics, rate-limit TTL, counts per priority, global concurrency,
-orphaned jobs).
+worker's hot path (clean, drain, obliterate, retry and promote in bulk, change delay,
+reprocess, metrics, rate-limit TTL, counts per priority, global concurrency, orphaned jobs).
 
 :class:`AdminScripts` is mixed into :class:`~echomq_gevent.scripts.Scripts`, so callers
 use them like every other script method (``queue.scripts.get_metrics("completed")``); it
-relies on the host's ``keys`` and ``call``.
+relies on the host's ``keys``, ``call`` and ``_check``.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, List, Sequence, Union
 
 __all__ = ["AdminScripts", "METRICS_TYPES"]
+
+
+def _int(v: Any) -> int:
+    return int(v) if v is not None else 0
 
 #: What ``getMetrics`` reads: the per-minute counts of completed or failed jobs.
 METRICS_TYPES = ("completed", "failed")
 
 
 class AdminScripts:
-    """Mixin of :class:`~echomq_gevent.scripts.Scripts` (needs ``self.keys``, ``self.call``)."""
+    """Mixin of :class:`~echomq_gevent.scripts.Scripts` (needs ``self.keys``, ``self.call``,
+    ``self._check``)."""
 
     keys: Any
     call: Any
+    _check: Any
+
+    def is_finished(self, job_id: str, return_value: bool = False) -> Any:
+        k = self.keys
+        return self.call("isFinished-3", [k.completed, k.failed, k.job(job_id)],
+                         [job_id, "1" if return_value else ""])
+
+    def drain(self, include_delayed: bool = False) -> None:
+        k = self.keys
+        self.call("drain-5", [k.wait, k.paused, k.delayed, k.prioritized, k.repeat],
+                  [k.base, "1" if include_delayed else "0"])
+
+    def obliterate(self, count: int = 1000, force: bool = False) -> int:
+        """``obliterate-2``: 1 while work remains, 0 when done; -1 not paused, -2 active jobs."""
+        k = self.keys
+        return _int(self.call("obliterate-2", [k.meta, k.base], [int(count), "force" if force else ""]))
+
+    def change_delay(self, job_id: str, delay_ms: int, now_ms: int) -> int:
+        """``changeDelay-4``: a delayed job becomes due at ``now_ms + delay_ms``.
+        Returns 0; raises JobNotExist (-1) or JobNotInState (-3, not delayed)."""
+        k = self.keys
+        res = self.call("changeDelay-4", [k.delayed, k.meta, k.marker, k.events],
+                        [int(delay_ms), int(now_ms), job_id, k.job(job_id)])
+        return self._check("changeDelay-4", res, job_id)
+
+    def reprocess_job(self, job_id: str, state: str, lifo: bool = False,
+                      reset_attempts_made: bool = False, reset_attempts_started: bool = False) -> int:
+        """``reprocessJob-9``: run a ``completed`` or ``failed`` job again (``state`` is the
+        set it must be in). Returns 1; raises JobNotExist (-1) or JobNotInState (-3)."""
+        if state not in ("completed", "failed"):
+            raise ValueError(f"reprocess_job: state must be 'completed' or 'failed', got {state!r}")
+        k = self.keys
+        keys = [k.job(job_id), k.events, k.state_key(state), k.wait, k.meta, k.active, k.marker,
+                k.prioritized, k.pc]
+        args = [job_id, "RPUSH" if lifo else "LPUSH",
+                "failedReason" if state == "failed" else "returnvalue", state,
+                "1" if reset_attempts_made else "0", "1" if reset_attempts_started else "0"]
+        return self._check("reprocessJob-9", self.call("reprocessJob-9", keys, args), job_id)
+
+    def move_jobs_to_wait(self, state: str, count: int = 1000,
+                          max_score: Union[int, float, str] = "+inf") -> int:
+        """``moveJobsToWait-8``: move up to ``count`` ``failed``/``completed`` jobs (finished
+        at or before ``max_score`` ms) or ``delayed`` jobs (all: leave ``max_score`` at
+        "+inf") to wait. Returns 1 while more may remain (call again), else 0."""
+        if state not in ("failed", "completed", "delayed"):
+            raise ValueError(f"move_jobs_to_wait: state must be 'failed', 'completed' or 'delayed', got {state!r}")
+        k = self.keys
+        keys = [k.base, k.events, k.state_key(state), k.wait, k.paused, k.meta, k.active, k.marker]
+        return _int(self.call("moveJobsToWait-8", keys, [int(count), max_score, state]))
+
+    def clean_jobs_in_set(self, state: str, cutoff_ms: int, limit: int = 0) -> List[str]:
+        """``cleanJobsInSet-3``: delete jobs of ``state`` whose time is at or before
+        ``cutoff_ms`` (at most ``limit``, 0 = all); returns the deleted ids."""
+        state = "wait" if state == "waiting" else state
+        k = self.keys
+        res = self.call("cleanJobsInSet-3", [k.state_key(state), k.events, k.repeat],
+                        [k.base, int(cutoff_ms), int(limit), state])
+        return [str(x) for x in (res or [])]
+
+    def get_state_without_lpos(self, job_id: str) -> str:
+        """``getState-8``: as :meth:`get_state`, for Redis servers older than 6.0.6."""
+        k = self.keys
+        keys = [k.completed, k.failed, k.delayed, k.active, k.wait, k.paused, k.waiting_children,
+                k.prioritized]
+        return str(self.call("getState-8", keys, [job_id]))
+
 
     def get_metrics(self, kind: str, start: int = 0, end: int = -1) -> List[Any]:
         """``getMetrics-2``: ``[[count, prevTS, prevCount], data points, data length]``
