@@ -20,6 +20,7 @@ from .errors import (  # noqa: E402
     RateLimitError,
     ScriptError,
     UnrecoverableError,
+    WorkerStateError,
 )
 from .hookspecs import FailureDecision, hookimpl  # noqa: E402
 from .keys import QueueKeys  # noqa: E402
@@ -81,4 +82,5 @@ __all__ = [
     "DelayedError",
     "RateLimitError",
     "ConfigError",
+    "WorkerStateError",
 ]

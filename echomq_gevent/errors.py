@@ -13,7 +13,7 @@ __all__ = [
     "JobBelongsToJobScheduler", "JobHasFailedChildren", "SchedulerJobIdCollision",
     "SchedulerJobSlotsBusy", "InvalidOptionError", "InvalidJobIdError", "InvalidJobDataError",
     "UnrecoverableError", "DelayedError", "RateLimitError", "WaitingChildrenError",
-    "ConfigError", "JobCancelled", "JobLockedError", "error_for_code",
+    "ConfigError", "JobCancelled", "JobLockedError", "WorkerStateError", "error_for_code",
 ]
 
 
@@ -149,6 +149,11 @@ class JobCancelled(EchoMQError):
 
 class JobLockedError(EchoMQError, RuntimeError):
     """The job is active: a worker holds its lock, so it cannot be removed now."""
+
+
+class WorkerStateError(EchoMQError, RuntimeError):
+    """A worker (or runner) was asked for something its state does not allow: run it
+    twice, run a closed one, take jobs by hand while its own loop runs."""
 
 
 class ConfigError(EchoMQError, ValueError):

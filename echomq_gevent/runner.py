@@ -30,6 +30,7 @@ import gevent
 import gevent.event
 
 from .config import Config
+from .errors import WorkerStateError
 from .signals import ShutdownSignals
 
 log = logging.getLogger("echomq_gevent.runner")
@@ -77,7 +78,7 @@ class Runner:
     def start(self) -> None:
         """Start every worker on its own greenlet; returns at once."""
         if self.state != "built":
-            raise RuntimeError(f"Runner.start: the workers were started already (state {self.state!r})")
+            raise WorkerStateError(f"Runner.start: the workers were started already (state {self.state!r})")
         self._runs = [gevent.spawn(self._run_one, w) for w in self.workers]
         specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
         if specs:  # the file's job schedulers, upserted unless stored as declared

@@ -32,6 +32,7 @@ import gevent.pool
 import redis
 
 from .connection import DEFAULT_SETTINGS, ConnectionLike, ConnectionSettings, make_client
+from .errors import WorkerStateError
 from .hub import HubMonitor
 from .job import Job
 from .job_options import keep_jobs
@@ -253,11 +254,11 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         unfinished jobs back at once.
         """
         if self.running:
-            raise RuntimeError(f"the worker of queue {self.queue_name!r} is already running")
+            raise WorkerStateError(f"the worker of queue {self.queue_name!r} is already running")
         if self.closing:
             if self._run_greenlet is not None and gevent.getcurrent() is self._run_greenlet:
                 return  # start() then close() before the greenlet ran: nothing to do
-            raise RuntimeError(f"the worker of queue {self.queue_name!r} was closed; create a new Worker")
+            raise WorkerStateError(f"the worker of queue {self.queue_name!r} was closed; create a new Worker")
         self.running = True
         self._run_greenlet = gevent.getcurrent()
         signals = ShutdownSignals(self._signal_graceful, self._signal_at_once)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import gevent
 
 from .connection import clone_client
-from .errors import EchoMQError, ScriptError
+from .errors import EchoMQError, ScriptError, WorkerStateError
 from .job import Job
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
 from .scripts import Scripts
@@ -66,10 +66,11 @@ class ManualProcessing:
         """
         _check_token(token, "get_next_job")
         if self.closing:
-            raise EchoMQError(f"get_next_job: the worker of queue {self.queue_name!r} is closed; create a new Worker")
+            raise WorkerStateError(f"get_next_job: the worker of queue {self.queue_name!r} is closed; "
+                                   f"create a new Worker")
         if self.running:
-            raise EchoMQError(f"get_next_job: the worker of queue {self.queue_name!r} is running its own fetch loop; "
-                              f"manual processing needs a worker that is never run()")
+            raise WorkerStateError(f"get_next_job: the worker of queue {self.queue_name!r} is running its own fetch "
+                                   f"loop; manual processing needs a worker that is never run()")
         job = self._take(token)
         if job is None and block:
             wait_s = self.drain_delay if timeout is None else float(timeout)
