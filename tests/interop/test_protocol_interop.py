@@ -8,7 +8,6 @@ we write; both sides agree on counts and states.
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -315,23 +314,25 @@ def test_our_delayed_job_sets_the_same_marker_as_node(node, queue, r, prefix, qn
 # Pause / resume from either side
 # ---------------------------------------------------------------------------------------
 
-def _assert_not_processed(worker, job_id, seconds):
-    """The Node worker does not start ``job_id`` within ``seconds`` (a negative needs time)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert not [ln for ln in worker.events("process") if ln["jobId"] == job_id], (
-            f"the Node worker processed job {job_id} while the queue was paused")
-        time.sleep(0.05)
+def _assert_not_processed(worker, job_id, r, wait_for):
+    """The Node worker went through two more rounds of its idle loop (BZPOPMIN, which times
+    out after drainDelay, then a fetch) with ``job_id`` waiting, and did not start it."""
+    def bzpopmin_calls() -> int:
+        return int(r.info("commandstats").get("cmdstat_bzpopmin", {}).get("calls", 0))
+    start = bzpopmin_calls()
+    wait_for(lambda: bzpopmin_calls() >= start + 2, timeout=15, what="two idle rounds of the Node worker")
+    assert not [ln for ln in worker.events("process") if ln["jobId"] == job_id], (
+        f"the Node worker processed job {job_id} while the queue was paused")
 
 
-def test_our_pause_stops_a_node_worker_and_resume_restarts_it(node, queue, r, prefix, qname):
+def test_our_pause_stops_a_node_worker_and_resume_restarts_it(node, queue, r, prefix, qname, wait_for):
     worker = node.worker(workerOpts={"drainDelay": 1}, stopAfter=1, behaviour={"return": 1})
     worker.wait_event("drained")
     queue.pause()
     assert queue.is_paused() is True
     assert node.run("isPaused") is True
     job = queue.add("held", {})
-    _assert_not_processed(worker, job.id, 2.5)  # longer than two drainDelay cycles
+    _assert_not_processed(worker, job.id, r, wait_for)
     assert node.run("getState", jobId=job.id) == "waiting"
     resumed_at = now_ms()
     queue.resume()
@@ -356,12 +357,12 @@ def test_node_pause_stops_our_fetch_and_node_resume_restarts_it(node, queue, r, 
     assert node.run("getState", jobId=job_id) == "active"
 
 
-def test_node_pause_leaves_a_node_worker_idle_until_our_resume(node, queue):
+def test_node_pause_leaves_a_node_worker_idle_until_our_resume(node, queue, r, wait_for):
     worker = node.worker(workerOpts={"drainDelay": 1}, stopAfter=1, behaviour={"return": 1})
     worker.wait_event("drained")
     node.run("pause")
     job = queue.add("held", {})
-    _assert_not_processed(worker, job.id, 2.0)
+    _assert_not_processed(worker, job.id, r, wait_for)
     queue.resume()
     worker.wait_event("process", timeout=5, jobId=job.id)
     worker.wait_event("completed", timeout=5, jobId=job.id)
