@@ -20,6 +20,7 @@ from .errors import (  # noqa: E402
     RateLimitError,
     ScriptError,
     UnrecoverableError,
+    WaitingChildrenError,
     WorkerStateError,
 )
 from .hookspecs import FailureDecision, hookimpl  # noqa: E402
@@ -32,6 +33,7 @@ _LAZY = {
     "Job": ".job",
     "Queue": ".queue",
     "Worker": ".worker",
+    "FlowProducer": ".flow",
     "JobTimeoutError": ".runtime",
     "QueueEvents": ".events",
     "QueueEventsProducer": ".events",
@@ -59,6 +61,7 @@ __all__ = [
     "Job",
     "Worker",
     "ConnectionSettings",
+    "FlowProducer",
     "JobTimeoutError",
     "QueueEvents",
     "QueueEventsProducer",
@@ -81,6 +84,7 @@ __all__ = [
     "UnrecoverableError",
     "DelayedError",
     "RateLimitError",
+    "WaitingChildrenError",
     "ConfigError",
     "WorkerStateError",
 ]

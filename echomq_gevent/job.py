@@ -26,6 +26,7 @@ from redis.exceptions import ResponseError
 
 from .errors import JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
 from .job_control import JobControl
+from .job_flow import JobFlowMixin
 from .job_options import decode_job_options, encode_job_data, stored_options_problems, validate_job_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,12 +148,14 @@ def _json_problem(job_id: str, field: str, exc: Exception) -> str:
     return f"job {job_id}: field {field!r} is not valid JSON ({exc})"
 
 
-class Job(JobControl):
+class Job(JobControl, JobFlowMixin):
     """One BullMQ job, decoded from its hash.
 
     Attributes use Python names for BullMQ's fields (``attempts_made`` for
     ``attemptsMade``/``atm``...). ``opts`` keeps BullMQ's long option names.
-    ``token`` is set by the worker that holds the job's lock.
+    ``token`` is set by the worker that holds the job's lock. The parent/child calls
+    (``get_children_values``, ``move_to_waiting_children``...) come from
+    :class:`~echomq_gevent.job_flow.JobFlowMixin`.
     """
 
     __slots__ = (

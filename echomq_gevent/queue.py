@@ -117,7 +117,10 @@ class Queue(QueueGetters, SchedulerMixin):
             self.client.close()
 
     # -- adding jobs ------------------------------------------------------------------
-    def _prepare(self, name: Any, data: Any, opts: Optional[Mapping[str, Any]]) -> _PreparedJob:
+    def prepare_job(self, name: Any, data: Any, opts: Optional[Mapping[str, Any]]) -> _PreparedJob:
+        """Validate and encode one job for an add script (nothing is written). Used by
+        ``add``, ``add_bulk`` and the FlowProducer; raises EchoMQError/InvalidOptionError/
+        InvalidJobIdError/InvalidJobDataError naming the job and what is wrong."""
         if not isinstance(name, str):
             raise InvalidOptionError(f"job name must be a string, got {name!r}")
         clean = validate_job_options(opts, name)
@@ -154,7 +157,8 @@ class Queue(QueueGetters, SchedulerMixin):
             kwargs["dedup_key"] = self.keys.dedup(dedup["id"])
         return _PreparedJob(name, data, data_json, clean, encoded, clean.get("jobId", ""), timestamp, kwargs)
 
-    def _job_from_prepared(self, prepared: _PreparedJob, job_id: str) -> Job:
+    def job_from_prepared(self, prepared: _PreparedJob, job_id: str) -> Job:
+        """The Job an add of ``prepared`` created, as stored under ``job_id``."""
         job = Job(self.scripts, job_id, prepared.name, prepared.data,
                   decode_job_options(prepared.encoded), prepared.timestamp)
         kw = prepared.script_kwargs
@@ -182,13 +186,13 @@ class Queue(QueueGetters, SchedulerMixin):
         return self._add(name, data, opts)
 
     def _add(self, name: str, data: Any, opts: Optional[Mapping[str, Any]] = None) -> Job:
-        prepared = self._prepare(name, data, opts)
+        prepared = self.prepare_job(name, data, opts)
         try:
             job_id = self.scripts.add_job(prepared.job_id, prepared.name, prepared.timestamp,
                                           prepared.data_json, prepared.encoded, **prepared.script_kwargs)
         except ScriptError as exc:
             raise self._explain(exc, prepared) from None
-        return self._job_from_prepared(prepared, str(job_id))
+        return self.job_from_prepared(prepared, str(job_id))
 
     @staticmethod
     def _explain(exc: ScriptError, prepared: _PreparedJob) -> ScriptError:
@@ -229,7 +233,7 @@ class Queue(QueueGetters, SchedulerMixin):
                                              f"or {{name, data, opts}}, got {spec!r}")
                 name, data = spec[0], spec[1]
                 opts = spec[2] if len(spec) == 3 else None
-            prepared.append(self._prepare(name, data, opts))
+            prepared.append(self.prepare_job(name, data, opts))
         if not prepared:
             return []
         self._ensure_add_scripts()
@@ -248,7 +252,7 @@ class Queue(QueueGetters, SchedulerMixin):
                 script = self.scripts.add_script_for(p.encoded)[0]
                 failure = failure or self._explain(error_for_code(res, script, p.job_id or None), p)
                 continue
-            out.append(self._job_from_prepared(p, str(res)))
+            out.append(self.job_from_prepared(p, str(res)))
         if failure is not None:
             raise failure
         return out
@@ -260,6 +264,14 @@ class Queue(QueueGetters, SchedulerMixin):
         if not fields:
             return None
         return Job.from_fields(self.scripts, str(job_id), fields)
+
+    def get_dependencies(self, parent_id: str, kind: str = "processed", start: int = 0,
+                         end: int = -1) -> Dict[str, Any]:
+        """One page of a parent's ``processed`` or ``pending`` children with their jobs
+        (Node's ``queue.getDependencies``); see :func:`echomq_gevent.flow.queue_dependencies`."""
+        from .flow import queue_dependencies
+
+        return queue_dependencies(self, parent_id, kind, start, end)
 
     def get_job_state(self, job_id: str) -> str:
         """``completed``, ``failed``, ``delayed``, ``prioritized``, ``active``, ``waiting``,

@@ -21,6 +21,7 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from .admin_scripts import AdminScripts
 from .errors import error_for_code
+from .flow_scripts import FlowScripts
 from .keys import QueueKeys
 from .kept_connection import KeptConnection
 from .script_library import ScriptLibrary, library, lua_dir, pack
@@ -90,7 +91,7 @@ RESEND_SAFE = frozenset({
 ADD_SCRIPTS = frozenset({"addStandardJob-9", "addDelayedJob-6", "addPrioritizedJob-9"})
 
 
-class Scripts(AdminScripts):
+class Scripts(AdminScripts, FlowScripts):
     """Every script of one queue, callable with Python arguments.
 
     Used by Queue, Job and Worker, from any greenlet or (with its own client) from a
@@ -241,11 +242,19 @@ class Scripts(AdminScripts):
     def add_job_args(self, job_id: str, name: str, timestamp: Number, data_json: str,
                      encoded_opts: Dict[str, Any], parent_key: Optional[str] = None,
                      parent_deps_key: Optional[str] = None, parent: Optional[Dict[str, Any]] = None,
-                     repeat_job_key: Optional[str] = None, dedup_key: Optional[str] = None) -> List[Any]:
-        """ARGV of the add scripts: [packed positional array, data JSON, packed options]."""
+                     repeat_job_key: Optional[str] = None, dedup_key: Optional[str] = None,
+                     defer_parent_release: bool = False) -> List[Any]:
+        """ARGV of the add scripts: [packed positional array, data JSON, packed options].
+
+        ``defer_parent_release`` (flow inserts): an existing completed child only records
+        its result in the parent; ``releaseParentIfNoPendingDependencies-2`` releases the
+        parent at the end of the flow's transaction."""
+        positional = [self.keys.base, job_id, name, timestamp, parent_key, parent_deps_key, parent,
+                      repeat_job_key, dedup_key]
+        if defer_parent_release:
+            positional.append(1)
         return [
-            pack([self.keys.base, job_id, name, timestamp, parent_key, parent_deps_key, parent,
-                  repeat_job_key, dedup_key]),
+            pack(positional),
             data_json,
             pack(encoded_opts),
         ]

@@ -29,10 +29,15 @@ end
 -- waiting for children, the parent is released, except that with purgeSameQueue
 -- (drain, obliterate) a parent in queue baseKey is deleted as well, since it would
 -- be removed by the same sweep. Returns true when the parent listed the job.
-local function unlinkFromParent(jobKey, baseKey, purgeSameQueue)
-  local parentKey = redis.call("HGET", jobKey, "parentKey")
-  if not parentKey or parentKey == "" or redis.call("EXISTS", parentKey) == 0 then
-    return false
+-- givenParentKey (optional) names the parent instead of the job's "parentKey" field;
+-- the caller has checked that it exists.
+local function unlinkFromParent(jobKey, baseKey, purgeSameQueue, givenParentKey)
+  local parentKey = givenParentKey
+  if not parentKey then
+    parentKey = redis.call("HGET", jobKey, "parentKey")
+    if not parentKey or parentKey == "" or redis.call("EXISTS", parentKey) == 0 then
+      return false
+    end
   end
   local depsKey = parentKey .. ":dependencies"
   if redis.call("SREM", depsKey, jobKey) == 0 then

@@ -11,7 +11,10 @@ Usage: ``python py_worker.py '<json command>'`` with
 ``busyMs`` (CPU work that never yields), ``crash`` (``os._exit(3)`` while holding the
 job), ``delayOnceMs`` / ``rateLimitOnceMs``
 (first start only: ``job.move_to_delayed`` + ``DelayedError``, ``worker.rate_limit`` +
-``RateLimitError``), ``return``, ``returnData``.
+``RateLimitError``), ``return``, ``returnData``, ``waitChildren`` (the parent step pattern:
+on the first run, after adding ``spawnChildren: {queue, n}`` children if asked,
+``job.move_to_waiting_children()`` + ``WaitingChildrenError``; then it returns
+``job.get_children_values()``), ``returnChildrenValues``.
 
 It prints one JSON line per event, each with ``t`` (ms since the epoch): ``ready``,
 ``process`` (our Job as Node names its fields, at processor start), ``active``,
@@ -41,6 +44,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the source checkout
 
 from echomq_gevent import hookimpl  # noqa: E402
+from echomq_gevent import Queue, WaitingChildrenError  # noqa: E402
 from echomq_gevent.errors import DelayedError, RateLimitError, UnrecoverableError  # noqa: E402
 from echomq_gevent.plugins import PluginHost, make_plugin_manager  # noqa: E402
 from echomq_gevent.worker import Worker  # noqa: E402
@@ -154,6 +158,19 @@ def make_processor(cmd: Dict[str, Any], worker_box: Dict[str, Any]) -> Any:
             raise UnrecoverableError(how.get("failMessage") or "planned unrecoverable failure")
         if how.get("failTimes") and job.attempts_made < how["failTimes"]:
             raise RuntimeError(how.get("failMessage") or f"planned failure {job.attempts_made + 1}")
+        if how.get("waitChildren") and not (isinstance(job.data, dict) and job.data.get("waited")):
+            # The step pattern: remember the step in the job's data, then wait for the children.
+            job.update_data(dict(job.data or {}, waited=True))
+            spawn = how.get("spawnChildren")
+            if spawn:
+                with Queue(spawn["queue"], connection=cmd["redis"], prefix=cmd.get("prefix", "bull")) as target:
+                    for i in range(spawn["n"]):
+                        target.add("spawned", {"i": i},
+                                   {"parent": {"id": job.id, "queue": job.queue_qualified_name}})
+            if job.move_to_waiting_children():
+                raise WaitingChildrenError()
+        if how.get("waitChildren") or how.get("returnChildrenValues"):
+            return job.get_children_values()
         if how.get("returnData"):
             return job.data
         return how.get("return")

@@ -34,7 +34,12 @@
  *   stalledCheck {workerOpts}  -> ids a Node worker's stall check moved back (one check)
  *   retry {jobId, state} / changePriority {jobId, priority, lifo} / changeDelay {jobId, delay}
  *   flow {tree}  -> FlowProducer.add(tree), answered as {id, queue, children: [...]}
- *   getChildrenValues / getFailedChildrenValues / getDependenciesCount {jobId}
+ *   flowBulk {trees}  -> FlowProducer.addBulk(trees), a list of such answers
+ *   getFlow {jobId, depth, maxChildren}  -> FlowProducer.getFlow as {job: job view, children}
+ *   getChildrenValues / getFailedChildrenValues / getIgnoredChildrenFailures {jobId}
+ *   getDependenciesCount {jobId, opts} / getDependencies {jobId, opts}
+ *   removeChildDependency / removeUnprocessedChildren {jobId}
+ *   queueGetDependencies {parentId, type, start, end}  -> Queue.getDependencies (paginate)
  *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
  *   queueCall   {method, args}                      -> queue[method](...args) (Node's own getters)
  *   manualRun   {workerOpts, token, actions: [{do: 'complete', value} | {do: 'fail', message}]}
@@ -62,6 +67,12 @@
  *       rateLimitOnceMs on the first start: worker.rateLimit(ms) + RateLimitError
  *       return      the value to return; returnData: true returns job.data;
  *                   with neither, the processor returns undefined
+ *       waitChildren  the parent step pattern: on its first run the job calls
+ *                   moveToWaitingChildren(token) and throws WaitingChildrenError when it
+ *                   moved; once it runs again it returns getChildrenValues()
+ *       returnChildrenValues  return getChildrenValues()
+ *       spawnChildren {queue, n}  with waitChildren: on the first run, first add n children
+ *                   ({i} as data, job name "spawned") to that queue with this job as parent
  *     Prints "ready" once connected, "process" (job view, at processor start),
  *     and every Worker event: active, completed, failed, drained, stalled, error,
  *     paused, resumed, closing, closed.
@@ -87,6 +98,7 @@ const IORedis = require(path.join(nodeModules, 'ioredis'));
 
 const {
   Queue, Worker, QueueEvents, Job, FlowProducer, UnrecoverableError, DelayedError, RateLimitError,
+  WaitingChildrenError,
 } = bullmq;
 
 /** Print one JSON line, stamped with the current time. */
@@ -257,13 +269,57 @@ async function runOne(queue, cmd) {
         await flow.close();
       }
     }
+    case 'flowBulk': {
+      const flow = new FlowProducer(baseOpts(cmd));
+      try {
+        const added = await flow.addBulk(cmd.trees);
+        const ids = node => ({ id: node.job.id, queue: node.job.queueName,
+                               children: (node.children || []).map(ids) });
+        return added.map(ids);
+      } finally {
+        await flow.close();
+      }
+    }
+    case 'getFlow': {
+      const flow = new FlowProducer(baseOpts(cmd));
+      try {
+        const opts = { id: cmd.jobId, queueName: cmd.queue };
+        if (cmd.depth !== undefined) opts.depth = cmd.depth;
+        if (cmd.maxChildren !== undefined) opts.maxChildren = cmd.maxChildren;
+        const view = node => {
+          if (!node) return null;
+          const out = { job: jobView(node.job) };
+          if (node.children) out.children = node.children.map(view);
+          return out;
+        };
+        return view(await flow.getFlow(opts));
+      } finally {
+        await flow.close();
+      }
+    }
     case 'getChildrenValues':
     case 'getDependenciesCount':
+    case 'getDependencies':
+    case 'getIgnoredChildrenFailures':
+    case 'removeChildDependency':
+    case 'removeUnprocessedChildren':
     case 'getFailedChildrenValues': {
       const job = await Job.fromId(queue, cmd.jobId);
       if (!job) throw new Error(`job ${cmd.jobId} not found`);
-      if (cmd.cmd === 'getDependenciesCount') return job.getDependenciesCount();
-      return cmd.cmd === 'getChildrenValues' ? job.getChildrenValues() : job.getFailedChildrenValues();
+      switch (cmd.cmd) {
+        case 'getDependenciesCount': return job.getDependenciesCount(cmd.opts || {});
+        case 'getDependencies': return job.getDependencies(cmd.opts || {});
+        case 'getIgnoredChildrenFailures': return job.getIgnoredChildrenFailures();
+        case 'removeChildDependency': return job.removeChildDependency();
+        case 'removeUnprocessedChildren': await job.removeUnprocessedChildren(); return true;
+        case 'getChildrenValues': return job.getChildrenValues();
+        default: return job.getFailedChildrenValues();
+      }
+    }
+    case 'queueGetDependencies': {
+      const { items, total, jobs } = await queue.getDependencies(
+        cmd.parentId, cmd.type, cmd.start || 0, cmd.end === undefined ? -1 : cmd.end);
+      return { items, total, jobs: jobs.map(j => ({ name: j.name, data: j.data })) };
     }
     case 'upsertJobScheduler':
       return jobView(await queue.upsertJobScheduler(cmd.schedulerId, cmd.repeat, cmd.template));
@@ -404,6 +460,22 @@ function makeProcessor(cmd, workerRef) {
     if (how.failTimes && job.attemptsMade < how.failTimes) {
       throw new Error(how.failMessage || `planned failure ${job.attemptsMade + 1}`);
     }
+    if (how.waitChildren && !(job.data && job.data.waited)) {
+      // The step pattern: remember the step in the job's data, then wait for the children.
+      await job.updateData(Object.assign({}, job.data, { waited: true }));
+      if (how.spawnChildren) {
+        const target = new Queue(how.spawnChildren.queue, baseOpts(cmd));
+        try {
+          for (let i = 0; i < how.spawnChildren.n; i += 1) {
+            await target.add('spawned', { i }, { parent: { id: job.id, queue: job.queueQualifiedName } });
+          }
+        } finally {
+          await target.close();
+        }
+      }
+      if (await job.moveToWaitingChildren(token)) throw new WaitingChildrenError();
+    }
+    if (how.waitChildren || how.returnChildrenValues) return job.getChildrenValues();
     if (how.returnData) return job.data;
     if (Object.prototype.hasOwnProperty.call(how, 'return')) return how.return;
     return undefined;
