@@ -102,6 +102,7 @@ class Scripts(AdminScripts, FlowScripts):
     checks its answer (``move_to_active``, ``move_to_finished``...), and, for calls the
     worker sends together, ``move_to_active_many`` (batched pick-ups) and
     ``move_to_finished_call`` + :meth:`run_many` (batched finishes).
+    The flow scripts' wrappers come from :class:`~echomq_gevent.flow_scripts.FlowScripts`.
     """
 
     def __init__(self, client: "redis.Redis", keys: QueueKeys, lib: Optional[ScriptLibrary] = None) -> None:

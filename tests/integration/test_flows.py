@@ -433,3 +433,44 @@ def test_remove_unprocessed_children_keeps_locked_and_failed_ones(flows, queue, 
     parent.remove_unprocessed_children()
     assert queue.get_job_state(parent.id) == "waiting", "released when the last pending child goes"
     assert not r.exists(queue.keys.dependencies(parent.id))
+
+
+# -- the guide's examples ------------------------------------------------------------------
+
+def _doc_examples():
+    import os
+    import re
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "flows.md")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def test_the_flows_guide_examples_run(redis_url, r):
+    """Every Python block of docs/flows.md runs as is (in its own process, on this
+    session's Redis) and prints what its comments say."""
+    import os
+    import subprocess
+    import sys
+
+    blocks = _doc_examples()
+    assert len(blocks) >= 5
+    env = dict(os.environ, REDIS_URL=redis_url)
+    outputs = []
+    try:
+        for block in blocks:
+            done = subprocess.run([sys.executable, "-c", block], env=env, capture_output=True,
+                                  text=True, timeout=60)
+            assert done.returncode == 0, f"example failed:\n{block}\n{done.stderr}"
+            outputs.append(done.stdout)
+    finally:
+        for queue_name in ("renders", "frames", "reports", "parts"):
+            keys = list(r.scan_iter(match=f"bull:{queue_name}:*"))
+            if keys:
+                r.delete(*keys)
+    assert outputs[0].split()[1] == "waiting-children"
+    assert "['waiting', 'prioritized']" in outputs[0]
+    assert "{'frames': 3, 'bytes': 6000}" in outputs[1]
+    assert outputs[2].strip() == "14"
+    assert outputs[4].strip() == "render ['frame']"
