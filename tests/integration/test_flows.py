@@ -53,7 +53,7 @@ def _finish(q: Queue, job_id: str, value: Any) -> None:
 
 def _job_keys(r, prefix: str):
     return sorted(k for k in r.scan_iter(match=f"{prefix}:*")
-                  if not k.rsplit(":", 1)[-1] in ("id", "meta", "events"))
+                  if k.rsplit(":", 1)[-1] not in ("id", "meta", "events"))
 
 
 # -- FlowProducer.add ------------------------------------------------------------------
