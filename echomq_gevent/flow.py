@@ -27,7 +27,6 @@ A FlowProducer may be shared by every greenlet of a process.
 """
 from __future__ import annotations
 
-import json
 import time
 import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -37,12 +36,13 @@ from redis.exceptions import ResponseError
 from .connection import DEFAULT_URL, ConnectionLike, make_client
 from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job
-from .keys import DEFAULT_PREFIX, QueueKeys, validate_prefix, validate_queue_name
+from .flow_getters import parse_job_key
+from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from .flow_scripts import ScriptCall
 from .queue import Queue
-from .scripts import Scripts, library
+from .script_library import library
 
-__all__ = ["FlowProducer", "FlowError", "parse_job_key", "queue_dependencies"]
+__all__ = ["FlowProducer", "FlowError", "parse_job_key"]
 
 #: The keys a flow node may have (Node's FlowJob).
 NODE_KEYS = ("name", "queueName", "data", "opts", "children", "prefix")
@@ -55,74 +55,6 @@ class FlowError(EchoMQError, ValueError):
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def parse_job_key(key: str) -> Tuple[str, str, str]:
-    """``"bull:q:42"`` -> ``("bull", "q", "42")``: prefix, queue name and id of a full job
-    key (the prefix may itself contain ':'; queue names and ids cannot)."""
-    last = key.rfind(":")
-    before = key.rfind(":", 0, last) if last > 0 else -1
-    if last < 0 or before < 0:
-        raise EchoMQError(f"{key!r} is not a job key '<prefix>:<queue>:<id>'")
-    return key[:before], key[before + 1:last], key[last + 1:]
-
-
-def queue_dependencies(queue: Queue, parent_id: str, kind: str = "processed", start: int = 0,
-                       end: int = -1) -> Dict[str, Any]:
-    """One page of a parent's children, read with ``paginate-1`` (Node's
-    ``Queue.getDependencies``); :meth:`Queue.get_dependencies` calls this.
-
-    ``kind`` is ``"processed"`` (completed children with their results) or ``"pending"``.
-    Returns ``{"items": [...], "total": n, "jobs": [Job, ...]}``: items are
-    ``{"id": child key, "v": result}`` for processed children (``"err"`` instead of
-    ``"v"`` when the stored result is not JSON) and ``{"id": child key}`` for pending
-    ones; ``jobs`` the children's jobs that still exist, in the same order; ``total`` the
-    number of children of that kind. Sets have no order: pages of a set that changes
-    between calls may overlap or miss children.
-    """
-    if kind not in ("processed", "pending"):
-        raise EchoMQError(f"get_dependencies: kind must be 'processed' or 'pending', got {kind!r}")
-    for label, value in (("start", start), ("end", end)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < -1:
-            raise EchoMQError(f"get_dependencies: {label} must be an integer (end -1 = to the last), got {value!r}")
-    keys = queue.keys
-    key = keys.processed(str(parent_id)) if kind == "processed" else keys.dependencies(str(parent_id))
-    page_size = end - start + 1 if end >= 0 else None
-    cursor, passed, total = "0", 0, 0
-    page: List[Any] = []
-    raw_jobs: List[Any] = []
-    while True:
-        cursor, passed, items, total, *rest = queue.scripts.paginate(
-            key, start + len(page), end, cursor, passed, 5, fetch_jobs=True)
-        cursor, passed, total = str(cursor), int(passed), int(total)
-        page.extend(items)
-        raw_jobs.extend(rest[0] if rest else [])
-        if cursor == "0" or (page_size is not None and len(page) >= page_size):
-            break
-    out_items: List[Dict[str, Any]] = []
-    child_keys: List[str] = []
-    for item in page:
-        if isinstance(item, list):
-            child, text = item
-            try:
-                out_items.append({"id": child, "v": json.loads(text)})
-            except ValueError as exc:
-                out_items.append({"id": child, "err": str(exc)})
-        else:
-            child = item
-            out_items.append({"id": child})
-        child_keys.append(child)
-    jobs: List[Job] = []
-    scripts_of = {(queue.prefix, queue.name): queue.scripts}
-    for child, flat in zip(child_keys, raw_jobs):
-        if flat:
-            child_prefix, child_queue, child_id = parse_job_key(child)
-            scripts = scripts_of.get((child_prefix, child_queue))
-            if scripts is None:
-                scripts = scripts_of[(child_prefix, child_queue)] = Scripts(
-                    queue.client, QueueKeys(child_queue, child_prefix))
-            jobs.append(Job.from_flat(scripts, child_id, flat))
-    return {"items": out_items, "total": total, "jobs": jobs}
 
 
 class _Entry:

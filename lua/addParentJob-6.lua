@@ -1,5 +1,5 @@
 --[[
-  Add a job that waits for its children (a flow node with children, protocol §5.1):
+  Add a job that waits for its children (a flow node with children; docs/protocol.md, "Flows"):
   it is stored like any other job and enters waiting-children instead of a queue.
 
   KEYS: 1 meta, 2 id, 3 delayed, 4 waiting-children, 5 completed, 6 events
