@@ -16,7 +16,6 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .connection import DEFAULT_URL, ConnectionLike, ConnectionSettings, make_client
 from .errors import EchoMQError, InvalidOptionError, ScriptError, error_for_code
-from .flow_getters import queue_dependencies
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
@@ -265,12 +264,6 @@ class Queue(QueueGetters, SchedulerMixin):
         if not fields:
             return None
         return Job.from_fields(self.scripts, str(job_id), fields)
-
-    def get_dependencies(self, parent_id: str, kind: str = "processed", start: int = 0,
-                         end: int = -1) -> Dict[str, Any]:
-        """One page of a parent's ``processed`` or ``pending`` children with their jobs
-        (Node's ``queue.getDependencies``); see :func:`echomq_gevent.flow_getters.queue_dependencies`."""
-        return queue_dependencies(self, parent_id, kind, start, end)
 
     def get_job_state(self, job_id: str) -> str:
         """``completed``, ``failed``, ``delayed``, ``prioritized``, ``active``, ``waiting``,

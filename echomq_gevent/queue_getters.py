@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
 from .admin_scripts import METRICS_TYPES
+from .flow_getters import queue_dependencies
 from .keys import FIXED_SUFFIXES
 
 __all__ = ["QueueGetters", "events_max_len"]
@@ -82,6 +83,12 @@ class QueueGetters:
     keys: Any
     client: Any
     scripts: Any
+
+    def get_dependencies(self, parent_id: str, kind: str = "processed", start: int = 0,
+                         end: int = -1) -> Dict[str, Any]:
+        """One page of a parent's ``processed`` or ``pending`` children with their jobs
+        (Node's ``queue.getDependencies``); see :func:`echomq_gevent.flow_getters.queue_dependencies`."""
+        return queue_dependencies(self, parent_id, kind, start, end)
 
     def get_metrics(self, type: str, start: int = 0, end: int = -1) -> Dict[str, Any]:
         """The per-minute metrics workers record for ``completed`` or ``failed`` jobs when
