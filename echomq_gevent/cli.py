@@ -24,9 +24,12 @@ from __future__ import annotations
 import sys
 
 #: Modules that were already imported when the patch ran (should be none of these).
-PREIMPORTED = tuple(m for m in ("ssl", "redis", "urllib3", "requests") if m in sys.modules)
+_IMPORTED = tuple(m for m in ("ssl", "redis", "urllib3", "requests") if m in sys.modules)
 
 from gevent import monkey  # noqa: E402
+
+#: (none when the program patched the process itself before importing them)
+PREIMPORTED = () if monkey.is_module_patched("socket") else _IMPORTED
 
 if not monkey.is_module_patched("socket"):
     monkey.patch_all()
@@ -44,6 +47,7 @@ import gevent.event  # noqa: E402
 
 from . import __version__  # noqa: E402
 from .config import Config, load_config, redact_url  # noqa: E402
+from .status import STATUS_TYPES, print_status  # noqa: E402,F401
 from .errors import ConfigError  # noqa: E402
 from .hookspecs import hookimpl  # noqa: E402
 from .logfmt import JsonFormatter, setup_logging  # noqa: E402,F401
@@ -55,7 +59,6 @@ log = logging.getLogger("echomq_gevent.cli")
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_REDIS = 0, 1, 2, 3
 DEFAULT_CONFIG = "conf/worker.yaml"
 DEMO_PLUGIN = "echomq_gevent.contrib.demo"
-STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
 
 
 # --- the progress line -------------------------------------------------------------------------
@@ -230,8 +233,6 @@ def cmd_add(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """``status [QUEUE...] [--json]``: job counts per queue, the workers seen and the job
     schedulers with their next run."""
-    from .queue import Queue
-
     cfg = _load(args, required=False)
     prefix = args.prefix or (cfg.prefix if cfg else "bull")
     names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
@@ -239,49 +240,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         print("echomq-gevent status: name the queues, or give -c FILE", file=sys.stderr)
         return EXIT_CONFIG
     conn = _Connection(cfg, args.redis)
-    report: Dict[str, Any] = {}
     try:
-        for name in names:
-            queue = Queue(name, connection=conn.url, prefix=prefix)
-            try:
-                counts = queue.get_job_counts(*STATUS_TYPES)
-                workers = queue.get_workers()
-                report[name] = {"counts": counts, "paused": queue.is_paused(),
-                                "workers": [w.get("name") or w.get("addr") for w in workers],
-                                "schedulers": [s.as_dict() for s in queue.get_job_schedulers(asc=True)]}
-            finally:
-                queue.close()
+        return print_status(conn.url, names, prefix, as_json=args.json)
     finally:
         conn.close()
-    if args.json:
-        print(json.dumps(report, indent=2, sort_keys=True))
-        return EXIT_OK
-    width = max([len(n) for n in names] + [5])
-    cols = [(t, max(len(t), 7)) for t in STATUS_TYPES]
-    print(f"{'queue':<{width}}  " + "  ".join(f"{t:>{w}}" for t, w in cols) + "  workers")
-    for name, info in report.items():
-        c = info["counts"]
-        row = f"{name:<{width}}  " + "  ".join(f"{c.get(t, 0):>{w}}" for t, w in cols)
-        row += f"  {len(info['workers']):>7}" + ("  (paused)" if info["paused"] else "")
-        print(row)
-    for name, info in report.items():
-        for s in info["schedulers"]:
-            print(f"{name}: scheduler {_describe_scheduler(s)}")
-    return EXIT_OK
-
-
-def _describe_scheduler(s: Dict[str, Any]) -> str:
-    """One status line: ``<id> <pattern or every>, next <UTC time>, <n> runs[, limit N]``."""
-    from datetime import datetime, timezone
-
-    how = f"pattern {s['pattern']!r}" + (f" ({s['tz']})" if s.get("tz") else "") if s.get("pattern") \
-        else f"every {s.get('every')} ms"
-    nxt = s.get("next")
-    when = datetime.fromtimestamp(nxt / 1000, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if nxt else "none"
-    out = f"{s['key']!r} {how}, next run {when}, {s.get('iterationCount', 0)} runs"
-    if s.get("limit") is not None:
-        out += f" (limit {s['limit']})"
-    return out
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -405,25 +367,37 @@ def cmd_run(args: argparse.Namespace) -> int:
     """Run (or ``--check``) the file."""
     cfg = _load(args)
     assert cfg is not None
-    if args.log_level is None and args.log_format is None:
-        setup_logging(cfg.log_level, cfg.log_format)
-    else:
-        setup_logging(args.log_level or cfg.log_level, args.log_format or cfg.log_format)
-    if PREIMPORTED:
-        log.warning("these modules were imported before gevent patched the standard library: %s",
-                    ", ".join(PREIMPORTED))
     extra: List[Any] = []
     if args.demo:
         if "demo" not in cfg.queues:
             raise cfg.error(("queues",), "--demo needs a queue named 'demo' (served by the demo plugin)")
         if DEMO_PLUGIN not in cfg.plugins and "demo" not in cfg.plugins:
             extra.append(DEMO_PLUGIN)
-    progress = ProgressPlugin()
-    extra.append(progress)
-    host, processors = build_plugin_host(cfg, tuple(extra))
-    if args.check:
+    return run_config(cfg, extra, check=args.check, demo=args.demo, progress=not args.no_progress,
+                      log_level=args.log_level, log_format=args.log_format)
+
+
+def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = False, demo: bool = False,
+               progress: bool = True, log_level: Optional[str] = None,
+               log_format: Optional[str] = None) -> int:
+    """Run (or, with ``check``, validate) the workers of a loaded config in this process
+    and return the exit code: what ``echomq-gevent -c FILE`` does after reading the file.
+
+    The framework commands (``manage.py echomq_worker``, ``flask echomq worker``, the
+    Pyramid runner) call it with the config they built from the app's settings and their
+    own plugins in ``extra_plugins``. Logging is set up from the config unless
+    ``log_level``/``log_format`` override it; ``progress`` draws the progress line when
+    stderr is a terminal. Raises ConfigError for a plugin or processor that fails.
+    """
+    setup_logging(log_level or cfg.log_level, log_format or cfg.log_format)
+    if PREIMPORTED:
+        log.warning("these modules were imported before gevent patched the standard library: %s",
+                    ", ".join(PREIMPORTED))
+    counter = ProgressPlugin()
+    host, processors = build_plugin_host(cfg, tuple(extra_plugins) + (counter,))
+    if check:
         return cmd_check(cfg, host, processors)
-    conn = _Connection(cfg, None)  # starts the embedded server when the file asks for it
+    conn = _Connection(cfg, None)  # starts the embedded server when the config asks for it
     try:
         conn.ping()
     except Exception as exc:
@@ -431,8 +405,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         conn.close()
         return EXIT_REDIS
     try:
-        stream = sys.stderr if (_isatty(sys.stderr) and not args.no_progress) else None
-        return serve(cfg, host, processors, conn.url, demo=args.demo, progress=progress,
+        stream = sys.stderr if (_isatty(sys.stderr) and progress) else None
+        return serve(cfg, host, processors, conn.url, demo=demo, progress=counter,
                      progress_stream=stream)
     finally:
         conn.close()

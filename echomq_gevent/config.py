@@ -44,7 +44,7 @@ from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options
 
 __all__ = [
-    "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config",
+    "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config", "config_from_mapping",
     "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
     "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url", "SCHEDULER_KEYS",
 ]
@@ -242,9 +242,14 @@ class Config:
     queues: Dict[str, QueueConfig] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
     marks: _Marks = field(default_factory=_Marks, repr=False)
+    #: for a configuration not read from a file: names the setting at a key path
+    where: Optional[Callable[[Path], str]] = field(default=None, repr=False)
 
     def error(self, path: Path, message: str) -> ConfigError:
-        """A ConfigError naming this file, the line of ``path`` and the key."""
+        """A ConfigError naming this file, the line of ``path`` and the key (or, for a
+        configuration made from framework settings, the setting)."""
+        if self.where is not None:
+            return ConfigError(f"{self.where(tuple(path))}: {message}")
         return ConfigError(_format(self.filename, self.marks.line(path), path, message))
 
     def activate_paths(self) -> None:
@@ -284,11 +289,31 @@ def parse_config(text: str, filename: str = "<config>", env: Optional[Mapping[st
     builder = _Builder(filename, env)
     data = builder.build(node, ()) if node is not None else {}
     cfg = Config(filename=filename, raw=data, marks=builder.marks)
-    if not isinstance(data, dict):
-        raise cfg.error((), f"the file must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, "
-                            f"got {type(data).__name__}")
     base_dir = os.path.dirname(os.path.abspath(filename)) if filename and not filename.startswith("<") \
         else os.getcwd()
+    return _validate(cfg, data, base_dir)
+
+
+def config_from_mapping(data: Any, source: str, where: Optional[Callable[[Path], str]] = None,
+                        base_dir: Optional[str] = None) -> Config:
+    """Validate a configuration given as plain Python values, with the same keys and
+    rules as the YAML file (the framework integrations build it from Django settings,
+    Flask's ``app.config`` or Pyramid's ``.ini`` settings).
+
+    ``source`` names where the values came from; ``where(path)`` turns a key path such
+    as ``("queues", "mail", "concurrency")`` into the name of the setting the user wrote
+    (``settings.ECHOMQ['queues']['mail']['concurrency']``), so every error names it.
+    ``plugin_paths`` are relative to ``base_dir`` (default: the working directory).
+    Raises ConfigError.
+    """
+    cfg = Config(filename=source, raw=data if isinstance(data, dict) else {}, where=where)
+    return _validate(cfg, data, base_dir or os.getcwd())
+
+
+def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
+    if not isinstance(data, dict):
+        raise cfg.error((), f"the configuration must be a mapping with keys {', '.join(TOP_LEVEL_KEYS)}, "
+                            f"got {type(data).__name__}")
     for key in data:
         if key not in TOP_LEVEL_KEYS:
             raise cfg.error((key,), _suggest(key, TOP_LEVEL_KEYS))

@@ -116,6 +116,21 @@ def echomq_get_processor(queue: str, job_name: str) -> Optional[Callable[["Job"]
     """
 
 
+@hookspec
+def echomq_job_context(worker: Any, job: "Job") -> Optional[Any]:
+    """Return a context manager to run ``job``'s processor inside, or ``None``.
+
+    Every implementation is asked, on the job's greenlet, right before the processor
+    runs; the context managers returned are entered in pluggy's call order and exited
+    in reverse after the processor returned or raised, still on the job's greenlet.
+    The framework integrations use it for an app context, a request, a transaction
+    and database connection hygiene per job. An exception from entering or exiting a
+    context fails the attempt like one from the processor (retries apply); the job's
+    result is written only after every context exited cleanly. With ``offload:
+    thread`` the contexts still run on the job's greenlet, around the thread call.
+    """
+
+
 # --- failure policy --------------------------------------------------------------------
 @hookspec(firstresult=True)
 def echomq_failure_decision(worker: Any, job: "Job", error: BaseException) -> Optional[FailureDecision]:

@@ -6,9 +6,10 @@ a bare ``Worker(...)`` builds its own with just the built-ins.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
-from typing import Any, Callable, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterable, Optional, Tuple
 
 import pluggy
 
@@ -133,6 +134,24 @@ class PluginHost:
         if fn is not None:
             self._cache[key] = fn
         return fn
+
+    def job_context(self, worker: Any, job: Any) -> ContextManager[Any]:
+        """One context manager for every ``echomq_job_context`` answer (entered in order,
+        exited in reverse); a null context when no plugin implements the hook."""
+        hook = self.pm.hook.echomq_job_context
+        if not hook.get_hookimpls():
+            return contextlib.nullcontext()
+        contexts = [c for c in hook(worker=worker, job=job) if c is not None]
+        if not contexts:
+            return contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        try:
+            for ctx in contexts:
+                stack.enter_context(ctx)
+        except BaseException:
+            stack.close()
+            raise
+        return stack
 
     def failure_decision(self, worker: Any, job: Any, error: BaseException) -> Optional[FailureDecision]:
         """The plugins' decision, or ``None`` for BullMQ's rule. A raising policy plugin is

@@ -291,11 +291,12 @@ class FetchLoop:
                 f"no processor for job name {job.name!r} on queue {self.queue_name!r}: pass processor= to the "
                 f"Worker, set processor: in the queue's config, or register one with a plugin"))
         try:
-            slot.in_processor = True
-            try:
-                result = self._runtime.call(fn, job, self._timeout_s)
-            finally:
-                slot.in_processor = False
+            with self.plugins.job_context(self, job):
+                slot.in_processor = True
+                try:
+                    result = self._runtime.call(fn, job, self._timeout_s)
+                finally:
+                    slot.in_processor = False
         except (Exception, gevent.Timeout) as exc:
             if self._discarded(slot):
                 return None

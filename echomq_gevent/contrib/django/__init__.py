@@ -1,0 +1,195 @@
+"""Django integration: settings, enqueue on commit, management commands, per-job DB hygiene.
+
+Add the app and declare the queues in the settings::
+
+    INSTALLED_APPS = [..., "echomq_gevent.contrib.django"]
+    ECHOMQ = {
+        "redis": "redis://127.0.0.1:6379/0",
+        "queues": {"emails": {"concurrency": 10}},
+    }
+
+``ECHOMQ`` takes the keys of the YAML file (``redis``, ``prefix``, ``plugins``,
+``entry_points``, ``logging``, ``defaults``, ``queues``), checked by the same validator,
+or ``"config": "conf/worker.yaml"`` to keep them in that file; plus ``"discover"``: the
+module name imported from every installed app before the worker starts (default
+``"jobs"``), where processors are declared::
+
+    # myapp/jobs.py
+    from echomq_gevent.contrib.django import processor
+
+    @processor("emails", "welcome")
+    def welcome(job):
+        user = User.objects.get(pk=job.data["user_id"])
+        ...
+
+Enqueue from views with :func:`enqueue_on_commit` (after the transaction commits,
+nothing on rollback) or :func:`enqueue` (now); run the workers with ``python manage.py
+echomq_worker``. See ``docs/frameworks.md``.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib
+import logging
+from typing import Any, Iterator, List, Mapping, Optional, Tuple
+
+from ...errors import ConfigError
+from ...hookspecs import hookimpl
+from ..frameworks import Integration, Processors
+
+__all__ = ["processor", "queue", "enqueue", "enqueue_on_commit", "integration", "DjangoJobContext",
+           "SETTING", "FRAMEWORK_KEYS"]
+
+log = logging.getLogger("echomq_gevent.django")
+
+#: The setting the integration reads.
+SETTING = "ECHOMQ"
+#: Keys of ``ECHOMQ`` besides the YAML file's.
+FRAMEWORK_KEYS = ("config", "discover")
+DEFAULT_DISCOVER = "jobs"
+
+#: ``@processor(queue, job_name="*")``: declare a processor in an app's ``jobs`` module.
+processor = Processors("echomq_gevent.contrib.django.processors")
+
+_integration: Optional[Integration] = None
+
+
+def _where(path: Tuple[Any, ...]) -> str:
+    return f"settings.{SETTING}" + "".join(f"[{p!r}]" for p in path)
+
+
+def _settings_values() -> Tuple[Mapping[str, Any], Optional[str], str]:
+    from django.conf import settings
+
+    values = getattr(settings, SETTING, None)
+    if values is None:
+        raise ConfigError(f"settings.{SETTING} is not set: add ECHOMQ = {{'redis': 'redis://host:6379/0', "
+                          f"'queues': {{'default': {{}}}}}} (or {{'config': 'path/to/worker.yaml'}}) to the "
+                          f"Django settings")
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"settings.{SETTING} must be a dict, got {type(values).__name__}")
+    discover = values.get("discover", DEFAULT_DISCOVER)
+    if not isinstance(discover, str) or not discover.isidentifier():
+        raise ConfigError(f"{_where(('discover',))} must be a module name such as 'jobs', got {discover!r}")
+    rest = {k: v for k, v in values.items() if k not in FRAMEWORK_KEYS}
+    return rest, values.get("config"), discover
+
+
+def integration() -> Integration:
+    """The validated configuration from ``settings.ECHOMQ`` (built once per process).
+    Raises ConfigError naming the setting that is wrong."""
+    global _integration
+    if _integration is None:
+        values, config_path, _discover = _settings_values()
+        cfg = Integration.config_from(values, f"settings.{SETTING}", _where, config_path=config_path,
+                                      config_setting=_where(("config",)))
+        setting = f"{config_path}: queues" if config_path else _where(("queues",))
+        _integration = Integration(cfg, setting, [DjangoJobContext(), processor])
+    return _integration
+
+
+def reset() -> None:
+    """Forget the configuration read from the settings (after they changed, e.g. in tests)."""
+    global _integration
+    _integration = None
+
+
+def queue(name: str) -> Any:
+    """The shared :class:`~echomq_gevent.queue.Queue` for a queue the settings declare."""
+    return integration().queue(name)
+
+
+def enqueue(queue_name: str, name: str, data: Any = None, opts: Optional[Mapping[str, Any]] = None) -> Any:
+    """Add a job now (not tied to a transaction); returns the Job."""
+    return integration().enqueue(queue_name, name, data, opts)
+
+
+def enqueue_on_commit(queue_name: str, name: str, data: Any = None, opts: Optional[Mapping[str, Any]] = None,
+                      using: Optional[str] = None) -> None:
+    """Add a job once the current transaction of database ``using`` commits.
+
+    Inside ``transaction.atomic()`` the job goes out after the outermost block commits
+    (Django's ``transaction.on_commit``), and not at all when it rolls back (a savepoint
+    rolled back drops the jobs asked for inside it). Outside a transaction (autocommit)
+    it goes out at once. The queue name, job options and data are checked now.
+    """
+    from django.db import transaction
+
+    send = integration().deferred(queue_name, name, data, opts)
+    transaction.on_commit(send, using=using)
+
+
+def discover_modules() -> List[Any]:
+    """Import the ``discover`` module (default ``jobs``) of every installed app that has
+    one; returns the modules. An app module that exists but fails to import raises
+    ConfigError naming it."""
+    from django.apps import apps
+    from django.utils.module_loading import module_has_submodule
+
+    _values, _path, discover = _settings_values()
+    found = []
+    for app in apps.get_app_configs():
+        if not module_has_submodule(app.module, discover):
+            continue
+        name = f"{app.name}.{discover}"
+        try:
+            found.append(importlib.import_module(name))
+        except Exception as exc:
+            raise ConfigError(f"{_where(('discover',))}: the module {name} cannot be imported: "
+                              f"{type(exc).__name__}: {exc}") from exc
+    return found
+
+
+def worker_plugins() -> List[Any]:
+    """The plugins a worker of this Django project runs with: the per-job DB hygiene,
+    the processor table and every discovered app module (which may implement hooks)."""
+    modules = discover_modules()
+    return integration().plugins + [m for m in modules]
+
+
+@contextlib.contextmanager
+def job_database_scope() -> Iterator[None]:
+    """Around each job, Django's request rules for database connections: stale or broken
+    connections are closed before the job (``close_old_connections``); after it, a
+    transaction the job left open is rolled back and the same rules close the
+    connection (with the default ``CONN_MAX_AGE = 0``, always)."""
+    from django.db import close_old_connections, connections
+
+    close_old_connections()
+    try:
+        yield
+    finally:
+        for conn in _open_connections(connections):
+            try:
+                if conn.in_atomic_block:
+                    log.error("a job left a transaction.atomic() block of database %r open; closing its "
+                              "connection (the transaction rolls back)", conn.alias)
+                    conn.close()
+                    conn.in_atomic_block = False
+                    conn.savepoint_ids = []
+                    conn.needs_rollback = False
+                elif not conn.get_autocommit():
+                    conn.rollback()
+                    conn.set_autocommit(True)
+            except Exception:
+                log.exception("cleaning the connection of database %r after a job failed; closing it", conn.alias)
+                conn.close()
+        close_old_connections()
+
+
+def _open_connections(connections: Any) -> List[Any]:
+    try:
+        conns = connections.all(initialized_only=True)  # Django >= 4.1
+    except TypeError:
+        conns = connections.all()
+    return [c for c in conns if c.connection is not None]
+
+
+class DjangoJobContext:
+    """Plugin: every job runs inside :func:`job_database_scope`."""
+
+    __name__ = "echomq_gevent.contrib.django.context"
+
+    @hookimpl
+    def echomq_job_context(self, worker: Any, job: Any) -> Any:
+        return job_database_scope()

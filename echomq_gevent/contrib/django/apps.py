@@ -1,0 +1,24 @@
+"""The Django app of the integration (``"echomq_gevent.contrib.django"`` in INSTALLED_APPS)."""
+from __future__ import annotations
+
+from django.apps import AppConfig
+from django.core.exceptions import ImproperlyConfigured
+
+from ...errors import ConfigError
+
+
+class EchoMQConfig(AppConfig):
+    name = "echomq_gevent.contrib.django"
+    label = "echomq_gevent"
+    verbose_name = "echomq-gevent"
+
+    def ready(self) -> None:
+        """Check ``settings.ECHOMQ`` when Django starts, so a wrong setting stops every
+        command (and the web app) with an error naming it."""
+        from . import integration, reset
+
+        reset()
+        try:
+            integration()
+        except ConfigError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
