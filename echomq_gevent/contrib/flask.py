@@ -1,0 +1,206 @@
+"""Flask integration: an extension with the app-factory pattern.
+
+::
+
+    from echomq_gevent.contrib.flask import EchoMQ
+
+    echomq = EchoMQ()                     # module level, like db = SQLAlchemy()
+
+    def create_app():
+        app = Flask(__name__)
+        app.config["ECHOMQ_REDIS_URL"] = "redis://127.0.0.1:6379/0"
+        app.config["ECHOMQ_QUEUES"] = {"emails": {"concurrency": 10}}
+        db.init_app(app)
+        echomq.init_app(app)
+        return app
+
+    @echomq.processor("emails", "welcome")
+    def welcome(job):                     # runs inside an app context of its own
+        user = db.session.get(User, job.data["user_id"])
+
+    # in a view: added after db.session commits, never if it rolls back
+    echomq.enqueue_after_commit("emails", "welcome", {"user_id": user.id})
+
+``app.config`` keys (each maps onto the YAML file's key of the same meaning and is
+checked by the same validator): ``ECHOMQ_REDIS_URL``, ``ECHOMQ_PREFIX``,
+``ECHOMQ_QUEUES``, ``ECHOMQ_DEFAULTS``, ``ECHOMQ_PLUGINS``, ``ECHOMQ_PLUGIN_PATHS``,
+``ECHOMQ_ENTRY_POINTS``, ``ECHOMQ_LOGGING``; or ``ECHOMQ_CONFIG``: the YAML file to read
+instead. Commands: ``flask echomq worker`` and ``flask echomq status``. See
+``docs/frameworks.md``.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+
+from ..errors import ConfigError
+from ..hookspecs import hookimpl
+from .frameworks import Integration, Processors, enqueue_after_commit
+
+__all__ = ["EchoMQ", "CONFIG_KEYS"]
+
+#: app.config key -> the YAML key it stands for.
+CONFIG_KEYS: Dict[str, str] = {
+    "ECHOMQ_REDIS_URL": "redis",
+    "ECHOMQ_PREFIX": "prefix",
+    "ECHOMQ_QUEUES": "queues",
+    "ECHOMQ_DEFAULTS": "defaults",
+    "ECHOMQ_PLUGINS": "plugins",
+    "ECHOMQ_PLUGIN_PATHS": "plugin_paths",
+    "ECHOMQ_ENTRY_POINTS": "entry_points",
+    "ECHOMQ_LOGGING": "logging",
+}
+_YAML_TO_KEY = {v: k for k, v in CONFIG_KEYS.items()}
+EXTENSION = "echomq"
+
+
+def _where(path: Tuple[Any, ...]) -> str:
+    if not path:
+        return "app.config['ECHOMQ_*']"
+    head, rest = path[0], path[1:]
+    if head == "redis":
+        return "app.config['ECHOMQ_REDIS_URL']"
+    key = _YAML_TO_KEY.get(head, f"ECHOMQ_{str(head).upper()}")
+    return f"app.config[{key!r}]" + "".join(f"[{p!r}]" for p in rest)
+
+
+def config_from_app(app: Any) -> Any:
+    """The validated config from ``app.config``; raises ConfigError naming the key."""
+    values: Dict[str, Any] = {}
+    for key, yaml_key in CONFIG_KEYS.items():
+        if key in app.config:
+            values[yaml_key] = app.config[key]
+    unknown = [k for k in app.config if k.startswith("ECHOMQ_") and k not in CONFIG_KEYS and k != "ECHOMQ_CONFIG"]
+    if unknown:
+        import difflib
+
+        near = difflib.get_close_matches(unknown[0], list(CONFIG_KEYS) + ["ECHOMQ_CONFIG"], n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; the keys are {', '.join(CONFIG_KEYS)}, ECHOMQ_CONFIG"
+        raise ConfigError(f"app.config[{unknown[0]!r}] is not an echomq-gevent setting{hint}")
+    return Integration.config_from(values, "app.config", _where, config_path=app.config.get("ECHOMQ_CONFIG"),
+                                   config_setting="app.config['ECHOMQ_CONFIG']", base_dir=app.root_path)
+
+
+class EchoMQ:
+    """The extension. ``EchoMQ(app)`` or ``EchoMQ()`` then ``init_app(app)``.
+
+    ``session``: a SQLAlchemy ``scoped_session`` the jobs use when the app does not use
+    Flask-SQLAlchemy; it is removed after every job (Flask-SQLAlchemy's own session is
+    removed by its app-context teardown) and is the default session of
+    :meth:`enqueue_after_commit`.
+    """
+
+    def __init__(self, app: Any = None, session: Any = None) -> None:
+        self.session = session
+        #: ``@echomq.processor(queue, job_name="*")``: declare a processor
+        self.processor = Processors(f"echomq_gevent.contrib.flask.processors.{id(self):x}")
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(self, app: Any) -> None:
+        """Check ``app.config`` (a wrong key raises ConfigError naming it), keep the
+        configuration in ``app.extensions['echomq']`` and add the ``flask echomq`` commands."""
+        cfg = config_from_app(app)
+        setting = (f"{app.config['ECHOMQ_CONFIG']}: queues" if app.config.get("ECHOMQ_CONFIG")
+                   else "app.config['ECHOMQ_QUEUES']")
+        state = Integration(cfg, setting, [FlaskJobContext(app, self), self.processor])
+        app.extensions[EXTENSION] = state
+        app.cli.add_command(_command_group(self))
+
+    # -- per app --------------------------------------------------------------------------
+    def state(self, app: Any = None) -> Integration:
+        if app is None:
+            from flask import current_app
+
+            app = current_app._get_current_object()
+        try:
+            return app.extensions[EXTENSION]
+        except KeyError:
+            raise RuntimeError("EchoMQ.init_app(app) has not been called for this app") from None
+
+    def queue(self, name: str, app: Any = None) -> Any:
+        """The shared :class:`~echomq_gevent.queue.Queue` of a declared queue."""
+        return self.state(app).queue(name)
+
+    def enqueue(self, queue: str, name: str, data: Any = None, opts: Optional[Mapping[str, Any]] = None) -> Any:
+        """Add a job now; returns the Job."""
+        return self.state().enqueue(queue, name, data, opts)
+
+    def enqueue_after_commit(self, queue: str, name: str, data: Any = None,
+                             opts: Optional[Mapping[str, Any]] = None, session: Any = None) -> None:
+        """Add a job after the next commit of ``session`` (default: the ``session`` given to
+        the extension, else Flask-SQLAlchemy's ``db.session``); a rollback drops it. The
+        queue, options and data are checked now."""
+        send = self.state().deferred(queue, name, data, opts)
+        enqueue_after_commit(session if session is not None else self._session(), send)
+
+    def _session(self) -> Any:
+        if self.session is not None:
+            return self.session
+        from flask import current_app
+
+        db = current_app.extensions.get("sqlalchemy")
+        if db is None:
+            raise RuntimeError("enqueue_after_commit: pass session=..., give EchoMQ(app, session=...) or use "
+                               "Flask-SQLAlchemy")
+        return db.session
+
+
+class FlaskJobContext:
+    """Plugin: each job runs in an app context of its own; a plain SQLAlchemy
+    ``scoped_session`` given to the extension is removed after the job."""
+
+    def __init__(self, app: Any, ext: EchoMQ) -> None:
+        self.__name__ = f"echomq_gevent.contrib.flask.context.{app.import_name}.{id(self):x}"
+        self.app = app
+        self.ext = ext
+
+    @hookimpl
+    def echomq_job_context(self, worker: Any, job: Any) -> Any:
+        return self._scope()
+
+    @contextlib.contextmanager
+    def _scope(self) -> Iterator[None]:
+        with self.app.app_context():
+            try:
+                yield
+            finally:
+                if self.ext.session is not None:
+                    self.ext.session.remove()
+
+
+def _command_group(ext: EchoMQ) -> Any:
+    import click
+    from flask import current_app
+    from flask.cli import AppGroup
+
+    group = AppGroup("echomq", help="echomq-gevent job workers of this app.")
+
+    @group.command("worker")
+    @click.option("--queue", "-Q", "queues", multiple=True, help="run only this queue (repeat for more)")
+    @click.option("--check", is_flag=True, help="validate the settings, import the processors, ping Redis")
+    @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"]))
+    def worker(queues: Tuple[str, ...], check: bool, log_level: Optional[str]) -> None:
+        """Run the job workers in this process; SIGTERM/SIGINT drains them."""
+        state = ext.state(current_app._get_current_object())
+        try:
+            code = state.run_worker(list(queues), check=check, log_level=log_level)
+        except ConfigError as exc:
+            click.echo(f"echomq: configuration error: {exc}", err=True)
+            sys.exit(2)
+        sys.exit(code)
+
+    @group.command("status")
+    @click.argument("queues", nargs=-1)
+    @click.option("--json", "as_json", is_flag=True, help="print JSON")
+    def status(queues: Tuple[str, ...], as_json: bool) -> None:
+        """Job counts per queue and the workers seen."""
+        state = ext.state(current_app._get_current_object())
+        try:
+            state.print_status(list(queues), as_json=as_json)
+        except ConfigError as exc:
+            click.echo(f"echomq: configuration error: {exc}", err=True)
+            sys.exit(2)
+
+    return group
