@@ -26,7 +26,7 @@ def shop(tmp_path, redis_url, prefix, monkeypatch):
     monkeypatch.setenv("SHOP_DB", str(tmp_path / "shop.sqlite3"))
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("ECHOMQ_PREFIX", prefix)
-    import shop as module
+    import flaskshop as module
 
     app = module.create_app()
     app.config["ECHOMQ_QUEUES"]["orders"].update(drain_delay=0.5, concurrency=1)
@@ -133,7 +133,7 @@ def test_a_raising_job_leaves_no_session_or_connection_for_the_next(shop, redis_
     finally:
         module.echomq.processor._routes[:] = [r for r in module.echomq.processor._routes
                                               if r[2] not in (leaky, next_job)]
-    assert seen == {"app": "shop", "new_session": True, "leaked_row": 0}
+    assert seen == {"app": "flaskshop", "new_session": True, "leaked_row": 0}
 
 
 def test_plain_sqlalchemy_scoped_session(tmp_path, redis_url, prefix, wait_for):
@@ -227,11 +227,11 @@ def test_unknown_queue_and_unimportable_processor_are_named(redis_url):
 # --- the CLI group and the example, end to end --------------------------------------------------
 def test_flask_echomq_worker_processes_the_example_and_drains_on_sigterm(
         tmp_path, redis_url, prefix, command, wait_for):
-    """``flask --app shop init-db``, then ``flask --app shop echomq worker`` in a
+    """``flask --app flaskshop init-db``, then ``flask --app flaskshop echomq worker`` in a
     subprocess; a POST (the test client of the same app and database) enqueues after
     the commit; the worker confirms; SIGTERM drains and exits 0; ``flask echomq status
     --json`` counts the completed job."""
-    flask_bin = [sys.executable, "-m", "flask", "--app", "shop"]
+    flask_bin = [sys.executable, "-m", "flask", "--app", "flaskshop"]
     env = {"SHOP_DB": str(tmp_path / "shop.sqlite3"), "REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix}
     init = command(flask_bin + ["init-db"], APP_DIR, env)
     assert init.finish() == 0, init.output()
@@ -242,7 +242,7 @@ def test_flask_echomq_worker_processes_the_example_and_drains_on_sigterm(
     os.environ.update(env)
     sys.path.insert(0, APP_DIR)
     try:
-        import shop as module
+        import flaskshop as module
 
         app = module.create_app()
         client = app.test_client()
@@ -269,6 +269,6 @@ def test_flask_echomq_worker_processes_the_example_and_drains_on_sigterm(
 
 def test_flask_echomq_worker_refuses_a_bad_setting_at_start(tmp_path, command):
     env = {"SHOP_DB": str(tmp_path / "shop.sqlite3"), "REDIS_URL": "localhost"}
-    worker = command([sys.executable, "-m", "flask", "--app", "shop", "echomq", "worker"], APP_DIR, env)
+    worker = command([sys.executable, "-m", "flask", "--app", "flaskshop", "echomq", "worker"], APP_DIR, env)
     assert worker.finish() != 0
     assert worker.saw("app.config['ECHOMQ_REDIS_URL']: must be 'embedded' or a redis://"), worker.output()

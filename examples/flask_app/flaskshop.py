@@ -1,8 +1,8 @@
 """The example shop on Flask, Flask-SQLAlchemy (SQLite) and echomq-gevent.
 
-    flask --app shop init-db
-    flask --app shop run                 # POST /orders, GET /orders/<id>
-    flask --app shop echomq worker       # confirms the orders in the background
+    flask --app flaskshop init-db
+    flask --app flaskshop run                 # POST /orders, GET /orders/<id>
+    flask --app flaskshop echomq worker       # confirms the orders in the background
 """
 import os
 

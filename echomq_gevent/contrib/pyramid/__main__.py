@@ -1,0 +1,54 @@
+"""``python -m echomq_gevent.contrib.pyramid INI [status]``: the job workers of a Pyramid app.
+
+Loads the app from the ``.ini`` file (``pyramid.paster.bootstrap``, as ``pshell``
+does), then runs the workers of its ``echomq.*`` settings with the command's runner
+(SIGTERM/SIGINT drains), or prints their status.
+"""
+from gevent import monkey
+
+monkey.patch_all()
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+from typing import List, Optional  # noqa: E402
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m echomq_gevent.contrib.pyramid",
+                                description="Run (or show the status of) the job workers of a Pyramid app.")
+    p.add_argument("config_uri", help="the app's .ini file, e.g. development.ini (or development.ini#main)")
+    p.add_argument("command", nargs="?", choices=["worker", "status"], default="worker")
+    p.add_argument("--queue", "-Q", action="append", default=[], dest="queues", help="only this queue (repeat)")
+    p.add_argument("--check", action="store_true", help="validate, import the processors, ping Redis; exit")
+    p.add_argument("--json", action="store_true", help="status as JSON")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
+    args = p.parse_args(argv)
+
+    from pyramid.paster import bootstrap, setup_logging
+
+    from ...errors import ConfigError
+    from . import integration
+
+    try:
+        setup_logging(args.config_uri)
+    except Exception:
+        pass  # an .ini without logging sections
+    try:
+        env = bootstrap(args.config_uri)
+    except ConfigError as exc:
+        print(f"echomq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        state = integration(env["registry"])
+        if args.command == "status":
+            return state.print_status(args.queues, as_json=args.json)
+        return state.run_worker(args.queues, check=args.check, log_level=args.log_level)
+    except ConfigError as exc:
+        print(f"echomq: configuration error: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        env["closer"]()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
