@@ -183,6 +183,15 @@ def _command_group(ext: EchoMQ) -> Any:
     @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"]))
     def worker(queues: Tuple[str, ...], check: bool, log_level: Optional[str]) -> None:
         """Run the job workers in this process; SIGTERM/SIGINT drains them."""
+        from gevent import monkey
+
+        if not monkey.is_module_patched("socket"):
+            # The app (its engine, pool locks) was made before gevent patched anything:
+            # start again with the process patched first.
+            click.echo("echomq worker: restarting with gevent patched before the app loads", err=True)
+            from .patched import restart_patched
+
+            restart_patched(sys.argv[1:], module="flask")
         state = ext.state(current_app._get_current_object())
         try:
             code = state.run_worker(list(queues), check=check, log_level=log_level)

@@ -44,7 +44,7 @@ import logging
 import os
 import shutil
 import tempfile
-from typing import Any, Callable, MutableMapping, Optional
+from typing import Any, Callable, MutableMapping, Optional, Union
 
 from ..config import Config, load_config
 from ..errors import ConfigError
@@ -59,7 +59,7 @@ _HOOK_MARK = "_echomq_gunicorn_hook"
 
 
 # --- install ---------------------------------------------------------------------------------
-def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml", *,
+def install(namespace: MutableMapping[str, Any], config: Union[str, Config] = "conf/worker.yaml", *,
             drain_margin: Optional[float] = None, metrics: bool = True,
             poll_interval: float = 0.1, extra_plugins: tuple = (), gc_freeze: bool = True,
             endpoints: bool = True, dashboard: Any = None) -> Settings:
@@ -67,7 +67,9 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
 
     Call it from the gunicorn config file, after the file's own hooks, as
     ``install(globals(), config=...)``. A relative ``config`` is looked up in the working
-    directory, then beside the gunicorn config file. ``drain_margin`` (seconds) is kept
+    directory, then beside the gunicorn config file; ``config`` may also be a
+    :class:`~echomq_gevent.config.Config` already validated (the Django integration's
+    ``install`` passes the one made from ``settings.ECHOMQ``). ``drain_margin`` (seconds) is kept
     free at the end of ``graceful_timeout`` for the hand-back (default: 2 s, at most a
     quarter of the budget). ``metrics`` turns on prometheus_client's multiprocess mode
     (a private directory unless ``PROMETHEUS_MULTIPROC_DIR`` is set), so
@@ -86,9 +88,12 @@ def install(namespace: MutableMapping[str, Any], config: str = "conf/worker.yaml
     the file, line and key when the YAML is wrong, which stops gunicorn before it forks;
     on a HUP a broken file is logged and the previous configuration kept.
     """
-    path = _resolve_config_path(config, namespace.get("__file__"))
+    if isinstance(config, Config):  # already validated (the framework integrations' settings)
+        path, cfg = config.filename, config
+    else:
+        path = _resolve_config_path(config, namespace.get("__file__"))
     try:
-        cfg = load_config(path)
+        cfg = cfg if isinstance(config, Config) else load_config(path)
     except ConfigError as exc:
         if process.settings is None or process.settings.config_path != path:
             raise

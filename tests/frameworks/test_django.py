@@ -251,6 +251,7 @@ def test_example_request_enqueues_worker_command_processes_and_drains_on_sigterm
         assert page["confirmed_by"].startswith("job ")
         assert worker.stop(signal.SIGTERM) == 0, worker.output()
         assert worker.saw("SIGTERM: stopping"), worker.output()
+        assert worker.saw("restarting with gevent patched"), worker.output()
         status = command([sys.executable, "manage.py", "echomq_status", "--json"], PROJECT, env)
         assert status.finish() == 0, status.output()
         report = json.loads("\n".join(status.lines))
@@ -265,3 +266,44 @@ def test_worker_command_refuses_a_bad_setting_at_start(shop, redis_url, command)
     worker = command([sys.executable, "manage.py", "echomq_worker"], PROJECT, env)
     assert worker.finish() != 0
     assert worker.saw("settings.ECHOMQ['redis']['url']: must be 'embedded' or a redis://"), worker.output()
+
+
+def test_example_under_gunicorn_reads_the_same_settings(shop, redis_url, prefix, command, wait_for):
+    """``gunicorn -c gunicorn.conf.py`` (the example's): the web app and its job workers
+    in one gevent worker process, configured from settings.ECHOMQ; a POST enqueues after
+    the commit, the co-hosted worker confirms, SIGTERM stops gunicorn cleanly."""
+    import http.client
+    import re
+
+    env = {"SHOP_DB": shop, "REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix, "BIND": "127.0.0.1:0",
+           "DJANGO_SETTINGS_MODULE": "shop.settings"}
+    server = command([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"], PROJECT, env)
+
+    def port():
+        for line in list(server.lines):
+            m = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                return int(m.group(1))
+        return None
+
+    number = wait_for(port, what="gunicorn to listen", details=server.output, give_up=server.exited)
+
+    def call(method, path, body=None):
+        conn = http.client.HTTPConnection("127.0.0.1", number, timeout=10)
+        try:
+            conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                         headers={"Content-Type": "application/json"})
+            res = conn.getresponse()
+            return res.status, res.read()
+        finally:
+            conn.close()
+
+    status, body = wait_for(lambda: (lambda r: r if r[0] == 201 else None)(
+        call("POST", "/orders", {"email": "gunicorn@example.com"})),
+        what="the POST to be served", details=server.output, give_up=server.exited)
+    pk = json.loads(body)["id"]
+    page = wait_for(lambda: (lambda p: p if p["status"] == "confirmed" else None)(
+        json.loads(call("GET", f"/orders/{pk}")[1])), what="the co-hosted worker to confirm the order",
+        details=server.output, give_up=server.exited)
+    assert page["confirmed_by"].startswith("job ")
+    assert server.stop(signal.SIGTERM, timeout=60) == 0, server.output()

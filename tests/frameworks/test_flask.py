@@ -262,6 +262,7 @@ def test_flask_echomq_worker_processes_the_example_and_drains_on_sigterm(
                 os.environ[k] = v
     assert worker.stop(signal.SIGTERM) == 0, worker.output()
     assert worker.saw("SIGTERM: stopping"), worker.output()
+    assert worker.saw("restarting with gevent patched"), worker.output()
     status = command(flask_bin + ["echomq", "status", "--json"], APP_DIR, env)
     assert status.finish() == 0, status.output()
     assert json.loads("\n".join(status.lines))["orders"]["counts"]["completed"] == 1

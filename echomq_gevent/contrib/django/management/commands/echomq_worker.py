@@ -1,6 +1,8 @@
 """``python manage.py echomq_worker``: run the job workers of ``settings.ECHOMQ``."""
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -21,7 +23,23 @@ class Command(BaseCommand):
         parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from gevent import monkey
+
         from echomq_gevent.contrib import django as integration
+
+        if not monkey.is_module_patched("socket"):
+            # Django made its connection thread-local before gevent patched anything, so
+            # every job greenlet would share one connection: start again, patched first.
+            if len(sys.argv) > 1 and sys.argv[1] == "echomq_worker" and os.path.exists(sys.argv[0]):
+                self.stderr.write("echomq_worker: restarting with gevent patched before Django loads "
+                                  "(add 'from gevent import monkey; monkey.patch_all()' at the top of "
+                                  "manage.py to skip this)")
+                from echomq_gevent.contrib.patched import restart_patched
+
+                restart_patched(sys.argv)
+            raise CommandError("echomq_worker needs gevent to patch the process before Django is imported: "
+                               "add 'from gevent import monkey; monkey.patch_all()' at the top of manage.py",
+                               returncode=2)
 
         try:
             code = integration.integration().run_worker(
