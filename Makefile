@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-fast test-wheel matrix chaos soak bench bench-smoke lint dist clean
+.PHONY: demo test test-fast test-wheel matrix chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,23 @@ tests/node_modules/.installed: tests/package.json tests/package-lock.json
 ## demo: set up and run the worker on its embedded Redis with the demo plugin (Ctrl-C stops it)
 demo: $(VENV)/.installed
 	$(VENV)/bin/echomq-gevent -c conf/worker.yaml --demo
+
+## example-django: the Django shop and its job workers in one gunicorn (embedded Redis; Ctrl-C stops)
+example-django: $(VENV)/.installed
+	cd examples/django_project && ../../$(PY) manage.py migrate --verbosity 0 && \
+	  ../../$(PY) -m gunicorn -c gunicorn.conf.py
+
+## example-flask: the Flask shop (flask run) and `flask echomq worker` beside it (embedded Redis)
+example-flask: $(VENV)/.installed
+	cd examples/flask_app && ../../$(PY) -m flask --app flaskshop init-db && \
+	  { ../../$(PY) -m flask --app flaskshop echomq worker & pid=$$!; trap 'kill $$pid' EXIT INT TERM; \
+	    ../../$(PY) -m flask --app flaskshop run; }
+
+## example-pyramid: the Pyramid shop (pserve) and its job workers beside it (embedded Redis)
+example-pyramid: $(VENV)/.installed
+	cd examples/pyramid_app && ../../$(PY) pyramidshop.py development.ini init-db && \
+	  { ../../$(PY) -m echomq_gevent.contrib.pyramid development.ini & pid=$$!; trap 'kill $$pid' EXIT INT TERM; \
+	    PYTHONPATH=. ../../$(VENV)/bin/pserve development.ini; }
 
 ## test: set up and run the whole test suite (starts its own throwaway Redis)
 test: $(VENV)/.installed tests/node_modules/.installed

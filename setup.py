@@ -52,15 +52,23 @@ EXTRAS = {
     # and its module to .ci/wheel's tests.
     # echomq_gevent.contrib.otel: traces (an OpenTelemetry SDK is the application's choice).
     "otel": ["opentelemetry-api>=1.20"],
+    # The framework integrations (echomq_gevent.contrib.django, .flask, .pyramid); the
+    # test extra carries them for tests/frameworks/, docs/frameworks.md names the versions run.
+    "django": ["Django>=3.2,<6"],
+    "flask": ["Flask>=2.2,<4", "SQLAlchemy>=1.4,<3"],
+    "pyramid": ["pyramid>=2.0,<3", "pyramid_tm>=2.5,<3", "transaction>=3.0,<6"],
     "bench": ["bullmq==3.4.4", "matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3"],
     # The tools `make lint`, `make dist` and `make matrix` use (versions pinned: a new
     # release of the linter must not fail a build on its own).
     "dev": ["ruff==0.17.6", "build>=1.0", "nox>=2024.3"],
 }
-# websocket-client drives the headless Chromium of the dashboard's browser tests.
+# websocket-client drives the headless Chromium of the dashboard's browser tests; the
+# frameworks run tests/frameworks/ and the example projects.
 EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
-                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"]})
+                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"],
+                         *EXTRAS["django"], *EXTRAS["flask"], *EXTRAS["pyramid"],
+                         "Flask-SQLAlchemy>=3.0,<4", "zope.sqlalchemy>=1.6,<5"})
 
 setup(
     name="echomq-gevent",

@@ -5,6 +5,7 @@
     python -m echomq_gevent.contrib.pyramid development.ini   # confirms the orders
 """
 import json
+import os
 import sys
 
 import zope.sqlalchemy
@@ -82,5 +83,6 @@ if __name__ == "__main__":
 
     if sys.argv[2:] == ["init-db"]:
         with bootstrap(sys.argv[1]) as env:
+            os.makedirs(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "var"), exist_ok=True)
             Base.metadata.create_all(env["registry"]["engine"])
         print(json.dumps({"created": list(Base.metadata.tables)}))

@@ -17,10 +17,13 @@ INSTALLED_APPS = [
     "echomq_gevent.contrib.django",
 ]
 
+DB_FILE = os.environ.get("SHOP_DB", os.path.join(BASE_DIR, "var", "shop.sqlite3"))
+os.makedirs(os.path.dirname(DB_FILE), exist_ok=True)
+
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": os.environ.get("SHOP_DB", os.path.join(BASE_DIR, "var", "shop.sqlite3")),
+        "NAME": DB_FILE,
     }
 }
 
