@@ -246,9 +246,8 @@ def enqueue_after_commit(session: Any, send: Callable[[], Any]) -> None:
     """
     from sqlalchemy import event
 
-    real = session() if callable(session) and not hasattr(session, "info") else session
-    if hasattr(session, "registry"):  # scoped_session: the session of this scope
-        real = session.registry()
+    # a scoped_session (Flask-SQLAlchemy's db.session): the session of the current scope
+    real = session.registry() if hasattr(session, "registry") else session
     pending = real.info.setdefault(_PENDING, [])
     pending.append(send)
     if not event.contains(real, "after_commit", _after_commit):
