@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..config import TOP_LEVEL_KEYS, Config, config_from_mapping, load_config
 from ..errors import ConfigError
@@ -86,7 +86,7 @@ class Processors:
 
     def check_queues(self, cfg: Config, queues_setting: str) -> None:
         """Refuse a processor declared for a queue the settings do not declare."""
-        for queue, job_name, fn in self._routes:
+        for queue, _job_name, fn in self._routes:
             if queue not in cfg.queues:
                 where = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
                 raise ConfigError(
