@@ -10,10 +10,14 @@
   the one shared ``Queue`` per process that request handlers enqueue with.
 - :mod:`echomq_gevent.contrib.state`: what these share per process (settings, the job
   workers, the embedded Redis, the shared queues).
+- :mod:`echomq_gevent.contrib.django`, :mod:`echomq_gevent.contrib.flask`,
+  :mod:`echomq_gevent.contrib.pyramid`: the framework integrations (settings, enqueue
+  after commit, per-job context, commands), on :mod:`echomq_gevent.contrib.frameworks`;
+  :mod:`echomq_gevent.contrib.patched` runs a program with gevent patched first.
 - :mod:`echomq_gevent.contrib.logging`, :mod:`echomq_gevent.contrib.prometheus`,
   :mod:`echomq_gevent.contrib.demo`: the plugins shipped with the package, named by module
   in the YAML ``plugins:``; ``demo.yaml`` beside them is the file ``echomq-gevent --demo``
   runs when it is given none.
 
-See ``docs/gunicorn.md`` and ``docs/plugins.md``.
+See ``docs/gunicorn.md``, ``docs/plugins.md`` and ``docs/frameworks.md``.
 """
