@@ -1,4 +1,4 @@
-"""Helpers of the framework integration tests: the example projects' folder and a
+"""Helpers of the framework integration tests: a subprocess runner for the example
 subprocess runner for their commands."""
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from typing import Dict, List, Optional
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-EXAMPLES = os.path.join(ROOT, "examples")
 
 
 class Command:

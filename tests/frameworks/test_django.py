@@ -13,7 +13,7 @@ import pytest
 
 django = pytest.importorskip("django")
 
-from conftest import EXAMPLES  # noqa: E402
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
 PROJECT = os.path.join(EXAMPLES, "django_project")
 

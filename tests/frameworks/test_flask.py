@@ -15,7 +15,7 @@ import pytest
 flask = pytest.importorskip("flask")
 pytest.importorskip("flask_sqlalchemy")
 
-from conftest import EXAMPLES  # noqa: E402
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
 APP_DIR = os.path.join(EXAMPLES, "flask_app")
 

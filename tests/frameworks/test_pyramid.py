@@ -17,7 +17,7 @@ pytest.importorskip("pyramid")
 pytest.importorskip("pyramid_tm")
 pytest.importorskip("zope.sqlalchemy")
 
-from conftest import EXAMPLES  # noqa: E402
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
 
 APP_DIR = os.path.join(EXAMPLES, "pyramid_app")
 
