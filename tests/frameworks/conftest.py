@@ -1,5 +1,5 @@
 """Helpers of the framework integration tests: a subprocess runner for the example
-subprocess runner for their commands."""
+projects' commands."""
 from __future__ import annotations
 
 import os
