@@ -189,11 +189,16 @@ def test_settings_errors_name_the_ini_setting():
         integration_from_settings({"echomq.queues.orders.lock_duration": "soon"})
     with pytest.raises(ConfigError, match=r"echomq\.redis_url: must be 'embedded' or a redis://"):
         integration_from_settings({"echomq.redis_url": "localhost", "echomq.queues": "orders"})
+    with pytest.raises(ConfigError, match=r"echomq\.queues\.a\.schedulers\.nightly\.repeat\.evry: .*did you mean "
+                                          r"'every'"):
+        integration_from_settings({"echomq.queues.a.schedulers.nightly.repeat.evry": "60000"})
     ok = integration_from_settings({"echomq.queues": "a b", "echomq.queues.b.concurrency": "7",
+                                    "echomq.queues.b.schedulers.nightly.repeat.every": "60000",
                                     "echomq.entry_points": "false", "echomq.plugins": "x\n y"})
     assert ok.cfg.queues["a"].options["concurrency"] == 1
     assert ok.cfg.queues["b"].options["concurrency"] == 7
     assert ok.cfg.entry_points is False and ok.cfg.plugins == ["x", "y"]
+    assert ok.cfg.queues["b"].schedulers["nightly"]["repeat"] == {"every": 60000}
 
 
 def test_unknown_queue_and_unimportable_processor_are_named(redis_url):
