@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
-from ..config import TOP_LEVEL_KEYS, Config, config_from_mapping, load_config
 from ..errors import ConfigError
 from ..hookspecs import hookimpl
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..config import Config
+
+# Nothing here imports redis (through the config) at import time: the Pyramid runner
+# (``python -m echomq_gevent.contrib.pyramid``) imports this before it patches gevent.
 
 log = logging.getLogger("echomq_gevent.contrib")
 
@@ -121,6 +126,8 @@ class Integration:
         """The validated config from framework settings: the YAML file at
         ``config_path`` when one is named (no other key may be set then), else ``values``
         (the YAML's keys). Raises ConfigError naming the setting."""
+        from ..config import TOP_LEVEL_KEYS, config_from_mapping, load_config
+
         if config_path is not None:
             if not isinstance(config_path, str) or not config_path:
                 raise ConfigError(f"{config_setting}: must be the path of the YAML file, got {config_path!r}")

@@ -254,7 +254,7 @@ def test_example_request_enqueues_worker_command_processes_and_drains_on_sigterm
         assert worker.saw("restarting with gevent patched"), worker.output()
         status = command([sys.executable, "manage.py", "echomq_status", "--json"], PROJECT, env)
         assert status.finish() == 0, status.output()
-        report = json.loads("\n".join(status.lines))
+        report = _json_output(status)
         assert report["orders"]["counts"]["completed"] == 1
     finally:
         settings.ECHOMQ = saved
@@ -307,3 +307,11 @@ def test_example_under_gunicorn_reads_the_same_settings(shop, redis_url, prefix,
         details=server.output, give_up=server.exited)
     assert page["confirmed_by"].startswith("job ")
     assert server.stop(signal.SIGTERM, timeout=60) == 0, server.output()
+
+
+def _json_output(cmd):
+    """The JSON document a command printed (stderr is merged into the lines: skip any
+    warning printed before it)."""
+    lines = cmd.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("{"))
+    return json.loads("\n".join(lines[start:]))

@@ -265,7 +265,7 @@ def test_flask_echomq_worker_processes_the_example_and_drains_on_sigterm(
     assert worker.saw("restarting with gevent patched"), worker.output()
     status = command(flask_bin + ["echomq", "status", "--json"], APP_DIR, env)
     assert status.finish() == 0, status.output()
-    assert json.loads("\n".join(status.lines))["orders"]["counts"]["completed"] == 1
+    assert _json_output(status)["orders"]["counts"]["completed"] == 1
 
 
 def test_flask_echomq_worker_refuses_a_bad_setting_at_start(tmp_path, command):
@@ -273,3 +273,11 @@ def test_flask_echomq_worker_refuses_a_bad_setting_at_start(tmp_path, command):
     worker = command([sys.executable, "-m", "flask", "--app", "flaskshop", "echomq", "worker"], APP_DIR, env)
     assert worker.finish() != 0
     assert worker.saw("app.config['ECHOMQ_REDIS_URL']: must be 'embedded' or a redis://"), worker.output()
+
+
+def _json_output(cmd):
+    """The JSON document a command printed (stderr is merged into the lines: skip any
+    warning printed before it)."""
+    lines = cmd.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("{"))
+    return json.loads("\n".join(lines[start:]))

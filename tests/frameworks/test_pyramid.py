@@ -236,9 +236,10 @@ def test_runner_processes_the_example_and_drains_on_sigterm(tmp_path, redis_url,
         sys.path.remove(APP_DIR)
     assert worker.stop(signal.SIGTERM) == 0, worker.output()
     assert worker.saw("SIGTERM: stopping"), worker.output()
+    assert not worker.saw("MonkeyPatchWarning"), worker.output()  # patched before redis/ssl loaded
     status = command([sys.executable, "-m", "echomq_gevent.contrib.pyramid", ini, "status", "--json"], APP_DIR, {})
     assert status.finish() == 0, status.output()
-    assert json.loads("\n".join(status.lines))["orders"]["counts"]["completed"] == 1
+    assert _json_output(status)["orders"]["counts"]["completed"] == 1
 
 
 def test_runner_refuses_a_bad_setting_at_start(tmp_path, command):
@@ -246,3 +247,11 @@ def test_runner_refuses_a_bad_setting_at_start(tmp_path, command):
     worker = command([sys.executable, "-m", "echomq_gevent.contrib.pyramid", ini], APP_DIR, {})
     assert worker.finish() == 2, worker.output()
     assert worker.saw("echomq.redis_url: must be 'embedded' or a redis://"), worker.output()
+
+
+def _json_output(cmd):
+    """The JSON document a command printed (stderr is merged into the lines: skip any
+    warning printed before it)."""
+    lines = cmd.lines
+    start = next(i for i, line in enumerate(lines) if line.startswith("{"))
+    return json.loads("\n".join(lines[start:]))
