@@ -25,7 +25,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 from .errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError
 
 __all__ = [
-    "PRIORITY_LIMIT", "SHORT_KEYS", "LONG_KEYS", "JOB_OPTION_NAMES",
+    "PRIORITY_LIMIT", "SHORT_KEYS", "stored_form", "LONG_KEYS", "JOB_OPTION_NAMES",
     "validate_job_options", "encode_job_options", "decode_job_options", "keep_jobs",
     "validate_job_id", "encode_job_data", "stored_options_problems",
 ]
@@ -302,26 +302,34 @@ def stored_options_problems(opts: Mapping[str, Any]) -> Dict[str, str]:
     return problems
 
 
-def encode_job_options(opts: Mapping[str, Any]) -> Dict[str, Any]:
-    """The stored (short-key) form of validated options, as Node's client packs them.
-
-    ``attempts`` defaults to 0, a numeric ``backoff`` becomes a fixed backoff,
-    ``telemetry`` becomes ``tm``/``omc``, ``repeatJobKey`` is dropped (it goes into the
-    ``rjk`` field), ``None`` values are dropped.
-    """
-    out: Dict[str, Any] = {"attempts": 0}
+def stored_form(opts: Mapping[str, Any]) -> Dict[str, Any]:
+    """Options under the names stored in Redis (Node's ``optsAsJSON``): short keys,
+    ``telemetry`` split into ``tm``/``omc``, ``None`` values dropped, no defaults added."""
+    out: Dict[str, Any] = {}
     for name, value in opts.items():
-        if value is None or name == "repeatJobKey":
+        if value is None:
             continue
-        if name == "backoff" and _is_number(value):
-            value = {"type": "fixed", "delay": value}
-        if name == "telemetry":
+        if name == "telemetry" and isinstance(value, Mapping):
             if value.get("metadata") is not None:
                 out["tm"] = value["metadata"]
             if value.get("omitContext") is not None:
                 out["omc"] = value["omitContext"]
             continue
         out[SHORT_KEYS.get(name, name)] = value
+    return out
+
+
+def encode_job_options(opts: Mapping[str, Any]) -> Dict[str, Any]:
+    """The stored (short-key) form of validated options, as Node's client packs them.
+
+    As :func:`stored_form`, and besides: ``attempts`` defaults to 0, a numeric ``backoff``
+    becomes a fixed backoff, ``repeatJobKey`` is dropped (it goes into the ``rjk`` field).
+    """
+    out: Dict[str, Any] = {"attempts": 0}
+    rest = {name: value for name, value in opts.items() if name != "repeatJobKey"}
+    if _is_number(rest.get("backoff")):
+        rest["backoff"] = {"type": "fixed", "delay": rest["backoff"]}
+    out.update(stored_form(rest))
     return out
 
 

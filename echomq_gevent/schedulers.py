@@ -26,7 +26,7 @@ import redis
 from .cron import next_run, validate_pattern, validate_tz
 from .errors import EchoMQError, InvalidOptionError
 from .job import Job
-from .job_options import SHORT_KEYS, _suggest, decode_job_options, encode_job_data, validate_job_options
+from .job_options import _suggest, decode_job_options, encode_job_data, stored_form, validate_job_options
 from .scripts import Scripts
 
 __all__ = ["REPEAT_OPTIONS", "JobScheduler", "SchedulerMixin", "validate_repeat", "validate_template",
@@ -153,23 +153,6 @@ def validate_template(template: Optional[Mapping[str, Any]], scheduler_id: str,
     merged = validate_job_options(merged, name)
     data_json = encode_job_data(data, name, merged.get("sizeLimit"))
     return name, data, data_json, merged
-
-
-def _stored_opts(opts: Mapping[str, Any]) -> Dict[str, Any]:
-    """Job options under the names stored in Redis (Node's ``optsAsJSON``): short keys,
-    ``telemetry`` split into ``tm``/``omc``, ``None`` dropped. No defaults are added."""
-    out: Dict[str, Any] = {}
-    for name, value in opts.items():
-        if value is None:
-            continue
-        if name == "telemetry" and isinstance(value, Mapping):
-            if value.get("metadata") is not None:
-                out["tm"] = value["metadata"]
-            if value.get("omitContext") is not None:
-                out["omc"] = value["omitContext"]
-            continue
-        out[SHORT_KEYS.get(name, name)] = value
-    return out
 
 
 def _next_opts(opts: Mapping[str, Any], repeat: Mapping[str, Any], scheduler_id: str,
@@ -321,7 +304,7 @@ def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -
     passed.update(repeat)
     run = _next_opts(job.opts, passed, scheduler_id, next_millis, count, offset, _now_ms())
     data_json = encode_job_data(job.data, job.name)
-    return scripts.update_job_scheduler(scheduler_id, next_millis, _stored_opts(run), _now_ms(), job.id,
+    return scripts.update_job_scheduler(scheduler_id, next_millis, stored_form(run), _now_ms(), job.id,
                                         data_json)
 
 
@@ -373,7 +356,7 @@ class SchedulerMixin:
                      "limit": opts.get("limit"), "offset": offset}
         scheduler = {k: v for k, v in scheduler.items() if v is not None}
         job_id, delay = self.scripts.add_job_scheduler(scheduler_id, next_millis, scheduler, data_json,
-                                                       _stored_opts(merged), _stored_opts(run), _now_ms())
+                                                       stored_form(merged), stored_form(run), _now_ms())
         return self.get_job(job_id) or Job(self.scripts, job_id, name, data, dict(run, delay=delay))
 
     def get_job_scheduler(self, scheduler_id: str) -> Optional[JobScheduler]:
@@ -441,7 +424,7 @@ def _unchanged(queue: Any, scheduler_id: str, repeat: Mapping[str, Any], name: s
         stored_opts = json.loads(fields.get("opts", "{}"))
     except ValueError:
         return False
-    return bool(stored_opts == _stored_opts(merged))
+    return bool(stored_opts == stored_form(merged))
 
 
 def ensure_job_scheduler(queue: Any, scheduler_id: str, repeat: Mapping[str, Any],
