@@ -161,9 +161,9 @@ class _Connection:
         self.url = url
 
     def ping(self) -> None:
-        import redis
+        from .connection import make_client
 
-        client = redis.Redis.from_url(self.url, socket_connect_timeout=5, socket_timeout=5)
+        client = make_client(self.url, socket_connect_timeout=5, socket_timeout=5)
         try:
             client.ping()
         finally:

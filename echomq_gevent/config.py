@@ -11,7 +11,9 @@ valid key. Queue options are checked against the one options table,
 The file::
 
     redis:
-      url: embedded            # or redis://host:port/db, rediss://..., unix:///path.sock
+      url: embedded            # or redis://host:port/db, rediss://..., unix:///path.sock,
+                               # redis+sentinel://host:port,host:port/service_name/db
+      # sentinel: {sentinels: [host:port, ...], service: mymaster, db: 0}  (instead of url)
       embedded: {dir: var}     # only with url: embedded
       socket_timeout: 10       # and the other ConnectionSettings (connection.py)
     prefix: bull
@@ -38,7 +40,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import yaml
 
-from .connection import DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings
+from .connection import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings,
+                         parse_sentinel_url, redact_url)
 from .errors import ConfigError
 from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options
@@ -55,7 +58,9 @@ DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
                   "defaults", "queues")
-REDIS_KEYS = ("url", "embedded") + SETTING_KEYS
+REDIS_KEYS = ("url", "embedded", "sentinel") + SETTING_KEYS
+SENTINEL_KEYS = ("sentinels", "service", "db", "username", "password", "sentinel_username",
+                 "sentinel_password")
 EMBEDDED_KEYS = ("dir", "port", "persist")
 LOGGING_KEYS = ("level", "format")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
@@ -363,10 +368,20 @@ def _parse_redis(cfg: Config, value: Any) -> None:
     for key in value:
         if key not in REDIS_KEYS:
             raise cfg.error(("redis", key), _suggest(key, REDIS_KEYS))
+    if "sentinel" in value:
+        if "url" in value:
+            raise cfg.error(("redis", "sentinel"), "give either url or sentinel, not both")
+        value = dict(value, url=_sentinel_mapping_url(cfg, value["sentinel"]))
     url = value.get("url", DEFAULT_REDIS_URL)
-    if not isinstance(url, str) or not (url == EMBEDDED or re.match(r"(redis|rediss|unix)://", url)):
-        raise cfg.error(("redis", "url"), f"must be 'embedded' or a redis://, rediss:// or unix:// URL, "
-                                          f"got {url!r}")
+    if not isinstance(url, str) or not (url == EMBEDDED
+                                        or re.match(r"(redis|rediss|unix|redis\+sentinel)://", url)):
+        raise cfg.error(("redis", "url"), f"must be 'embedded' or a redis://, rediss://, unix:// or "
+                                          f"redis+sentinel:// URL, got {redact_url(str(url))!r}")
+    if url.startswith("redis+sentinel://"):
+        try:
+            parse_sentinel_url(url)
+        except ValueError as exc:
+            raise cfg.error(("redis", "url"), str(exc)) from None
     cfg.redis.url = url
     given = {k: v for k, v in value.items() if k in SETTING_KEYS}
     if given:
@@ -398,6 +413,43 @@ def _parse_redis(cfg: Config, value: Any) -> None:
             if not isinstance(v, bool):
                 raise cfg.error(path, f"must be true or false, got {v!r}")
             cfg.redis.embedded_persist = v
+
+
+def _sentinel_mapping_url(cfg: Config, value: Any) -> str:
+    """The ``redis+sentinel://`` URL a ``redis.sentinel`` mapping stands for."""
+    from urllib.parse import quote
+
+    if not isinstance(value, dict):
+        raise cfg.error(("redis", "sentinel"), f"must be a mapping with sentinels and service, got {value!r}")
+    for key in value:
+        if key not in SENTINEL_KEYS:
+            raise cfg.error(("redis", "sentinel", key), _suggest(key, SENTINEL_KEYS))
+    hosts = value.get("sentinels")
+    if not isinstance(hosts, list) or not hosts:
+        raise cfg.error(("redis", "sentinel", "sentinels"),
+                        f"must be a list of host:port strings (the sentinels), got {hosts!r}")
+    for i, item in enumerate(hosts):
+        if not isinstance(item, str) or not re.fullmatch(r"[^\s,/@]+:\d{1,5}", item):
+            raise cfg.error(("redis", "sentinel", "sentinels", i), f"must be host:port, got {item!r}")
+    service = value.get("service")
+    if not isinstance(service, str) or not service.strip():
+        raise cfg.error(("redis", "sentinel", "service"),
+                        f"must be the sentinels' name of the primary (e.g. mymaster), got {service!r}")
+    db = value.get("db", 0)
+    if isinstance(db, bool) or not isinstance(db, int) or db < 0:
+        raise cfg.error(("redis", "sentinel", "db"), f"must be a database number 0.., got {db!r}")
+    secrets = {}
+    for key in ("username", "password", "sentinel_username", "sentinel_password"):
+        v = value.get(key)
+        if v is not None and not isinstance(v, str):
+            raise cfg.error(("redis", "sentinel", key), "must be a string")
+        secrets[key] = quote(v, safe="") if v else ""
+    auth = ""
+    if secrets["username"] or secrets["password"]:
+        auth = secrets["username"] + (":" + secrets["password"] if secrets["password"] else "") + "@"
+    query = "&".join(f"{k}={secrets[k]}" for k in ("sentinel_username", "sentinel_password") if secrets[k])
+    return (f"redis+sentinel://{auth}{','.join(hosts)}/{quote(service.strip(), safe='')}/{db}"
+            + (f"?{query}" if query else ""))
 
 
 def _parse_logging(cfg: Config, value: Any) -> None:
@@ -527,8 +579,3 @@ def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
 def _strip_key(key: str, message: str) -> str:
     """The validator's message without a leading ``<key> `` (the location names the key)."""
     return message[len(key) + 1:] if key and message.startswith(key + " ") else message
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for log lines and error messages."""
-    return re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Optional, Sequence
+from typing import List, Optional, Sequence
 
 
 def find_redis_server() -> str:
@@ -94,3 +94,103 @@ class RedisServer:
                 self.proc.kill()
                 self.proc.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class SentinelGroup:
+    """A primary, a replica and three sentinels watching them as ``service``, each on a
+    free loopback port. ``url`` is the ``redis+sentinel://`` URL of the group. The
+    sentinels call the primary down after ``down_after_ms`` without an answer."""
+
+    def __init__(self, service: str = "echomq", down_after_ms: int = 1000,
+                 binary: Optional[str] = None) -> None:
+        self.binary = binary or find_redis_server()
+        self.service = service
+        self.down_after_ms = down_after_ms
+        self.primary = RedisServer(self.binary)
+        self.replica = RedisServer(self.binary, extra=["--replicaof", "127.0.0.1", str(self.primary.port)])
+        self.sentinel_ports = [free_port() for _ in range(3)]
+        self.sentinel_procs: List[subprocess.Popen] = []
+        self.dir = tempfile.mkdtemp(prefix="echomq-sentinel-")
+
+    @property
+    def url(self) -> str:
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{self.service}/0"
+
+    def _ask(self, port: int, *command: str) -> object:
+        import redis
+
+        client = redis.Redis(port=port, socket_timeout=2, decode_responses=True)
+        try:
+            return client.execute_command(*command)
+        finally:
+            client.close()
+
+    def start(self) -> "SentinelGroup":
+        self.primary.start()
+        self.replica.start()
+        _poll_until(lambda: self._link_up(self.replica.port), "the replica's link up")
+        for port in self.sentinel_ports:
+            conf = os.path.join(self.dir, f"sentinel-{port}.conf")
+            with open(conf, "w") as fh:
+                fh.write(f"port {port}\nbind 127.0.0.1\ndir {self.dir}\n"
+                         f"sentinel monitor {self.service} 127.0.0.1 {self.primary.port} 2\n"
+                         f"sentinel down-after-milliseconds {self.service} {self.down_after_ms}\n"
+                         f"sentinel failover-timeout {self.service} 10000\n")
+            self.sentinel_procs.append(subprocess.Popen(
+                [self.binary, conf, "--sentinel", "--loglevel", "warning"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        for port in self.sentinel_ports:  # each knows the replica and the two other sentinels
+            _poll_until(lambda: self._knows(port), f"sentinel {port} to see the replica and its peers")
+        return self
+
+    def _link_up(self, port: int) -> bool:
+        import redis
+
+        client = redis.Redis(port=port, socket_timeout=2)
+        try:
+            return client.info("replication").get("master_link_status") == "up"
+        except redis.RedisError:
+            return False
+        finally:
+            client.close()
+
+    def _knows(self, port: int) -> bool:
+        try:
+            replicas = self._ask(port, "SENTINEL", "REPLICAS", self.service)
+            sentinels = self._ask(port, "SENTINEL", "SENTINELS", self.service)
+        except Exception:
+            return False
+        return len(replicas) >= 1 and len(sentinels) >= 2
+
+    def primary_port(self) -> Optional[int]:
+        """The port the sentinels name as the primary now (``None`` when none answers)."""
+        for port in self.sentinel_ports:
+            try:
+                host, p = self._ask(port, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                return int(p)
+            except Exception:
+                continue
+        return None
+
+    def stop(self) -> None:
+        for proc in self.sentinel_procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.sentinel_procs:
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self.replica.stop()
+        self.primary.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _poll_until(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.05)

@@ -305,11 +305,11 @@ class CoHost:
     def redis_ok(self) -> Optional[str]:
         """``None`` when Redis answers PING within 1 s, else the reason. Request greenlet."""
         if self._health_client is None:
-            import redis
+            from ..connection import make_client
 
-            self._health_client = redis.Redis.from_url(
-                self.settings.redis_url, socket_timeout=1.0, socket_connect_timeout=1.0,
-                max_connections=4, decode_responses=True)
+            self._health_client = make_client(
+                self.settings.redis_url, max_connections=4, socket_timeout=1.0,
+                socket_connect_timeout=1.0)
         try:
             self._health_client.ping()
             return None

@@ -200,7 +200,9 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
     enqueues borrows one for a round trip; when all are busy the next greenlet waits up
     to ``pool_timeout`` seconds instead of opening connection after connection (a plain
     pool grows to one connection per concurrent greenlet, thousands under
-    ``worker_connections``). Safe with ``preload_app``: a queue made before the fork is
+    ``worker_connections``). With a ``redis+sentinel://`` URL the client is the sentinels'
+    pool, which follows a failover but does not wait: it opens a connection per
+    concurrent greenlet. Safe with ``preload_app``: a queue made before the fork is
     never reused in a child (each process builds its own).
     """
     pid = os.getpid()
@@ -217,9 +219,15 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
         from ..queue import Queue
 
         # the socket timeouts, keep-alive and health checks of every client we create
-        pool = redis.BlockingConnectionPool.from_url(
-            url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True, **url_settings(url))
-        queue = Queue(name, connection=redis.Redis(connection_pool=pool), prefix=prefix)
+        from ..connection import SENTINEL_SCHEME, make_client
+
+        if url.startswith(SENTINEL_SCHEME + "://"):  # the sentinels' pool follows failovers; it grows
+            client = make_client(url)
+        else:
+            client = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
+                url, max_connections=pool_size, timeout=pool_timeout, decode_responses=True,
+                **url_settings(url)))
+        queue = Queue(name, connection=client, prefix=prefix)
         process.queues[key] = queue
     if plugins is not None and queue.plugins is None:
         queue.plugins = plugins

@@ -500,3 +500,50 @@ def test_tls_and_password_urls_are_accepted_and_redacted():
     assert redact_url(cfg.redis.url) == "rediss://:***@redis.example.com:6380/1?ssl_cert_reqs=required"
     assert redact_url("redis://user:pw@h:1/0") == "redis://user:***@h:1/0"
     assert redact_url("redis://h:6379/0") == "redis://h:6379/0"
+
+
+def test_sentinel_url_and_mapping_are_accepted():
+    from echomq_gevent.config import redact_url
+    from echomq_gevent.connection import parse_sentinel_url
+
+    cfg = parse("""
+        redis: {url: "redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2?sentinel_password=sp"}
+        queues: {q: {}}
+    """)
+    parsed = parse_sentinel_url(cfg.redis.url)
+    assert parsed.sentinels == [("s1", 26379), ("s2", 26380)]
+    assert (parsed.service, parsed.db, parsed.password, parsed.sentinel_password) == ("mymaster", 2, "pw", "sp")
+    assert redact_url(cfg.redis.url) == "redis+sentinel://:***@s1:26379,s2:26380/mymaster/2?sentinel_password=***"
+
+    cfg = parse("""
+        redis:
+          sentinel: {sentinels: ["s1:26379", "s2:26379"], service: mymaster, db: 1, password: "p@ss"}
+        queues: {q: {}}
+    """)
+    assert cfg.redis.url == "redis+sentinel://:p%40ss@s1:26379,s2:26379/mymaster/1"
+    parsed = parse_sentinel_url(cfg.redis.url)
+    assert (parsed.password, parsed.db, parsed.username) == ("p@ss", 1, None)
+
+
+@pytest.mark.parametrize("redis_yaml,expect", [
+    ('{url: "redis+sentinel://s1:26379"}', "service name"),
+    ('{url: "redis+sentinel://s1/mymaster"}', "each sentinel must be host:port, got 's1'"),
+    ('{url: "redis+sentinel://s1:1/mymaster/x"}', "the database must be a number"),
+    ('{url: "redis+sentinel://s1:1/mymaster?pasword=x"}', "unknown query parameter 'pasword'"),
+    ('{sentinel: {sentinels: [], service: m}}', "redis.sentinel.sentinels"),
+    ('{sentinel: {sentinels: ["s1"], service: m}}', "must be host:port, got 's1'"),
+    ('{sentinel: {sentinels: ["s1:1"]}}', "redis.sentinel.service"),
+    ('{sentinel: {sentinels: ["s1:1"], service: m, servce: n}}', "redis.sentinel.servce"),
+    ('{sentinel: {sentinels: ["s1:1"], service: m}, url: "redis://h:1/0"}', "either url or sentinel"),
+])
+def test_bad_sentinel_settings_are_named(redis_yaml, expect):
+    with pytest.raises(ConfigError) as info:
+        parse(f"redis: {redis_yaml}\nqueues: {{q: {{}}}}\n")
+    assert expect in str(info.value), str(info.value)
+
+
+def test_make_client_refuses_a_bad_sentinel_url_with_the_form():
+    from echomq_gevent.connection import make_client
+
+    with pytest.raises(ValueError, match=r"redis\+sentinel://\[\[user\]:password@\]host:port"):
+        make_client("redis+sentinel://s1:26379")
