@@ -127,6 +127,13 @@ class SentinelGroup:
             client.close()
 
     def start(self) -> "SentinelGroup":
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing left running when the set-up fails
+            raise
+
+    def _start(self) -> "SentinelGroup":
         self.primary.start()
         self.replica.start()
         _poll_until(lambda: self._link_up(self.replica.port), "the replica's link up")
