@@ -31,17 +31,18 @@ unset or empty); an unquoted scalar is typed after expansion, so
 """
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 import yaml
 
-from .connection import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings,
-                         parse_sentinel_url, redact_url)
+from .config_redis import (DEFAULT_REDIS_URL, EMBEDDED, EMBEDDED_KEYS, REDIS_KEYS, SENTINEL_KEYS,
+                           RedisSettings, parse_redis)
+from .config_yaml import Builder, Marks, Path, format_error, suggest
+from .connection import redact_url
 from .errors import ConfigError
 from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options
@@ -50,18 +51,14 @@ __all__ = [
     "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config", "config_from_mapping",
     "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
     "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url", "SCHEDULER_KEYS",
+    # the redis: section's keys live in config_redis; named here too for callers of this module
+    "REDIS_KEYS", "SENTINEL_KEYS", "EMBEDDED_KEYS",
 ]
 
-EMBEDDED = "embedded"
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
                   "defaults", "queues")
-REDIS_KEYS = ("url", "embedded", "sentinel") + SETTING_KEYS
-SENTINEL_KEYS = ("sentinels", "service", "db", "username", "password", "sentinel_username",
-                 "sentinel_password")
-EMBEDDED_KEYS = ("dir", "port", "persist")
 LOGGING_KEYS = ("level", "format")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
@@ -70,152 +67,8 @@ QUEUE_ONLY_KEYS = ("processor", "schedulers")
 #: Keys of one entry under ``queues.<name>.schedulers``.
 SCHEDULER_KEYS = ("repeat", "template")
 
-Path = Tuple[Any, ...]
-
-
-# --- located YAML -----------------------------------------------------------------------
-class _Marks:
-    """Line numbers (1-based) of every key and value, by path tuple."""
-
-    def __init__(self) -> None:
-        self.key_line: Dict[Path, int] = {}
-        self.value_line: Dict[Path, int] = {}
-
-    def line(self, path: Path) -> Optional[int]:
-        """Line of the key at ``path`` (its value's line for list items); walks up to the
-        nearest parent that has one."""
-        p = tuple(path)
-        while True:
-            if p in self.key_line:
-                return self.key_line[p]
-            if p in self.value_line:
-                return self.value_line[p]
-            if not p:
-                return None
-            p = p[:-1]
-
-
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-((?:[^}])*))?\}")
-
-
-class _Builder:
-    """Turns a composed YAML node tree into plain Python values, recording line numbers
-    and expanding ``${VAR}`` in scalars. Errors are raised with the line of the node."""
-
-    def __init__(self, filename: str, env: Mapping[str, str]) -> None:
-        self.filename = filename
-        self.env = env
-        self.marks = _Marks()
-        self._loader = yaml.SafeLoader("")
-
-    def error(self, line: Optional[int], path: Path, message: str) -> ConfigError:
-        return ConfigError(_format(self.filename, line, path, message))
-
-    def build(self, node: yaml.Node, path: Path) -> Any:
-        line = node.start_mark.line + 1
-        self.marks.value_line.setdefault(path, line)
-        if isinstance(node, yaml.MappingNode):
-            own_keys = {id(k) for k, _v in node.value if k.tag != "tag:yaml.org,2002:merge"}
-            try:
-                self._loader.flatten_mapping(node)
-            except yaml.YAMLError as exc:
-                raise self.error(line, path, f"bad merge key: {exc}") from None
-            out: Dict[Any, Any] = {}
-            merged_in = set()  # keys that came from a `<<` merge: an own key may override them
-            for key_node, value_node in node.value:
-                if not isinstance(key_node, yaml.ScalarNode):
-                    raise self.error(key_node.start_mark.line + 1, path,
-                                     "a key must be a plain name, not a list or mapping")
-                key = self._scalar(key_node, path)
-                if not isinstance(key, str):
-                    key = str(key) if isinstance(key, (int, float)) and not isinstance(key, bool) else key
-                if not isinstance(key, str):
-                    raise self.error(key_node.start_mark.line + 1, path, f"key {key!r} must be a string")
-                sub = path + (key,)
-                own = id(key_node) in own_keys
-                if key in out and own and key in merged_in:
-                    merged_in.discard(key)
-                elif key in out and not own:
-                    pass  # pyyaml's rule among merged sources: the later entry wins
-                elif key in out:
-                    raise self.error(key_node.start_mark.line + 1, sub,
-                                     f"key {key!r} appears twice in this mapping (first on line "
-                                     f"{self.marks.key_line.get(sub)}); remove one")
-                if not own:
-                    merged_in.add(key)
-                self.marks.key_line[sub] = key_node.start_mark.line + 1
-                out[key] = self.build(value_node, sub)
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self.build(item, path + (i,)) for i, item in enumerate(node.value)]
-        return self._scalar(node, path)
-
-    def _scalar(self, node: yaml.ScalarNode, path: Path) -> Any:
-        value = node.value
-        if "${" in value and node.tag == "tag:yaml.org,2002:str":
-            expanded = self._expand(value, node.start_mark.line + 1, path)
-            if node.style is None:  # plain scalar: type it after expansion
-                tag = self._loader.resolve(yaml.ScalarNode, expanded, (True, False))
-                return self._loader.construct_object(yaml.ScalarNode(tag, expanded))
-            return expanded
-        try:
-            return self._loader.construct_object(node, deep=True)
-        except yaml.YAMLError as exc:
-            raise self.error(node.start_mark.line + 1, path, f"bad value: {exc}") from None
-
-    def _expand(self, text: str, line: int, path: Path) -> str:
-        def repl(m: "re.Match[str]") -> str:
-            name, default = m.group(1), m.group(2)
-            value = self.env.get(name)
-            if value is None or value == "":
-                if default is not None:
-                    return default
-                if value is None:
-                    raise self.error(line, path, f"environment variable {name} is not set; set it or "
-                                                 f"write ${{{name}:-default}}")
-            return value
-        return _VAR.sub(repl, text)
-
-
-def _dotted(path: Path) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += ("." if out else "") + str(part)
-    return out or "(top level)"
-
-
-def _format(filename: str, line: Optional[int], path: Path, message: str) -> str:
-    where = f"{filename}, line {line}" if line else filename
-    return f"{where}, key {_dotted(path)}: {message}"
-
-
-def _suggest(key: str, valid: Any) -> str:
-    valid = list(valid)
-    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
-    if near:
-        return f"unknown key {key!r}; did you mean {near[0]!r}?"
-    return f"unknown key {key!r}; valid keys here: {', '.join(valid)}"
-
 
 # --- the validated configuration -----------------------------------------------------------
-@dataclass
-class RedisSettings:
-    """Where Redis is. ``url == "embedded"`` means: start a private server
-    (:mod:`echomq_gevent.embedded`) with its data in ``embedded_dir``."""
-
-    url: str = DEFAULT_REDIS_URL
-    embedded_dir: str = "var"
-    embedded_port: Optional[int] = None
-    embedded_persist: bool = True
-    #: socket timeouts, TCP keep-alive and health checks of every client the workers make
-    connection: ConnectionSettings = DEFAULT_SETTINGS
-
-    @property
-    def embedded(self) -> bool:
-        return self.url == EMBEDDED
 
 
 @dataclass
@@ -246,7 +99,7 @@ class Config:
     defaults: Dict[str, Any] = field(default_factory=dict)
     queues: Dict[str, QueueConfig] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
-    marks: _Marks = field(default_factory=_Marks, repr=False)
+    marks: Marks = field(default_factory=Marks, repr=False)
     #: for a configuration not read from a file: names the setting at a key path
     where: Optional[Callable[[Path], str]] = field(default=None, repr=False)
 
@@ -255,7 +108,7 @@ class Config:
         configuration made from framework settings, the setting)."""
         if self.where is not None:
             return ConfigError(f"{self.where(tuple(path))}: {message}")
-        return ConfigError(_format(self.filename, self.marks.line(path), path, message))
+        return ConfigError(format_error(self.filename, self.marks.line(path), path, message))
 
     def activate_paths(self) -> None:
         """Put ``plugin_paths`` (and the working directory) at the front of ``sys.path``
@@ -291,7 +144,7 @@ def parse_config(text: str, filename: str = "<config>", env: Optional[Mapping[st
         raise ConfigError(f"{where}: this is not valid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{filename}: this is not valid YAML: {exc}") from None
-    builder = _Builder(filename, env)
+    builder = Builder(filename, env)
     data = builder.build(node, ()) if node is not None else {}
     cfg = Config(filename=filename, raw=data, marks=builder.marks)
     base_dir = os.path.dirname(os.path.abspath(filename)) if filename and not filename.startswith("<") \
@@ -321,8 +174,8 @@ def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
                             f"got {type(data).__name__}")
     for key in data:
         if key not in TOP_LEVEL_KEYS:
-            raise cfg.error((key,), _suggest(key, TOP_LEVEL_KEYS))
-    _parse_redis(cfg, data.get("redis"))
+            raise cfg.error((key,), suggest(key, TOP_LEVEL_KEYS))
+    cfg.redis = parse_redis(data.get("redis"), cfg.error, cfg.marks)
     if "prefix" in data:
         prefix = data["prefix"]
         try:
@@ -357,101 +210,6 @@ def _str_list(cfg: Config, data: Mapping[str, Any], key: str) -> List[str]:
     return list(value)
 
 
-def _parse_redis(cfg: Config, value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, str):
-        value = {"url": value}
-        cfg.marks.value_line.setdefault(("redis", "url"), cfg.marks.line(("redis",)) or 0)
-    if not isinstance(value, dict):
-        raise cfg.error(("redis",), f"must be a mapping with url (and embedded), got {value!r}")
-    for key in value:
-        if key not in REDIS_KEYS:
-            raise cfg.error(("redis", key), _suggest(key, REDIS_KEYS))
-    if "sentinel" in value:
-        if "url" in value:
-            raise cfg.error(("redis", "sentinel"), "give either url or sentinel, not both")
-        value = dict(value, url=_sentinel_mapping_url(cfg, value["sentinel"]))
-    url = value.get("url", DEFAULT_REDIS_URL)
-    if not isinstance(url, str) or not (url == EMBEDDED
-                                        or re.match(r"(redis|rediss|unix|redis\+sentinel)://", url)):
-        raise cfg.error(("redis", "url"), f"must be 'embedded' or a redis://, rediss://, unix:// or "
-                                          f"redis+sentinel:// URL, got {redact_url(str(url))!r}")
-    if url.startswith("redis+sentinel://"):
-        try:
-            parse_sentinel_url(url)
-        except ValueError as exc:
-            raise cfg.error(("redis", "url"), str(exc)) from None
-    cfg.redis.url = url
-    given = {k: v for k, v in value.items() if k in SETTING_KEYS}
-    if given:
-        try:
-            cfg.redis.connection = ConnectionSettings.from_mapping(given)
-        except ConnectionSettingError as exc:
-            raise cfg.error(("redis", exc.option), str(exc)) from None
-    emb = value.get("embedded")
-    if emb is None:
-        return
-    if url != EMBEDDED:
-        raise cfg.error(("redis", "embedded"), f"embedded settings only apply with url: embedded, "
-                                               f"but url is {url!r}; remove one of them")
-    if not isinstance(emb, dict):
-        raise cfg.error(("redis", "embedded"), f"must be a mapping with {', '.join(EMBEDDED_KEYS)}")
-    for key, v in emb.items():
-        path = ("redis", "embedded", key)
-        if key not in EMBEDDED_KEYS:
-            raise cfg.error(path, _suggest(key, EMBEDDED_KEYS))
-        if key == "dir":
-            if not isinstance(v, str) or not v:
-                raise cfg.error(path, f"must be a folder name, got {v!r}")
-            cfg.redis.embedded_dir = v
-        elif key == "port":
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 < v < 65536):
-                raise cfg.error(path, f"must be a TCP port 1..65535 or null (unix socket), got {v!r}")
-            cfg.redis.embedded_port = v
-        elif key == "persist":
-            if not isinstance(v, bool):
-                raise cfg.error(path, f"must be true or false, got {v!r}")
-            cfg.redis.embedded_persist = v
-
-
-def _sentinel_mapping_url(cfg: Config, value: Any) -> str:
-    """The ``redis+sentinel://`` URL a ``redis.sentinel`` mapping stands for."""
-    from urllib.parse import quote
-
-    if not isinstance(value, dict):
-        raise cfg.error(("redis", "sentinel"), f"must be a mapping with sentinels and service, got {value!r}")
-    for key in value:
-        if key not in SENTINEL_KEYS:
-            raise cfg.error(("redis", "sentinel", key), _suggest(key, SENTINEL_KEYS))
-    hosts = value.get("sentinels")
-    if not isinstance(hosts, list) or not hosts:
-        raise cfg.error(("redis", "sentinel", "sentinels"),
-                        f"must be a list of host:port strings (the sentinels), got {hosts!r}")
-    for i, item in enumerate(hosts):
-        if not isinstance(item, str) or not re.fullmatch(r"[^\s,/@]+:\d{1,5}", item):
-            raise cfg.error(("redis", "sentinel", "sentinels", i), f"must be host:port, got {item!r}")
-    service = value.get("service")
-    if not isinstance(service, str) or not service.strip():
-        raise cfg.error(("redis", "sentinel", "service"),
-                        f"must be the sentinels' name of the primary (e.g. mymaster), got {service!r}")
-    db = value.get("db", 0)
-    if isinstance(db, bool) or not isinstance(db, int) or db < 0:
-        raise cfg.error(("redis", "sentinel", "db"), f"must be a database number 0.., got {db!r}")
-    secrets = {}
-    for key in ("username", "password", "sentinel_username", "sentinel_password"):
-        v = value.get(key)
-        if v is not None and not isinstance(v, str):
-            raise cfg.error(("redis", "sentinel", key), "must be a string")
-        secrets[key] = quote(v, safe="") if v else ""
-    auth = ""
-    if secrets["username"] or secrets["password"]:
-        auth = secrets["username"] + (":" + secrets["password"] if secrets["password"] else "") + "@"
-    query = "&".join(f"{k}={secrets[k]}" for k in ("sentinel_username", "sentinel_password") if secrets[k])
-    return (f"redis+sentinel://{auth}{','.join(hosts)}/{quote(service.strip(), safe='')}/{db}"
-            + (f"?{query}" if query else ""))
-
-
 def _parse_logging(cfg: Config, value: Any) -> None:
     if value is None:
         return
@@ -460,7 +218,7 @@ def _parse_logging(cfg: Config, value: Any) -> None:
     for key, v in value.items():
         path = ("logging", key)
         if key not in LOGGING_KEYS:
-            raise cfg.error(path, _suggest(key, LOGGING_KEYS))
+            raise cfg.error(path, suggest(key, LOGGING_KEYS))
         allowed = LOG_LEVELS if key == "level" else LOG_FORMATS
         if not isinstance(v, str) or v.lower() not in allowed:
             raise cfg.error(path, f"must be one of {', '.join(allowed)}, got {v!r}")
@@ -491,7 +249,7 @@ def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -
         if key in QUEUE_ONLY_KEYS:
             raise cfg.error(sub, f"{key} is per queue; set it under queues.<name>, not in defaults")
         if key not in WORKER_OPTIONS:
-            raise cfg.error(sub, _suggest(key, valid))
+            raise cfg.error(sub, suggest(key, valid))
         try:
             check_worker_option(key, v)
         except OptionError as exc:
@@ -517,7 +275,7 @@ def _parse_schedulers(cfg: Config, value: Any, path: Path) -> Dict[str, Dict[str
             raise cfg.error(sub, f"must be a mapping with repeat (and template), got {spec!r}")
         for key in spec:
             if key not in SCHEDULER_KEYS:
-                raise cfg.error(sub + (key,), _suggest(key, SCHEDULER_KEYS))
+                raise cfg.error(sub + (key,), suggest(key, SCHEDULER_KEYS))
         if "repeat" not in spec:
             raise cfg.error(sub, "needs repeat: {every: <ms>} or {pattern: '<cron>', tz: <zone>}")
         for key in SCHEDULER_KEYS:
