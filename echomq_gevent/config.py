@@ -12,8 +12,10 @@ The file::
 
     redis:
       url: embedded            # or redis://host:port/db, rediss://..., unix:///path.sock,
-                               # redis+sentinel://host:port,host:port/service_name/db
+                               # redis+sentinel://host:port,host:port/service_name/db,
+                               # redis+cluster://host:port,host:port/
       # sentinel: {sentinels: [host:port, ...], service: mymaster, db: 0}  (instead of url)
+      # cluster: [host:port, host:port]  (instead of url; the prefix needs a hash tag)
       embedded: {dir: var}     # only with url: embedded
       socket_timeout: 10       # and the other ConnectionSettings (connection.py)
     prefix: bull

@@ -6,6 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from .cluster import parse_cluster_url
 from .connection import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings,
                          parse_sentinel_url, redact_url)
 from .config_yaml import Marks, Path, suggest
@@ -15,14 +16,15 @@ from .errors import ConfigError
 ErrorFactory = Callable[[Path, str], ConfigError]
 
 __all__ = ["RedisSettings", "parse_redis", "EMBEDDED", "DEFAULT_REDIS_URL", "REDIS_KEYS",
-           "SENTINEL_KEYS", "EMBEDDED_KEYS"]
+           "SENTINEL_KEYS", "EMBEDDED_KEYS", "CLUSTER_KEYS"]
 
 EMBEDDED = "embedded"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-REDIS_KEYS = ("url", "embedded", "sentinel") + SETTING_KEYS
+REDIS_KEYS = ("url", "embedded", "sentinel", "cluster") + SETTING_KEYS
 SENTINEL_KEYS = ("sentinels", "service", "db", "username", "password", "sentinel_username",
                  "sentinel_password")
 EMBEDDED_KEYS = ("dir", "port", "persist")
+CLUSTER_KEYS = ("nodes", "username", "password", "tls")
 
 
 @dataclass
@@ -55,18 +57,26 @@ def parse_redis(value: Any, error: ErrorFactory, marks: Marks) -> RedisSettings:
     for key in value:
         if key not in REDIS_KEYS:
             raise error(("redis", key), suggest(key, REDIS_KEYS))
+    given_forms = [k for k in ("url", "sentinel", "cluster") if k in value]
+    if len(given_forms) > 1:
+        raise error(("redis", given_forms[1]), f"give either {given_forms[0]} or {given_forms[1]}, not both")
     if "sentinel" in value:
-        if "url" in value:
-            raise error(("redis", "sentinel"), "give either url or sentinel, not both")
         value = dict(value, url=_sentinel_mapping_url(error, value["sentinel"]))
+    if "cluster" in value:
+        value = dict(value, url=_cluster_mapping_url(error, value["cluster"]))
     url = value.get("url", DEFAULT_REDIS_URL)
     if not isinstance(url, str) or not (url == EMBEDDED
-                                        or re.match(r"(redis|rediss|unix|redis\+sentinel)://", url)):
-        raise error(("redis", "url"), f"must be 'embedded' or a redis://, rediss://, unix:// or "
-                                      f"redis+sentinel:// URL, got {redact_url(str(url))!r}")
+                                        or re.match(r"(redis|rediss|unix|redis\+sentinel|rediss?\+cluster)://", url)):
+        raise error(("redis", "url"), f"must be 'embedded' or a redis://, rediss://, unix://, "
+                                      f"redis+sentinel:// or redis+cluster:// URL, got {redact_url(str(url))!r}")
     if url.startswith("redis+sentinel://"):
         try:
             parse_sentinel_url(url)
+        except ValueError as exc:
+            raise error(("redis", "url"), str(exc)) from None
+    if re.match(r"rediss?\+cluster://", url):
+        try:
+            parse_cluster_url(url)
         except ValueError as exc:
             raise error(("redis", "url"), str(exc)) from None
     settings.url = url
@@ -138,3 +148,40 @@ def _sentinel_mapping_url(error: ErrorFactory, value: Any) -> str:
     query = "&".join(f"{k}={secrets[k]}" for k in ("sentinel_username", "sentinel_password") if secrets[k])
     return (f"redis+sentinel://{auth}{','.join(hosts)}/{quote(service.strip(), safe='')}/{db}"
             + (f"?{query}" if query else ""))
+
+
+def _cluster_mapping_url(error: ErrorFactory, value: Any) -> str:
+    """The ``redis+cluster://`` URL a ``redis.cluster`` list of nodes (or mapping with
+    ``nodes`` and credentials) stands for."""
+    from urllib.parse import quote
+
+    path: Path = ("redis", "cluster")
+    if isinstance(value, list):
+        value = {"nodes": value}
+    elif isinstance(value, dict):
+        for key in value:
+            if key not in CLUSTER_KEYS:
+                raise error(path + (key,), suggest(key, CLUSTER_KEYS))
+        path = path + ("nodes",)
+    else:
+        raise error(path, f"must be a list of host:port strings (some nodes of the cluster), or a mapping "
+                          f"with nodes (and username, password, tls), got {value!r}")
+    nodes = value.get("nodes")
+    if not isinstance(nodes, list) or not nodes:
+        raise error(path, f"must be a list of host:port strings (some nodes of the cluster), got {nodes!r}")
+    for i, item in enumerate(nodes):
+        if not isinstance(item, str) or not re.fullmatch(r"[^\s,/@]+:\d{1,5}", item):
+            raise error(path + (i,), f"must be host:port, got {item!r}")
+    secrets = {}
+    for key in ("username", "password"):
+        v = value.get(key)
+        if v is not None and not isinstance(v, str):
+            raise error(("redis", "cluster", key), "must be a string")
+        secrets[key] = quote(v, safe="") if v else ""
+    tls = value.get("tls", False)
+    if not isinstance(tls, bool):
+        raise error(("redis", "cluster", "tls"), f"must be true or false, got {tls!r}")
+    auth = ""
+    if secrets["username"] or secrets["password"]:
+        auth = secrets["username"] + (":" + secrets["password"] if secrets["password"] else "") + "@"
+    return f"{'rediss' if tls else 'redis'}+cluster://{auth}{','.join(nodes)}/"

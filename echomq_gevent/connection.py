@@ -11,6 +11,9 @@ connections, so a connection that died without FIN or RST (a NAT or a failover t
 dropped its state) is noticed within a bounded time instead of leaving a call waiting
 on ``recv`` for ever. ``docs/reliability.md`` lists the defaults and what they bound.
 
+A Redis Cluster is named by a ``redis+cluster://`` URL or passed as a ``RedisCluster``
+(:mod:`.cluster`); its clones are cluster clients too.
+
 Redis behind Sentinel is named by a ``redis+sentinel://`` URL (:func:`parse_sentinel_url`);
 its clients ask the sentinels where the primary is on every new connection, so after a
 failover they reconnect to the promoted replica. :func:`clone_client` keeps that for the
@@ -27,6 +30,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
+from .cluster import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, clone_cluster, cluster_client, is_cluster
 from .errors import ConfigError
 
 __all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client",
@@ -130,7 +134,7 @@ def _sentinel_client(url: str, kwargs: Dict[str, Any]) -> "redis.Redis":
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 
-ConnectionLike = Union[str, "redis.Redis", None]
+ConnectionLike = Union[str, "redis.Redis", "redis.cluster.RedisCluster", None]
 
 
 class ConnectionSettingError(ConfigError):
@@ -291,7 +295,14 @@ def make_client(connection: ConnectionLike = None, max_connections: Optional[int
         kwargs.update(extra)
         if connection.startswith(SENTINEL_SCHEME + "://"):
             return _sentinel_client(connection, kwargs)
+        if connection.startswith((CLUSTER_SCHEME + "://", CLUSTER_TLS_SCHEME + "://")):
+            return cluster_client(connection, kwargs)
         return redis.Redis.from_url(connection, **kwargs)
+    if is_cluster(connection):
+        kwargs_now = connection.get_connection_kwargs()
+        if kwargs_now.get("decode_responses") and not extra and not max_connections and settings is None:
+            return connection
+        return clone_cluster(connection, settings=settings, defaults=DEFAULT_SETTINGS, **extra)
     if isinstance(connection, redis.Redis):
         pool_kwargs = dict(connection.connection_pool.connection_kwargs)
         if pool_kwargs.get("decode_responses") and not extra and not max_connections and settings is None:
@@ -299,8 +310,8 @@ def make_client(connection: ConnectionLike = None, max_connections: Optional[int
         return clone_client(connection, max_connections=max_connections, settings=settings, **extra)
     raise ValueError(
         f"connection must be a redis URL (redis://host:port/db, rediss:// for TLS, "
-        f"redis+sentinel://host:port,host:port/service_name/db) or a "
-        f"redis.Redis instance, got {type(connection).__name__}"
+        f"redis+sentinel://host:port,host:port/service_name/db, redis+cluster://host:port,host:port/), "
+        f"a redis.Redis or a redis.cluster.RedisCluster instance, got {type(connection).__name__}"
     )
 
 
@@ -312,8 +323,10 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
     which must never share sockets with the job greenlets. With ``settings`` the clone
     uses them; without, it keeps ``client``'s socket options and fills those it left
     unset (no timeout, no keep-alive, no health check) from :data:`DEFAULT_SETTINGS`.
-    ``overrides`` win over both.
+    ``overrides`` win over both. A ``RedisCluster`` is cloned as a cluster client.
     """
+    if is_cluster(client):
+        return clone_cluster(client, settings=settings, defaults=DEFAULT_SETTINGS, **overrides)
     pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
     kwargs["decode_responses"] = True

@@ -28,6 +28,8 @@ import gevent.event
 import gevent.queue
 import redis
 
+from .cluster import disconnect as cluster_disconnect
+from .cluster import is_cluster
 from .connection import DEFAULT_URL, ConnectionLike, clone_client, make_client
 from .errors import EchoMQError
 from .keys import DEFAULT_PREFIX, QueueKeys
@@ -340,13 +342,19 @@ class QueueEvents:
             if self._use_thread:
                 try:
                     # the pool thread sits in XREAD BLOCK: dropping the connection ends it
-                    self.client.connection_pool.disconnect(inuse_connections=True)
+                    if is_cluster(self.client):
+                        cluster_disconnect(self.client)
+                    else:
+                        self.client.connection_pool.disconnect(inuse_connections=True)
                 except Exception:  # pragma: no cover - best effort
                     log.debug("disconnecting the events connection failed", exc_info=True)
                 greenlet.join(timeout)
             if not greenlet.ready():  # on the hub (patched sockets) the read is simply abandoned
                 greenlet.kill(block=True, timeout=timeout)
-        self.client.connection_pool.disconnect()
+        if is_cluster(self.client):
+            cluster_disconnect(self.client)
+        else:
+            self.client.connection_pool.disconnect()
         self.client.close()
 
     # -- waiting for one job --------------------------------------------------------------

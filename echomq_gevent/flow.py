@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from redis.exceptions import ResponseError
 
+from .cluster import is_cluster, require_same_slot, run_transaction
 from .connection import DEFAULT_URL, ConnectionLike, make_client
 from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job
@@ -241,6 +242,8 @@ class FlowProducer:
         """All ``calls`` in one MULTI/EXEC; the answers (errors in place). The scripts are
         loaded inside the same transaction, so none can be missing when it runs."""
         lib = library()
+        if is_cluster(self.client):
+            return self._cluster_transaction(calls)
         pipe = self.client.pipeline(transaction=True)
         try:
             names = sorted({name for name, _k, _a in calls})
@@ -252,6 +255,16 @@ class FlowProducer:
         finally:
             pipe.reset()
         return list(results[len(names):])
+
+    def _cluster_transaction(self, calls: List[ScriptCall]) -> List[Any]:
+        """The flow's MULTI/EXEC on the primary serving its slot. Every key of the flow
+        must be in that one slot (queues with one hash tag); otherwise nothing is sent."""
+        first = calls[0][1][0]
+        for name, keys, _args in calls:
+            for key in keys:
+                require_same_slot(f"flow ({name})", first, key)
+        return run_transaction(self.client, first, [(library().sources[name], library().shas[name], keys, args)
+                                                    for name, keys, args in calls])
 
     @staticmethod
     def _explain(entry: _Entry, code: int) -> ScriptError:

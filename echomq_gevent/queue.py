@@ -14,6 +14,7 @@ import difflib
 import time
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from .cluster import client_list_all, is_cluster
 from .connection import DEFAULT_URL, ConnectionLike, ConnectionSettings, make_client
 from .errors import EchoMQError, InvalidOptionError, ScriptError, error_for_code
 from .job import Job, job_state
@@ -207,7 +208,7 @@ class Queue(QueueGetters, SchedulerMixin):
         return err
 
     def _ensure_add_scripts(self) -> None:
-        if self._add_scripts_loaded:
+        if self._add_scripts_loaded or is_cluster(self.client):  # a cluster loads them per node
             return
         pipe = self.client.pipeline(transaction=False)
         for script in _ADD_SCRIPTS:
@@ -386,7 +387,8 @@ class Queue(QueueGetters, SchedulerMixin):
         base = self.client_name()
         named = base + ":w:"
         found = []
-        for entry in self.client.client_list():
+        entries = client_list_all(self.client) if is_cluster(self.client) else self.client.client_list()
+        for entry in entries:
             raw = entry.get("name") or ""
             if raw == base or raw.startswith(named):
                 item = dict(entry)

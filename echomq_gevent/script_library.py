@@ -64,6 +64,8 @@ class ScriptLibrary:
             self.sources[name] = source
             self.shas[name] = sha1(source.encode("utf-8")).hexdigest()
             self.numkeys[name] = int(m.group(2))
+        #: sha -> source, to load a script on the cluster node that answered NOSCRIPT
+        self.sources_by_sha: Dict[str, str] = {self.shas[n]: src for n, src in self.sources.items()}
 
     def _expand(self, path: str, seen: set, stack: List[str]) -> str:
         with open(path, encoding="utf-8") as fh:

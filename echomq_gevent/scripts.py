@@ -20,6 +20,7 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from .admin_scripts import AdminScripts
+from .cluster import ClusterRouter, is_cluster, require_hash_tag, require_same_slot
 from .errors import error_for_code
 from .flow_scripts import FlowScripts
 from .keys import QueueKeys
@@ -114,6 +115,12 @@ class Scripts(AdminScripts, FlowScripts):
         # (see kept_connection.py), or None when the client cannot lend one. Given back by
         # release_connections() or when this object is collected.
         self._kept: Optional[KeptConnection] = KeptConnection.for_client(client)
+        # On a Redis Cluster: the calls go to the primary serving the queue's slot and
+        # follow its redirects (cluster.py); the queue's keys must share a hash tag.
+        self._cluster: Optional[ClusterRouter] = None
+        if is_cluster(client):
+            require_hash_tag(keys.prefix, keys.name)
+            self._cluster = ClusterRouter(client)
         # raw redis-py pipelines given to queue_call: the script calls queued on each, by
         # position, so execute_pipeline can replay a NOSCRIPT
         self._on_pipes: "weakref.WeakKeyDictionary[Any, List[Tuple[int, ScriptCall]]]" = \
@@ -123,6 +130,10 @@ class Scripts(AdminScripts, FlowScripts):
     def load_all(self, client: Optional["redis.Redis"] = None) -> None:
         """SCRIPT LOAD every script (one pipeline). Optional: calls load lazily anyway."""
         c = client or self.client
+        if is_cluster(c):
+            for name in self.lib.sources:  # to every primary
+                c.script_load(self.lib.sources[name])
+            return
         pipe = c.pipeline(transaction=False)
         for name in self.lib.sources:
             pipe.script_load(self.lib.sources[name])
@@ -138,6 +149,8 @@ class Scripts(AdminScripts, FlowScripts):
         again on the next call). Queue.close and Worker's close call it; idempotent."""
         if self._kept is not None:
             self._kept.release()
+        if self._cluster is not None:
+            self._cluster.release()
 
     def _evalsha(self, call: ScriptCall) -> Tuple[Any, ...]:
         return ("EVALSHA", self.lib.shas[call.name], len(call.keys), *call.keys, *call.args)
@@ -154,6 +167,10 @@ class Scripts(AdminScripts, FlowScripts):
         its own retry policy instead."""
         c = client or self.client
         sha = self.lib.shas[name]
+        if is_cluster(c):
+            router = self._cluster if c is self.client and self._cluster is not None else ClusterRouter(c)
+            safe = name in RESEND_SAFE if resend is None else resend
+            return router.call(("EVALSHA", sha, len(keys), *keys, *args), safe, self.lib.sources_by_sha)
         kept = self._kept
         if kept is not None and c is self.client:
             safe = name in RESEND_SAFE if resend is None else resend
@@ -184,6 +201,9 @@ class Scripts(AdminScripts, FlowScripts):
                 results: List[Any] = [self.call(calls[0].name, calls[0].keys, calls[0].args)]
             except ResponseError as exc:
                 results = [exc]
+        elif self._cluster is not None:
+            results = self._cluster.run([self._evalsha(c) for c in calls],
+                                        all(c.name in RESEND_SAFE for c in calls), self.lib.sources_by_sha)
         elif self._kept is not None:
             results = self._kept.call_many([self._evalsha(c) for c in calls],
                                            resend=all(c.name in RESEND_SAFE for c in calls))
@@ -251,6 +271,9 @@ class Scripts(AdminScripts, FlowScripts):
         ``defer_parent_release`` (flow inserts): an existing completed child only records
         its result in the parent; ``releaseParentIfNoPendingDependencies-2`` releases the
         parent at the end of the flow's transaction."""
+        if parent_key and self._cluster is not None:
+            require_same_slot(f"job {job_id or '(new)'} of queue {self.keys.name!r} with parent {parent_key!r}",
+                              self.keys.base, parent_key)
         positional = [self.keys.base, job_id, name, timestamp, parent_key, parent_deps_key, parent,
                       repeat_job_key, dedup_key]
         if defer_parent_release:

@@ -69,7 +69,7 @@ class FetchLoop:
         if self._paused or len(self._active) >= self.concurrency:
             if self._paused and self._marker is not None:
                 # a marker wait left pending would pop a wake-up meant for other workers
-                self._marker.cancel(self.client)
+                self._marker.cancel(self._unblock_client())
             self._wait_kick(None)
             return
         now = now_ms()

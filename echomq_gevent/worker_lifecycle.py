@@ -18,12 +18,13 @@ from __future__ import annotations
 import base64
 import logging
 import time
-from typing import Any
+from typing import Any, Dict
 
 import gevent
 import gevent.pool
 import redis
 
+from .cluster import SlotClient, is_cluster
 from .connection import clone_client
 from .errors import JobLockMismatch, JobLockNotExist
 from .hub import HubMonitor
@@ -39,6 +40,12 @@ log = logging.getLogger("echomq_gevent.worker")
 __all__ = ["Lifecycle"]
 
 
+def _tcp_kwargs(settings: Any) -> Dict[str, Any]:
+    kwargs = settings.client_kwargs()
+    kwargs.pop("socket_timeout", None)
+    return kwargs
+
+
 class Lifecycle:
     """Set-up, signals, close and hand-back of a :class:`~echomq_gevent.worker.Worker`."""
 
@@ -47,6 +54,10 @@ class Lifecycle:
         if self.name:
             name += f":w:{self.name}"
         return name
+
+    def _unblock_client(self) -> Any:
+        """Where ``CLIENT UNBLOCK`` of the marker wait goes: its own node on a cluster."""
+        return self._blocking if isinstance(self._blocking, SlotClient) else self.client
 
     def _setup(self) -> None:
         opts = self.options
@@ -67,10 +78,16 @@ class Lifecycle:
                 marker.connection_id = None
 
         settings = self.connection_settings
-        self._blocking = clone_client(self.client, max_connections=2, settings=settings,
-                                      client_name=self._blocking_client_name(),
-                                      socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
-                                      redis_connect_func=on_connect)
+        if is_cluster(self.client):  # a plain client of the primary serving the marker's slot
+            self._blocking = SlotClient(self.client, self.keys.marker, max_connections=2,
+                                        **_tcp_kwargs(settings), client_name=self._blocking_client_name(),
+                                        socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                        redis_connect_func=on_connect)
+        else:
+            self._blocking = clone_client(self.client, max_connections=2, settings=settings,
+                                          client_name=self._blocking_client_name(),
+                                          socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                          redis_connect_func=on_connect)
         marker.client = self._blocking
         self._marker = marker
         try:  # connect now: the worker shows up in getWorkers() from the start
@@ -123,7 +140,7 @@ class Lifecycle:
             if self._stalled is not None:
                 self._stalled.stop()
             if self._marker is not None:
-                self._marker.cancel(self.client)
+                self._marker.cancel(self._unblock_client())
             if self.running:  # the loop ends at its next step (at most one Redis call away)
                 gevent.wait([self._loop_done, self._force], timeout=max(deadline - time.monotonic(), 1.0),
                             count=1)

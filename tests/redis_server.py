@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import List, Optional, Sequence
+from typing import Any, List, Optional, Sequence
 
 
 def find_redis_server() -> str:
@@ -193,6 +193,170 @@ class SentinelGroup:
         self.replica.stop()
         self.primary.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def cluster_free_port() -> int:
+    """A free port whose cluster bus port (the port + 10000) is free and valid too."""
+    for _ in range(200):
+        port = free_port()
+        if port + 10000 > 65535:
+            continue
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 10000))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError("no free port pair for a cluster node")
+
+
+class ClusterGroup:
+    """A Redis Cluster of ``primaries`` primaries, each with ``replicas`` replicas, every
+    node on a free loopback port (``redis-server --cluster-enabled yes``, then
+    ``redis-cli --cluster create``). ``url`` is its ``redis+cluster://`` URL; a node that
+    misses ``node_timeout_ms`` of pings is called failing and its replica takes over."""
+
+    def __init__(self, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 2000,
+                 binary: Optional[str] = None) -> None:
+        self.binary = binary or find_redis_server()
+        self.cli = os.path.join(os.path.dirname(self.binary), "redis-cli")
+        if not os.path.exists(self.cli):
+            self.cli = shutil.which("redis-cli") or "redis-cli"
+        self.replicas_each = replicas
+        extra = ["--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms),
+                 "--cluster-require-full-coverage", "no"]
+        self.nodes = [RedisServer(self.binary, port=cluster_free_port(), extra=extra)
+                      for _ in range(primaries * (1 + replicas))]
+        self.count = primaries
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:self.count]) + "/"
+
+    def node(self, port: int) -> RedisServer:
+        return next(n for n in self.nodes if n.port == port)
+
+    def ask(self, port: int, *command: object, timeout: float = 5.0) -> object:
+        import redis
+
+        client = redis.Redis(port=port, socket_timeout=timeout, decode_responses=True)
+        try:
+            return client.execute_command(*command)
+        finally:
+            client.close()
+
+    def start(self) -> "ClusterGroup":
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()  # nothing left running when the set-up fails
+            raise
+
+    def _start(self) -> "ClusterGroup":
+        for node in self.nodes:
+            node.start()
+        out = subprocess.run(
+            [self.cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+             "--cluster-replicas", str(self.replicas_each), "--cluster-yes"],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        if out.returncode != 0:
+            raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout[-2000:]}")
+        _poll_until(self.healthy, "every node to see the cluster ok, with its replicas linked", timeout=60)
+        return self
+
+    def live_ports(self) -> List[int]:
+        return [n.port for n in self.nodes if n.proc is not None and n.proc.poll() is None]
+
+    def healthy(self) -> bool:
+        """Every live node says cluster_state:ok, every slot is covered by a primary
+        with a linked replica (when replicas were asked for), and they agree on it."""
+        try:
+            views = set()
+            for port in self.live_ports():
+                info = self.ask(port, "CLUSTER", "INFO")
+                if "cluster_state:ok" not in info:
+                    return False
+                view = self.nodes_view(port)
+                slaves = [f for f in view if "slave" in f[2].split(",") and "fail" not in f[2]]
+                if len(slaves) != self.count * self.replicas_each:
+                    return False
+                views.add(tuple(sorted(self.primary_ports(port))))
+            if len(views) != 1:
+                return False
+            if self.replicas_each:
+                for port in views.pop():
+                    if not self.ask(port, "INFO", "replication").get("connected_slaves"):
+                        return False
+            return True
+        except Exception:
+            return False
+
+    def nodes_view(self, port: Optional[int] = None) -> List[List[str]]:
+        """``CLUSTER NODES`` of one live node, split into fields."""
+        port = port or self.live_ports()[0]
+        text = self.ask(port, "CLUSTER", "NODES")
+        if isinstance(text, dict):  # redis-py parses it for some versions
+            raise RuntimeError("unexpected parsed CLUSTER NODES")
+        return [line.split() for line in str(text).splitlines() if line.strip()]
+
+    def primary_ports(self, port: Optional[int] = None) -> List[int]:
+        return [int(f[1].split("@")[0].rsplit(":", 1)[1]) for f in self.nodes_view(port)
+                if "master" in f[2].split(",") and "fail" not in f[2] and len(f) > 8]
+
+    def owner_of(self, slot: int, port: Optional[int] = None) -> int:
+        """The port of the primary that serves ``slot``, as one live node sees it."""
+        for f in self.nodes_view(port):
+            if "master" not in f[2].split(",") or "fail" in f[2].split(","):
+                continue
+            for part in f[8:]:
+                if part.startswith("["):
+                    continue
+                lo, _, hi = part.partition("-")
+                if int(lo) <= slot <= int(hi or lo):
+                    return int(f[1].split("@")[0].rsplit(":", 1)[1])
+        raise RuntimeError(f"no primary serves slot {slot}")
+
+    def node_id(self, port: int) -> str:
+        return str(self.ask(port, "CLUSTER", "MYID"))
+
+    def replica_of(self, primary_port: int) -> int:
+        primary_id = self.node_id(primary_port)
+        for f in self.nodes_view(primary_port):
+            if f[3] == primary_id and "slave" in f[2]:
+                return int(f[1].split("@")[0].rsplit(":", 1)[1])
+        raise RuntimeError(f"primary {primary_port} has no replica")
+
+    def migrate_slot(self, slot: int, target_port: int, batch: int = 10,
+                     between: Optional[Any] = None) -> int:
+        """Move ``slot`` to the primary on ``target_port`` as ``redis-cli --cluster reshard``
+        does: IMPORTING/MIGRATING, MIGRATE the keys ``batch`` at a time (``between()`` is
+        called after each batch), then SETSLOT NODE everywhere. Returns the keys moved."""
+        source_port = self.owner_of(slot)
+        if source_port == target_port:
+            return 0
+        source_id, target_id = self.node_id(source_port), self.node_id(target_port)
+        self.ask(target_port, "CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        self.ask(source_port, "CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        moved = 0
+        while True:
+            keys = self.ask(source_port, "CLUSTER", "GETKEYSINSLOT", slot, batch)
+            if not keys:
+                break
+            self.ask(source_port, "MIGRATE", "127.0.0.1", target_port, "", 0, 5000, "REPLACE", "KEYS", *keys,
+                     timeout=30)
+            moved += len(keys)
+            if between is not None:
+                between()
+        for port in (target_port, source_port):
+            self.ask(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        for port in self.primary_ports():
+            if port not in (target_port, source_port):
+                self.ask(port, "CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        return moved
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
 
 
 def _poll_until(predicate, what: str, timeout: float = 30.0) -> None:

@@ -219,9 +219,11 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
         from ..queue import Queue
 
         # the socket timeouts, keep-alive and health checks of every client we create
+        from ..cluster import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME
         from ..connection import SENTINEL_SCHEME, make_client
 
-        if url.startswith(SENTINEL_SCHEME + "://"):  # the sentinels' pool follows failovers; it grows
+        if url.startswith((SENTINEL_SCHEME + "://", CLUSTER_SCHEME + "://", CLUSTER_TLS_SCHEME + "://")):
+            # the sentinels' pool follows failovers, a cluster client its slots; they grow
             client = make_client(url)
         else:
             client = redis.Redis(connection_pool=redis.BlockingConnectionPool.from_url(
@@ -254,7 +256,11 @@ def close_queues() -> None:
     for q in list(process.queues.values()):
         try:
             q.close()
-            q.client.connection_pool.disconnect()  # the pool is ours, not the Queue's
+            pool = getattr(q.client, "connection_pool", None)
+            if pool is not None:
+                pool.disconnect()  # the pool is ours, not the Queue's
+            else:  # a cluster client
+                q.client.close()
         except Exception:
             pass
     process.queues.clear()

@@ -1,0 +1,184 @@
+"""Redis Cluster: three primaries with a replica each, on free ports. Queues, workers,
+events, flows and the runner on a cluster URL, a ``RedisCluster`` client and the YAML
+form; the hash-tag rule; queues spread over the primaries."""
+from __future__ import annotations
+
+from collections import Counter
+
+import gevent
+import pytest
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+
+from echomq_gevent import Queue, Worker
+from echomq_gevent.cluster import ClusterHashTagError, CrossSlotError, SlotClient, key_slot
+from echomq_gevent.config import parse_config
+from echomq_gevent.events import QueueEvents
+from echomq_gevent.flow import FlowProducer
+from echomq_gevent.hookspecs import hookimpl
+from echomq_gevent.runner import Runner
+from redis_server import ClusterGroup
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    g = ClusterGroup().start()
+    try:
+        yield g
+    finally:
+        g.stop()
+
+
+def _run(worker_ids, done, wait_for, n, what):
+    wait_for(lambda: len(done) >= n, timeout=60, what=what, details=lambda: f"{len(done)} of {n}")
+
+
+def test_queue_worker_and_events_on_a_cluster_url(cluster, qname, wait_for):
+    prefix = "{t%s}" % qname
+    queue = Queue(qname, connection=cluster.url, prefix=prefix)
+    ids = [queue.add("job", {"i": i}).id for i in range(60)]
+    done: Counter = Counter()
+
+    def process(job):
+        gevent.sleep(0.002)
+        done[job.id] += 1
+        return job.data["i"] * 2
+
+    heard = set()
+    listener = QueueEvents(qname, connection=cluster.url, prefix=prefix)
+    listener.on("completed", lambda args, _id: heard.add(args.get("jobId")))
+    assert listener.wait_until_ready(10)
+    worker = Worker(qname, process, connection=cluster.url, prefix=prefix, concurrency=4, drain_delay=1)
+    worker.start()
+    try:
+        wait_for(lambda: len(done) == 60, timeout=60, what="60 jobs done", details=lambda: f"{len(done)}")
+        # the marker wait blocks on the primary serving the queue's slot, where getWorkers() finds it
+        assert isinstance(worker._blocking, SlotClient)
+        owner = cluster.owner_of(key_slot(f"{prefix}:{qname}:marker"))
+        assert worker._blocking.node == f"127.0.0.1:{owner}"
+        wait_for(lambda: len(queue.get_workers()) == 1, what="getWorkers() to see the worker")
+        late = queue.add("late", {"i": 100})  # an idle worker is woken by the marker on its node
+        wait_for(lambda: late.id in done, timeout=30, what="a job added to an idle worker")
+        wait_for(lambda: late.id in heard, timeout=30, what="QueueEvents to hear it complete")
+        assert queue.get_job(late.id).returnvalue == 200
+        assert queue.get_job_state(late.id) == "completed"  # reads INFO server of a node
+        assert set(done) == set(ids) | {late.id} and max(done.values()) == 1
+        assert queue.get_job_counts()["completed"] == 61
+    finally:
+        worker.close(timeout=10)
+        listener.close()
+        queue.close()
+
+
+def test_a_redis_cluster_client_is_taken_and_tagless_keys_are_refused(cluster, qname, wait_for):
+    client = RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", cluster.nodes[0].port)])  # not decoding
+    with pytest.raises(ClusterHashTagError, match=r"prefix '\{bull\}'"):
+        Queue(qname, connection=client)
+    with pytest.raises(ClusterHashTagError):
+        Worker(qname, lambda job: None, connection=cluster.url)
+    tagged = "{%s}" % qname  # the tag in the queue name: this queue gets its own slot
+    queue = Queue(tagged, connection=client, prefix="bull")
+    assert queue.client is not client  # a decoding clone
+    job = queue.add("job", {"x": 1})
+    assert client.hget(f"bull:{tagged}:{job.id}", "name") == b"job"
+    done = []
+    worker = Worker(tagged, lambda job: done.append(job.id) or "ok", connection=client, prefix="bull",
+                    drain_delay=1)
+    worker.start()
+    try:
+        wait_for(lambda: done == [job.id], timeout=30, what="the job done through a RedisCluster client")
+    finally:
+        worker.close(timeout=10)
+        queue.close()
+        client.close()
+
+
+def test_queues_with_their_own_tags_spread_over_the_primaries(cluster, qname, wait_for):
+    names, owners = [], set()
+    i = 0
+    while len(owners) < 3:  # one queue per primary
+        name = "{%s%d}" % (qname, i)
+        owner = cluster.owner_of(key_slot(f"bull:{name}:wait"))
+        if owner not in owners:
+            owners.add(owner)
+            names.append(name)
+        i += 1
+    done: Counter = Counter()
+    queues = [Queue(n, connection=cluster.url) for n in names]
+    workers = [Worker(n, lambda job: done.update([job.queue_name]), connection=cluster.url, concurrency=3,
+                      drain_delay=1) for n in names]
+    for w in workers:
+        w.start()
+    try:
+        for q in queues:
+            q.add_bulk([{"name": "job", "data": {"i": i}} for i in range(30)])
+        wait_for(lambda: sum(done.values()) == 90, timeout=60, what="30 jobs of each queue done",
+                 details=lambda: str(done))
+        assert done == Counter({n: 30 for n in names})
+        for n in names:  # each queue's keys live on its own primary
+            owner = cluster.owner_of(key_slot(f"bull:{n}:completed"))
+            assert redis.Redis(port=owner).zcard(f"bull:{n}:completed") == 30
+    finally:
+        for w in workers:
+            w.close(timeout=10)
+        for q in queues:
+            q.close()
+
+
+def test_flows_need_one_slot(cluster, qname):
+    prefix = "{f%s}" % qname
+    producer = FlowProducer(connection=cluster.url, prefix=prefix)
+    try:
+        node = producer.add({"name": "parent", "queueName": qname + "p", "data": {},
+                             "children": [{"name": "child", "queueName": qname + "c", "data": {}}]})
+        parent_queue = Queue(qname + "p", connection=cluster.url, prefix=prefix)
+        assert parent_queue.get_job_counts()["waiting-children"] == 1
+        parent_queue.close()
+        other = FlowProducer(connection=cluster.url, prefix="bull")
+        with pytest.raises(CrossSlotError, match="same hash tag"):
+            other.add({"name": "parent", "queueName": "{%sa}" % qname, "data": {},
+                       "children": [{"name": "child", "queueName": "{%sb}" % qname, "data": {}}]})
+        other.close()
+        child_queue = Queue("{%sb}" % qname, connection=cluster.url)
+        with pytest.raises(CrossSlotError):
+            child_queue.add("child", {}, {"parent": {"id": node["job"].id, "queue": f"{prefix}:{qname}p"}})
+        child_queue.close()
+    finally:
+        producer.close()
+
+
+class _Echo:
+    __name__ = "cluster-echo"
+
+    def __init__(self, queue):
+        self.queue = queue
+        self.seen = []
+
+    @hookimpl
+    def echomq_register_processors(self, registry):
+        registry.add(self.queue, "job", lambda job: self.seen.append(job.id) or "ok")
+
+
+def test_the_runner_from_a_yaml_cluster_list(cluster, qname, wait_for):
+    nodes = ", ".join(f'"127.0.0.1:{n.port}"' for n in cluster.nodes[:2])
+    cfg = parse_config(f"""
+redis:
+  cluster: [{nodes}]
+  socket_timeout: 5
+prefix: "{{y{qname}}}"
+entry_points: false
+queues:
+  {qname}: {{concurrency: 2, drain_delay: 0.5, shutdown_timeout: 5}}
+""")
+    assert cfg.redis.url.startswith("redis+cluster://")
+    echo = _Echo(qname)
+    runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))
+    runner.start()
+    queue = Queue(qname, connection=cfg.redis.url, prefix=cfg.prefix)
+    try:
+        ids = [queue.add("job", {}).id for _ in range(10)]
+        wait_for(lambda: sorted(echo.seen) == sorted(ids), timeout=30, what="the runner's worker to run 10 jobs")
+        assert [h.running for h in runner.health()] == [True]
+    finally:
+        runner.drain(10)
+        queue.close()
