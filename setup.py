@@ -84,6 +84,7 @@ setup(
     package_data={
         "echomq_gevent.lua": ["*.lua", "includes/*.lua"],
         "echomq_gevent.contrib": ["*.yaml"],
+        "echomq_gevent.contrib.dashboard": ["static/*.css", "static/*.js"],
     },
     include_package_data=False,
     zip_safe=False,

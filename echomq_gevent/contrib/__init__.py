@@ -14,8 +14,11 @@
   :mod:`echomq_gevent.contrib.pyramid`: the framework integrations (settings, enqueue
   after commit, per-job context, commands), on :mod:`echomq_gevent.contrib.frameworks`;
   :mod:`echomq_gevent.contrib.patched` runs a program with gevent patched first.
+- :mod:`echomq_gevent.contrib.dashboard`: the web dashboard (a WSGI app; a package, one
+  module per concern, its stylesheet and script as package data).
 - :mod:`echomq_gevent.contrib.logging`, :mod:`echomq_gevent.contrib.prometheus`,
-  :mod:`echomq_gevent.contrib.demo`: the plugins shipped with the package, named by module
+  :mod:`echomq_gevent.contrib.otel`, :mod:`echomq_gevent.contrib.demo`: the plugins
+  shipped with the package, named by module
   in the YAML ``plugins:``; ``demo.yaml`` beside them is the file ``echomq-gevent --demo``
   runs when it is given none.
 

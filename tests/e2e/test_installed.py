@@ -22,6 +22,7 @@ import json, os, sysconfig
 import echomq_gevent
 from echomq_gevent import scripts
 from echomq_gevent.contrib import demo, logging, prometheus
+from echomq_gevent.contrib.dashboard import render
 print(json.dumps({
     "package": os.path.dirname(os.path.abspath(echomq_gevent.__file__)),
     "purelib": sysconfig.get_paths()["purelib"],
@@ -29,6 +30,8 @@ print(json.dumps({
     "scripts": sorted(scripts.library().sources),  # every script, its includes expanded
     "demo_config": demo.CONFIG if os.path.exists(demo.CONFIG) else None,
     "plugins": [m.__name__ for m in (demo, logging, prometheus)],
+    "dashboard_static": render.STATIC,
+    "dashboard_assets": [len(render.CSS), len(render.JS)],
 }))
 """
 
@@ -66,6 +69,9 @@ def test_subprocesses_run_the_package_they_mean_to_with_its_lua_demo_file_and_pl
     assert "moveToActive-11" in info["scripts"] and "moveToFinished-14" in info["scripts"], info
     assert os.path.isdir(os.path.join(info["lua"], "includes")), info
     assert info["demo_config"] and _under(info["demo_config"], info["package"]), info
+    # the dashboard's stylesheet and script are data files beside its modules
+    assert _under(info["dashboard_static"], info["package"]), info
+    assert all(size > 100 for size in info["dashboard_assets"]), info
     assert info["plugins"] == ["echomq_gevent.contrib.demo", "echomq_gevent.contrib.logging",
                                "echomq_gevent.contrib.prometheus"]
 

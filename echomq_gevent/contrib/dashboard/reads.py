@@ -1,0 +1,138 @@
+"""What the dashboard reads from Redis: which queues exist, their counts, the throughput
+series of the chart, the job schedulers and a job's children.
+
+One :class:`Reads` per dashboard; its methods run on the request's greenlet or thread
+(the count samples are shared between requests under a lock).
+"""
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
+
+from .web import Refused
+
+#: The job states the pages list, in BullMQ's order of a job's life.
+STATES = ("waiting", "prioritized", "delayed", "active", "waiting-children", "completed", "failed")
+#: Count samples kept per queue for the chart when BullMQ metrics are not recorded.
+SAMPLES_KEPT = 120
+SAMPLE_EVERY_S = 2.0
+#: Minutes of BullMQ's metrics the chart plots.
+METRICS_MINUTES = 60
+
+
+class Reads:
+    """The reads of one dashboard over ``client`` (a ``redis.Redis``) and ``prefix``.
+
+    ``queues`` fixes the queue names shown (others are refused with 404); otherwise they
+    are found by a SCAN for BullMQ's ``meta`` and ``id`` keys, repeated at most every
+    ``discover_every_s`` seconds, plus ``known_queues``.
+    """
+
+    def __init__(self, client: Any, prefix: str, queues: Optional[Sequence[str]], known_queues: Sequence[str],
+                 discover_every_s: float, sample_every_s: float) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.fixed_queues = list(queues) if queues is not None else None
+        self.known_queues = list(known_queues)
+        self.discover_every_s = discover_every_s
+        self.sample_every_s = sample_every_s
+        self._queues: Dict[str, Any] = {}
+        self._known: List[str] = []
+        self._known_at = 0.0
+        self._samples: Dict[str, Deque[Tuple[float, int, int]]] = {}
+        self._lock = threading.Lock()
+
+    # -- queues ---------------------------------------------------------------------------
+    def queue_names(self) -> List[str]:
+        if self.fixed_queues is not None:
+            return list(self.fixed_queues)
+        now = time.monotonic()
+        if self._known and now - self._known_at < self.discover_every_s:
+            return list(self._known)
+        found = set(self.known_queues)
+        head = self.prefix + ":"
+        for suffix in (":meta", ":id"):
+            for key in self.client.scan_iter(match=_glob_escape(head) + "*" + suffix, count=500):
+                name = key[len(head):-len(suffix)]
+                if name and ":" not in name:
+                    found.add(name)
+        self._known = sorted(found)
+        self._known_at = now
+        return list(self._known)
+
+    def queue(self, name: str) -> Any:
+        """The :class:`~echomq_gevent.queue.Queue` named ``name`` (404 when the dashboard
+        does not show it), made once."""
+        if name not in self.queue_names():
+            raise Refused("404 Not Found", f"no queue named {name!r} under prefix {self.prefix!r}")
+        q = self._queues.get(name)
+        if q is None:
+            from ...queue import Queue
+
+            q = Queue(name, connection=self.client, prefix=self.prefix)
+            self._queues[name] = q
+        return q
+
+    def close(self) -> None:
+        for q in self._queues.values():
+            q.close()
+        self._queues.clear()
+
+    # -- counts and throughput -------------------------------------------------------------
+    def counts(self, q: Any) -> Dict[str, int]:
+        """The queue's count per state (and a sample of them for the chart)."""
+        counts = q.get_job_counts(*STATES)
+        self._sample(q.name, counts)
+        return counts
+
+    def _sample(self, name: str, counts: Dict[str, int]) -> None:
+        now = time.time()
+        with self._lock:
+            ring = self._samples.setdefault(name, collections.deque(maxlen=SAMPLES_KEPT))
+            if ring and now - ring[-1][0] < self.sample_every_s:
+                return
+            ring.append((now, counts.get("completed", 0), counts.get("failed", 0)))
+
+    def throughput(self, q: Any) -> Dict[str, Any]:
+        """The chart's series, oldest first: per-minute completed/failed counts from
+        BullMQ's metrics keys (``<prefix>:<queue>:metrics:completed|failed``, the last
+        :data:`METRICS_MINUTES`) when a worker records them (``source`` ``"metrics"``),
+        else rates from the counts this dashboard sampled (``source`` ``"samples"``)."""
+        series: Dict[str, List[float]] = {}
+        for kind in ("completed", "failed"):
+            metrics = q.get_metrics(kind, 0, METRICS_MINUTES - 1)
+            series[kind] = [_num(x) for x in reversed(metrics["data"])]
+        if any(series.values()):
+            return {"source": "metrics", "unit": "jobs/min", **series}
+        with self._lock:
+            ring = list(self._samples.get(q.name, ()))
+        completed, failed = [], []
+        for (t0, c0, f0), (t1, c1, f1) in zip(ring, ring[1:]):
+            span = max(t1 - t0, 1e-3)
+            completed.append(round(max(c1 - c0, 0) / span, 2))
+            failed.append(round(max(f1 - f0, 0) / span, 2))
+        return {"source": "samples", "unit": "jobs/s", "completed": completed, "failed": failed}
+
+    # -- schedulers and flows --------------------------------------------------------------
+    def schedulers(self, q: Any) -> List[Dict[str, Any]]:
+        """The first 50 job schedulers of the queue, soonest first."""
+        return [s.as_dict() if hasattr(s, "as_dict") else dict(s) for s in q.get_job_schedulers(0, 49, asc=True)]
+
+    def dependencies(self, job: Any) -> Dict[str, List[str]]:
+        """A job's children by kind (``processed``, ``unprocessed``, ``failed``,
+        ``ignored``), as job keys."""
+        deps = job.get_dependencies()
+        return {k: list(v) if not isinstance(v, dict) else list(v.keys()) for k, v in deps.items()}
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
