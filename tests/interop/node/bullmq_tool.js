@@ -9,6 +9,8 @@
  *
  * Every command carries the connection and the queue:
  *   {"redis": "redis://127.0.0.1:PORT/0", "prefix": "bull", "queue": "q", "cmd": "...", ...}
+ * A "redis+cluster://host:port,host:port/" URL gives every Queue/Worker/QueueEvents/
+ * FlowProducer its own ioredis Cluster client (the prefix or queue name must carry a hash tag).
  *
  * Output is JSON, one object per line on stdout, each with "t" (Date.now() when printed):
  *   one-shot commands print exactly one line {"ok": true, "result": ...} or
@@ -121,9 +123,37 @@ function connectionOptions(url) {
   return opts;
 }
 
+/** An ioredis Cluster client for "redis+cluster://[user:password@]h1:p1,h2:p2/". */
+function clusterClient(url) {
+  const rest = url.slice('redis+cluster://'.length);
+  const at = rest.lastIndexOf('@');
+  const auth = at >= 0 ? rest.slice(0, at) : '';
+  const hosts = (at >= 0 ? rest.slice(at + 1) : rest).replace(/\/.*$/, '');
+  const nodes = hosts.split(',').map(h => {
+    const i = h.lastIndexOf(':');
+    return { host: h.slice(0, i), port: Number(h.slice(i + 1)) };
+  });
+  const redisOptions = { maxRetriesPerRequest: null };
+  if (auth) {
+    const [user, pass] = auth.split(':');
+    if (user) redisOptions.username = decodeURIComponent(user);
+    if (pass) redisOptions.password = decodeURIComponent(pass);
+  }
+  return new IORedis.Cluster(nodes, { redisOptions });
+}
+
+function isCluster(url) {
+  return typeof url === 'string' && url.startsWith('redis+cluster://');
+}
+
+/** A client of the command's Redis (a Cluster client for a cluster URL). */
+function newClient(url) {
+  return isCluster(url) ? clusterClient(url) : new IORedis(connectionOptions(url));
+}
+
 /** Common constructor options for Queue / Worker / QueueEvents. */
 function baseOpts(cmd) {
-  const opts = { connection: connectionOptions(cmd.redis) };
+  const opts = { connection: isCluster(cmd.redis) ? clusterClient(cmd.redis) : connectionOptions(cmd.redis) };
   if (cmd.prefix) opts.prefix = cmd.prefix;
   return opts;
 }
@@ -551,7 +581,7 @@ async function runEvents(cmd) {
   let lastId = cmd.lastEventId;
   if (!lastId) {
     // Start right after what the stream holds now, so "ready" is a real barrier.
-    const client = new IORedis(connectionOptions(cmd.redis));
+    const client = newClient(cmd.redis);
     try {
       const eventsKey = `${cmd.prefix || 'bull'}:${cmd.queue}:events`;
       const last = await client.xrevrange(eventsKey, '+', '-', 'COUNT', 1);
