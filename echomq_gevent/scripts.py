@@ -4,7 +4,9 @@ Each file ``lua/<name>-<numkeys>.lua`` is one BullMQ v6 script with the same nam
 KEYS and ARGV order as npm ``bullmq`` 6.7.0 (see ``docs/protocol.md``); they are read
 and expanded once per process (:mod:`.script_library`), loaded with SCRIPT LOAD on first
 use per server, called with EVALSHA, and reloaded on NOSCRIPT (after a SCRIPT FLUSH or a
-server restart). Calls go on the connection :mod:`.kept_connection` keeps checked out.
+server restart). Calls go on the connection :mod:`.kept_connection` keeps checked out; on
+the gevent hub (patched sockets) the calls of all greenlets share one connection with
+several round trips in flight (:mod:`.pipelined`).
 
 :class:`Scripts` wraps every script for one queue: it builds the KEYS from
 :class:`~echomq_gevent.keys.QueueKeys`, packs the msgpack arguments exactly as the
@@ -14,8 +16,9 @@ protocol requires, and turns negative return codes into the typed exceptions of
 from __future__ import annotations
 
 import weakref
-from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
+import gevent.monkey
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -25,72 +28,20 @@ from .errors import error_for_code
 from .flow_scripts import FlowScripts
 from .keys import QueueKeys
 from .kept_connection import KeptConnection
+from .pipelined import PipelinedConnection, pipelining_available
+from .script_calls import ADD_SCRIPTS, RESEND_SAFE, ScriptBatch, ScriptCall
 from .script_library import ScriptLibrary, library, lua_dir, pack
 
 __all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir", "RESEND_SAFE",
            "ADD_SCRIPTS"]
 
 Number = Union[int, float]
+#: the OS thread id (``threading.get_ident`` names a greenlet once patched)
+_thread_id = gevent.monkey.get_original("_thread", "get_ident")
 
 
 def _int(v: Any) -> int:
     return int(v) if v is not None else 0
-
-
-
-class ScriptCall(NamedTuple):
-    """One script call, built by a :class:`Scripts` method named ``*_call`` and run by
-    :meth:`Scripts.run` or, with others, :meth:`Scripts.run_many`. ``job_id`` names the
-    job in the error a negative answer turns into."""
-
-    name: str
-    keys: List[Any]
-    args: List[Any]
-    job_id: Optional[str] = None
-
-
-class ScriptBatch:
-    """Script calls collected to be sent in one round trip (:meth:`Scripts.batch`).
-
-    ``add`` calls, then ``execute`` once: the answers come back in order, a script error
-    in place of its answer (negative codes are left as numbers for the caller to read)."""
-
-    def __init__(self, scripts: "Scripts") -> None:
-        self.scripts = scripts
-        self.calls: List[ScriptCall] = []
-
-    def add(self, call: ScriptCall) -> None:
-        self.calls.append(call)
-
-    def __len__(self) -> int:
-        return len(self.calls)
-
-    def execute(self) -> List[Any]:
-        calls, self.calls = self.calls, []
-        return self.scripts.run_many(calls, check=False)
-
-
-#: Scripts that may be sent again when a connection failed after the call was written (so
-#: Redis may or may not have run it): read-only ones, and ones whose second run changes
-#: nothing (guarded by a token, a state check or a time window). Every other script is
-#: never re-sent after such a failure; the caller reads the state back instead. The add
-#: scripts count as safe only with a custom job id (a second add of the same id is refused
-#: as a duplicate); with an automatic id a second run would add a second job.
-#: ``docs/reliability.md`` has the table with the reason for each script.
-RESEND_SAFE = frozenset({
-    "getCounts-1", "getState-8", "getStateV2-8", "isFinished-3",   # read only
-    "getDependencyCounts-4", "paginate-1",      # read only
-    "extendLock-2", "extendLocks-1",            # set the lock only while the token matches
-    "moveStalledJobsToWait-9",                  # one run per stalled_interval (stalled-check key)
-    "pause-7",                                  # sets or clears the paused flag
-    "updateProgress-3", "updateData-1",         # overwrite a field (a second progress event at most)
-    "changeDelay-4",                            # absolute due time from the caller's clock
-    "changePriority-7",                         # the same priority again
-    "removeJob-2",                              # 1 for an id that is gone
-    "drain-5", "obliterate-2", "moveJobsToWait-8",  # their callers loop until nothing is left
-})
-#: The add scripts (safe to re-send only with a custom job id).
-ADD_SCRIPTS = frozenset({"addStandardJob-9", "addDelayedJob-6", "addPrioritizedJob-9"})
 
 
 class Scripts(AdminScripts, FlowScripts):
@@ -121,6 +72,10 @@ class Scripts(AdminScripts, FlowScripts):
         if is_cluster(client):
             require_hash_tag(keys.prefix, keys.name)
             self._cluster = ClusterRouter(client)
+        # On the thread that built this object, with patched sockets and hiredis, the calls
+        # of its greenlets share one connection, pipelined (pipelined.py); made on first use.
+        self._owner = _thread_id() if self._kept is not None and pipelining_available() else None
+        self._pipe: Optional[PipelinedConnection] = None
         # raw redis-py pipelines given to queue_call: the script calls queued on each, by
         # position, so execute_pipeline can replay a NOSCRIPT
         self._on_pipes: "weakref.WeakKeyDictionary[Any, List[Tuple[int, ScriptCall]]]" = \
@@ -144,9 +99,27 @@ class Scripts(AdminScripts, FlowScripts):
         """The connection kept for script calls (``None`` when the client cannot lend one)."""
         return self._kept
 
+    @property
+    def pipelined(self) -> bool:
+        """Whether calls from the running greenlet share the pipelined connection (they
+        are then written together with the calls of other greenlets of the same hub turn,
+        so batching them by hand gains nothing)."""
+        return self._owner is not None and self._owner == _thread_id()
+
+    def _lane(self) -> Any:
+        """The pipelined connection for calls from its thread, else the kept connection."""
+        if self._owner is not None and self._owner == _thread_id():
+            pipe = self._pipe
+            if pipe is None:
+                pipe = self._pipe = PipelinedConnection(self._kept)  # type: ignore[arg-type]
+            return pipe
+        return self._kept
+
     def release_connections(self) -> None:
-        """Give the connection kept for script calls back to the client's pool (it is taken
-        again on the next call). Queue.close and Worker's close call it; idempotent."""
+        """Give the connections kept for script calls back to the client's pool (they are
+        taken again on the next call). Queue.close and Worker's close call it; idempotent."""
+        if self._pipe is not None:
+            self._pipe.release()
         if self._kept is not None:
             self._kept.release()
         if self._cluster is not None:
@@ -171,8 +144,8 @@ class Scripts(AdminScripts, FlowScripts):
             router = self._cluster if c is self.client and self._cluster is not None else ClusterRouter(c)
             safe = name in RESEND_SAFE if resend is None else resend
             return router.call(("EVALSHA", sha, len(keys), *keys, *args), safe, self.lib.sources_by_sha)
-        kept = self._kept
-        if kept is not None and c is self.client:
+        kept = self._lane() if c is self.client else None
+        if kept is not None:
             safe = name in RESEND_SAFE if resend is None else resend
             try:
                 return kept.call("EVALSHA", sha, len(keys), *keys, *args, resend=safe)
@@ -205,7 +178,7 @@ class Scripts(AdminScripts, FlowScripts):
             results = self._cluster.run([self._evalsha(c) for c in calls],
                                         all(c.name in RESEND_SAFE for c in calls), self.lib.sources_by_sha)
         elif self._kept is not None:
-            results = self._kept.call_many([self._evalsha(c) for c in calls],
+            results = self._lane().call_many([self._evalsha(c) for c in calls],
                                            resend=all(c.name in RESEND_SAFE for c in calls))
         else:
             pipe = self.client.pipeline(transaction=False)

@@ -93,7 +93,12 @@ class FinishBatcher:
 
     def run(self, call: ScriptCall) -> Any:
         """On a job greenlet: run ``call`` with the others of this hub turn; returns its
-        checked answer or raises its error."""
+        checked answer or raises its error. On a pipelined connection
+        (:attr:`Scripts.pipelined <echomq_gevent.scripts.Scripts.pipelined>`) the call goes
+        there directly: it writes the calls of one hub turn together by itself, and
+        wakes each caller as soon as its own answer is in."""
+        if self.scripts.pipelined:
+            return self.scripts.run(call)
         result = gevent.event.AsyncResult()
         self._pending.append((call, result))
         if not self._scheduled:

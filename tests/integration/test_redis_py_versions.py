@@ -1,6 +1,7 @@
-"""The kept connection (``echomq_gevent.kept_connection``) relies on redis-py below its
-client API; its tests run here again against the lowest and the newest redis-py that
-``setup.py`` allows, each installed into a scratch folder that shadows the installed one."""
+"""The kept connection (``echomq_gevent.kept_connection``) and the pipelined one
+(``echomq_gevent.pipelined``) rely on redis-py below its client API; their tests run here
+again against the lowest and the newest redis-py that ``setup.py`` allows, each installed
+into a scratch folder that shadows the installed one."""
 from __future__ import annotations
 
 import os
@@ -9,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+from test_pipelined_connection import run_cases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -50,3 +52,7 @@ def test_kept_connection_across_allowed_redis_py(tmp_path, redis_url, requiremen
     assert run.returncode == 0, (f"with redis-py {version.stdout.strip()}:\n"
                                  f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}")
     assert " passed" in run.stdout and " failed" not in run.stdout
+    piped = run_cases(redis_url, env=env)  # under patched sockets
+    assert piped.returncode == 0, (f"pipelined, with redis-py {version.stdout.strip()}:\n"
+                                   f"{piped.stdout[-4000:]}\n{piped.stderr[-2000:]}")
+    assert " passed" in piped.stdout and " failed" not in piped.stdout

@@ -1,0 +1,364 @@
+"""Script calls of many greenlets on one connection, several round trips in flight.
+
+:class:`~echomq_gevent.kept_connection.KeptConnection` sends a call (or a batch) and
+waits for its answers before the connection takes the next one: batches move in
+lockstep with Redis, and while Redis runs one batch the worker has nothing to do but
+wait, and while the worker handles the answers Redis waits. :class:`PipelinedConnection`
+takes the calls of every greenlet of one hub on one connection and keeps writing while
+answers are outstanding:
+
+* **Writing.** A call made while nothing is in flight is written at once by the
+  calling greenlet (no added latency for a lone caller). A call made while answers are
+  outstanding is queued; the first one of a hub turn spawns a writer greenlet, which
+  runs after every greenlet already woken in that turn and writes all queued calls in
+  one send. Calls are written in the order they were made, and Redis runs them in that
+  order: one connection orders the calls of all greenlets, never less than the
+  separate connections it replaces did.
+* **Reading.** Answers come back in the order the calls were written. A lone caller
+  reads its own answer; otherwise one reader greenlet reads them as they arrive and
+  wakes each caller as soon as its own answers are in, while the rest are still being
+  run by Redis. The worker handles one part of the answers while Redis runs the next.
+* **A caller killed while waiting** (``GreenletExit``, ``gevent.Timeout``): a call not
+  yet written is taken out of the queue and never sent; one already written has its
+  answer read and dropped; the connection and the other callers are unaffected.
+* **The connection failing** (a read or write error, a timeout): every call written on
+  it and not answered is *ambiguous* (Redis may have run it); calls still queued were
+  not written and go on a new connection. Each waiting caller gets its own outcome:
+  with ``resend`` (an idempotent call) it runs again through the client; without, an
+  ambiguous call raises :class:`~echomq_gevent.kept_connection.AmbiguousCallError` and
+  is never sent again, and a call that failed before it was written raises the
+  connection error (safe to try again) -- the rules of ``docs/reliability.md``.
+
+One instance serves the greenlets of one thread (the one that built its
+:class:`~echomq_gevent.scripts.Scripts`) with monkey-patched sockets and hiredis;
+other threads use the kept connection's one-call-at-a-time path.
+"""
+from __future__ import annotations
+
+import collections
+import os
+import time
+import weakref
+from typing import Any, Deque, List, Optional, Sequence, Tuple
+
+import gevent
+import gevent.monkey
+import redis
+from gevent.hub import Waiter
+from redis.exceptions import ResponseError
+
+from .kept_connection import (_CONNECTION_ERRORS, STALE_AFTER_S, AmbiguousCallError, KeptConnection, _give_back,
+                              _hiredis_pack, _RedisPy)
+
+__all__ = ["PipelinedConnection", "pipelining_available"]
+
+_QUEUED, _SENT, _DONE = 0, 1, 2
+
+
+def pipelining_available() -> bool:
+    """Sockets are monkey-patched (answers can be awaited without blocking the thread)
+    and hiredis parses them (a read interrupted in a wait loses nothing)."""
+    return _hiredis_pack is not None and gevent.monkey.is_module_patched("socket")
+
+
+class _Request:
+    """The commands of one caller, written together; their answers in order."""
+
+    __slots__ = ("commands", "results", "state", "waiter", "failure", "cancelled")
+
+    def __init__(self, commands: Sequence[Sequence[Any]]) -> None:
+        self.commands = commands
+        self.results: List[Any] = []
+        self.state = _QUEUED
+        self.waiter = Waiter()
+        #: ("unsent" | "sent", exception) when the connection failed before the answers
+        self.failure: Optional[Tuple[str, BaseException]] = None
+        self.cancelled = False
+
+
+class _Link:
+    """One connection and the requests written on it whose answers are outstanding."""
+
+    __slots__ = ("conn", "inflight", "dead", "reader", "idle_since", "release_when_idle")
+
+    def __init__(self, conn: Any) -> None:
+        self.conn = conn
+        self.inflight: Deque[_Request] = collections.deque()
+        self.dead = False
+        #: the greenlet reading answers (the reader, or a lone caller reading its own)
+        self.reader: Any = None
+        self.idle_since = time.monotonic()
+        self.release_when_idle = False
+
+
+def _as_connection_error(exc: BaseException) -> BaseException:
+    """What other callers see when a write was interrupted by something that is not an
+    error (the writing greenlet was killed or timed out)."""
+    if isinstance(exc, Exception):
+        return exc
+    return redis.ConnectionError(f"the connection was closed when a write was interrupted ({type(exc).__name__})")
+
+
+class PipelinedConnection:
+    """Calls of the greenlets of one hub on one connection of ``kept``'s client, written
+    as soon as they are made, several round trips in flight (see the module docstring).
+
+    :meth:`call` and :meth:`call_many` have the contract of
+    :meth:`KeptConnection.call <echomq_gevent.kept_connection.KeptConnection.call>` and
+    :meth:`~echomq_gevent.kept_connection.KeptConnection.call_many`."""
+
+    def __init__(self, kept: KeptConnection) -> None:
+        self.client = kept.client
+        self._pool = kept.client.connection_pool
+        self._hub = gevent.get_hub()
+        self._queue: List[_Request] = []
+        self._link: Optional[_Link] = None
+        self._writing = False
+        self._pid = os.getpid()
+        self._held: List[Any] = []  # the connection in use, for the finalizer
+        #: sends made, requests written, and the most requests ever outstanding at once
+        self.writes = 0
+        self.requests = 0
+        self.max_in_flight = 0
+        weakref.finalize(self, _give_back, self._pool, self._held).atexit = False
+
+    # -- public -----------------------------------------------------------------------------
+    def call(self, *command: Any, resend: bool = True) -> Any:
+        req = self._run((command,))
+        if req.failure is not None:
+            return self._after_failure(req, resend)[0]
+        result = req.results[0]
+        if isinstance(result, ResponseError):
+            raise result
+        return result
+
+    def call_many(self, commands: Sequence[Sequence[Any]], resend: bool = True) -> List[Any]:
+        req = self._run([tuple(c) for c in commands])
+        if req.failure is not None:
+            return self._after_failure(req, resend)
+        return req.results
+
+    @property
+    def in_flight(self) -> int:
+        """Requests written and not yet answered."""
+        link = self._link
+        return len(link.inflight) if link is not None else 0
+
+    def release(self) -> None:
+        """Give the connection back to the pool (at once when idle, else once the answers
+        in flight are read); the next call takes one again."""
+        link = self._link
+        if link is None:
+            return
+        if link.inflight or self._queue or self._writing:
+            link.release_when_idle = True
+            return
+        self._retire(link)
+
+    # -- the caller's side --------------------------------------------------------------------
+    def _run(self, commands: Sequence[Sequence[Any]]) -> _Request:
+        if self._pid != os.getpid():  # forked: the connection belongs to the parent
+            self._pid = os.getpid()
+            self._link, self._queue, self._writing = None, [], False
+            self._held.clear()
+        req = _Request(commands)
+        self._queue.append(req)
+        if not self._writing:
+            link = self._link
+            if link is None or not link.inflight:
+                self._write(req)  # nothing outstanding: write now, on this greenlet
+            else:
+                self._writing = True
+                gevent.spawn(self._write)  # after the greenlets woken in this turn
+        self._wait(req)
+        return req
+
+    def _wait(self, req: _Request) -> None:
+        try:
+            while req.state != _DONE:
+                link = self._link
+                if (req.state == _SENT and link is not None and link.reader is None and link.inflight
+                        and link.inflight[0] is req):
+                    self._read_own(link, req)  # a lone caller reads its own answers
+                else:
+                    req.waiter.get()
+                    req.waiter = Waiter()
+        except BaseException:
+            if req.state == _QUEUED:
+                req.cancelled = True  # never written
+            raise  # written: its answers are read and dropped
+
+    def _read_own(self, link: _Link, req: _Request) -> None:
+        link.reader = gevent.getcurrent()
+        try:
+            self._read_request(link, req)
+        except _CONNECTION_ERRORS as exc:
+            link.reader = None
+            self._kill(link, exc)
+            return
+        except BaseException as exc:
+            link.reader = None
+            if isinstance(exc, Exception):  # e.g. a parser error: the stream is lost
+                self._kill(link, redis.ConnectionError(f"unreadable answer ({type(exc).__name__}: {exc})"))
+                return
+            # this greenlet is interrupted (killed, timed out) in a wait: nothing was read
+            # half, the reader goes on (and drops what is left of this caller's answers)
+            self._start_reader(link)
+            raise
+        link.reader = None
+        link.inflight.popleft()
+        req.state = _DONE
+        self._start_reader(link)
+
+    def _after_failure(self, req: _Request, resend: bool) -> List[Any]:
+        kind, exc = req.failure  # type: ignore[misc]
+        commands = req.commands
+        if resend:  # idempotent: run again through the client (and its retry policy)
+            if len(commands) == 1:
+                return [self.client.execute_command(*commands[0])]
+            pipe = self.client.pipeline(transaction=False)
+            try:
+                for command in commands:
+                    pipe.execute_command(*command)
+                return pipe.execute(raise_on_error=False)
+            finally:
+                pipe.reset()
+        if kind == "unsent":
+            raise exc  # nothing was written: trying again is safe
+        what = commands[0][0] if len(commands) == 1 else f"{len(commands)} command(s)"
+        raise AmbiguousCallError(
+            f"the connection failed after {what} {'was' if len(commands) == 1 else 'were'} sent "
+            f"({type(exc).__name__}: {exc}); not sent again, as it may have run", commands) from exc
+
+    # -- writing ----------------------------------------------------------------------------
+    def _new_link(self) -> _Link:
+        link = _Link(_RedisPy.checkout(self._pool))
+        self._held.append(link.conn)
+        return link
+
+    def _write(self, own: Optional[_Request] = None) -> None:
+        """Write every queued request, one send per round: on the caller whose request
+        ``own`` found nothing in flight, or on the writer greenlet. Then make sure the
+        answers are read: by the reader, or by ``own``'s caller when its request is first."""
+        self._writing = True
+        try:
+            while self._queue:
+                batch = [r for r in self._queue if not r.cancelled]
+                self._queue = []
+                if batch:
+                    self._send(batch)
+        except BaseException as exc:  # this greenlet is interrupted: the rest was not written
+            queued, self._queue = self._queue, []
+            for req in queued:
+                if not req.cancelled:
+                    self._fail(req, "unsent", _as_connection_error(exc))
+            raise
+        finally:
+            self._writing = False
+            link = self._link
+            if link is not None and link.inflight and link.reader is None and \
+                    (own is None or link.inflight[0] is not own):
+                self._start_reader(link)
+
+    def _send(self, batch: List[_Request]) -> None:
+        link = self._link
+        try:
+            if link is None or link.dead:
+                link = self._link = self._new_link()
+            if not link.inflight:  # idle: connect, health check, replace if the server closed it
+                _RedisPy.ready(link.conn, time.monotonic() - link.idle_since > STALE_AFTER_S)
+        except BaseException as exc:  # nothing of the batch was written
+            if link is not None:
+                self._kill(link, exc)
+            for req in batch:
+                self._fail(req, "unsent", _as_connection_error(exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for req in batch:
+            req.state = _SENT
+        link.inflight.extend(batch)
+        if len(link.inflight) > self.max_in_flight:
+            self.max_in_flight = len(link.inflight)
+        self.writes += 1
+        self.requests += len(batch)
+        try:
+            _RedisPy.send(link.conn, [c for req in batch for c in req.commands])
+        except BaseException as exc:  # maybe partly written: all of it is ambiguous
+            self._kill(link, _as_connection_error(exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+
+    # -- reading ----------------------------------------------------------------------------
+    def _start_reader(self, link: _Link) -> None:
+        if link.inflight and link.reader is None and not link.dead:
+            link.reader = gevent.spawn(self._read_loop, link)
+        elif not link.inflight:
+            link.idle_since = time.monotonic()
+            if link.release_when_idle and not self._queue and not self._writing:
+                self._retire(link)
+
+    @staticmethod
+    def _read_request(link: _Link, req: _Request) -> None:
+        conn = link.conn
+        results = req.results
+        while len(results) < len(req.commands):
+            try:
+                value = conn.read_response(disconnect_on_error=False)
+            except ResponseError as err:  # a whole answer was read: the stream is intact
+                value = err
+            results.append(value)
+
+    def _read_loop(self, link: _Link) -> None:
+        wake = self._hub.loop.run_callback
+        try:
+            while link.inflight and not link.dead:
+                req = link.inflight[0]
+                self._read_request(link, req)
+                link.inflight.popleft()
+                req.state = _DONE
+                wake(req.waiter.switch, None)
+        except BaseException as exc:
+            link.reader = None
+            self._kill(link, exc if isinstance(exc, _CONNECTION_ERRORS) else
+                       redis.ConnectionError(f"reading answers failed ({type(exc).__name__}: {exc})"))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        link.reader = None
+        self._start_reader(link)
+
+    # -- failure ----------------------------------------------------------------------------
+    def _fail(self, req: _Request, kind: str, exc: BaseException) -> None:
+        req.failure = (kind, exc)
+        req.state = _DONE
+        self._hub.loop.run_callback(req.waiter.switch, None)
+
+    def _kill(self, link: _Link, exc: BaseException) -> None:
+        """The connection failed: close it; every request written on it and not answered
+        is ambiguous. Queued requests stay queued (they go on a new connection)."""
+        if link.dead:
+            return
+        link.dead = True
+        if self._link is link:
+            self._link = None
+        if link.conn in self._held:
+            self._held.remove(link.conn)
+        try:
+            _RedisPy.drop(self._pool, link.conn)
+        except Exception:  # pragma: no cover - best effort
+            pass
+        pending, link.inflight = list(link.inflight), collections.deque()
+        for req in pending:
+            self._fail(req, "sent", exc)
+        # a reader blocked on the closed socket wakes with an error and stops
+        link.reader = None
+
+    def _retire(self, link: _Link) -> None:
+        link.dead = True
+        if self._link is link:
+            self._link = None
+        if link.conn in self._held:
+            self._held.remove(link.conn)
+            _RedisPy.checkin(self._pool, link.conn)

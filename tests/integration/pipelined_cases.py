@@ -1,0 +1,271 @@
+"""Cases of the pipelined script connection (``echomq_gevent.pipelined``). They need
+monkey-patched sockets, so ``test_pipelined_connection.py`` runs this file in a patched
+subprocess; it is not collected on its own (its name does not start with ``test_``)."""
+from __future__ import annotations
+
+import gevent
+import gevent.monkey
+import pytest
+import redis
+
+from echomq_gevent.keys import QueueKeys
+from echomq_gevent.kept_connection import AmbiguousCallError, KeptConnection
+from echomq_gevent.pipelined import PipelinedConnection
+from echomq_gevent.scripts import Scripts
+
+assert gevent.monkey.is_module_patched("socket"), "run by test_pipelined_connection.py, under patch_all()"
+
+# Counts its runs in KEYS[1]; on the first run keeps Redis busy for ARGV[1] ms; returns ARGV[2].
+_SLOW_FIRST = """
+local n = redis.call('INCR', KEYS[1])
+if n == 1 then
+  local t = redis.call('TIME')
+  local start = t[1] * 1000000 + t[2]
+  repeat
+    t = redis.call('TIME')
+  until (t[1] * 1000000 + t[2]) - start > tonumber(ARGV[1]) * 1000
+end
+return ARGV[2]
+"""
+_ECHO = "return ARGV[1]"
+_PUSH = "return redis.call('RPUSH', KEYS[1], ARGV[1])"
+
+
+def _client(redis_url: str, **kw) -> redis.Redis:
+    return redis.Redis.from_url(redis_url, decode_responses=True, **kw)
+
+
+@pytest.fixture
+def make_pipe(redis_url):
+    made = []
+
+    def make(**kw):
+        client = _client(redis_url, **kw)
+        kept = KeptConnection.for_client(client)
+        assert kept is not None
+        pipe = PipelinedConnection(kept)
+        made.append((client, pipe))
+        return pipe
+
+    yield make
+    for client, pipe in made:
+        pipe.release()
+        client.close()
+
+
+def _created(pipe: PipelinedConnection) -> int:
+    return pipe.client.connection_pool._created_connections
+
+
+def _wait_until(predicate, what: str, limit: int = 20000) -> None:
+    for _ in range(limit):
+        if predicate():
+            return
+        gevent.sleep(0.001)
+    raise AssertionError(f"never: {what}")
+
+
+def test_scripts_use_the_pipelined_connection_on_their_thread(redis_url, prefix, qname):
+    client = _client(redis_url)
+    try:
+        scripts = Scripts(client, QueueKeys(qname, prefix))
+        assert scripts.pipelined
+        results = {}
+
+        def caller(i):
+            results[i] = [scripts.get_counts(["wait"]) for _ in range(5)]
+
+        gevent.joinall([gevent.spawn(caller, i) for i in range(50)], raise_error=True)
+        assert all(v == [[0]] * 5 for v in results.values()) and len(results) == 50
+        assert scripts._pipe is not None and scripts._pipe.max_in_flight > 1
+        scripts.release_connections()
+        pool = client.connection_pool
+        assert len(pool._in_use_connections) == 0
+    finally:
+        client.close()
+
+
+def test_answers_reach_their_callers_with_many_in_flight(make_pipe):
+    pipe = make_pipe()
+    got = {}
+
+    def caller(i):
+        got[i] = [pipe.call("EVAL", _ECHO, 0, f"{i}:{k}", resend=False) for k in range(20)]
+
+    gevent.joinall([gevent.spawn(caller, i) for i in range(100)], raise_error=True)
+    assert got == {i: [f"{i}:{k}" for k in range(20)] for i in range(100)}
+    assert pipe.max_in_flight > 1 and pipe.writes < pipe.requests
+    assert _created(pipe) == 1  # all on one connection
+
+
+def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix):
+    pipe = make_pipe()
+    slow, log = f"{prefix}:slow", f"{prefix}:log"
+    order = []
+
+    def push(i):
+        order.append(i)
+        return pipe.call("EVAL", _PUSH, 1, log, str(i), resend=False)
+
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "200", "slow", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    waves = []
+    for wave in range(5):  # five hub turns, each writes its calls while the slow one runs
+        waves += [gevent.spawn(push, wave * 10 + i) for i in range(10)]
+        _wait_until(lambda: pipe.in_flight >= 1 + 10 * (wave + 1), f"wave {wave} is written")
+    assert first.get() == "slow"
+    gevent.joinall(waves, raise_error=True)
+    assert pipe.writes >= 6 and pipe.max_in_flight >= 51
+    assert [int(x) for x in r.lrange(log, 0, -1)] == order
+    assert sorted(g.value for g in waves) == list(range(1, 51))
+
+
+def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pipe, r, prefix):
+    pipe = make_pipe(socket_timeout=0.25)
+    slow = f"{prefix}:slow"
+    outcome = {}
+
+    def unsafe(i):
+        key = f"{prefix}:n{i}"
+        try:
+            outcome[i] = pipe.call("INCR", key, resend=False)
+        except AmbiguousCallError as exc:
+            outcome[i] = exc
+
+    def safe(i):
+        outcome[f"safe{i}"] = pipe.call("EVAL", _ECHO, 0, f"s{i}", resend=True)
+
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "400", "x", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    callers = []
+    for wave in range(3):  # three more writes behind the slow call
+        callers += [gevent.spawn(unsafe, wave * 4 + i) for i in range(4)] + [gevent.spawn(safe, wave)]
+        _wait_until(lambda: pipe.in_flight >= 1 + 5 * (wave + 1), f"wave {wave} is written")
+    with pytest.raises(AmbiguousCallError, match="may have run"):
+        first.get()
+    gevent.joinall(callers, raise_error=True)
+    for i in range(12):
+        assert isinstance(outcome[i], AmbiguousCallError), outcome[i]
+        assert outcome[i].commands == [("INCR", f"{prefix}:n{i}")]
+    assert [outcome[f"safe{w}"] for w in range(3)] == ["s0", "s1", "s2"]  # re-run through the client
+    _wait_until(lambda: r.get(slow) is not None, "the slow script's run is visible")
+    assert r.get(slow) == "1"  # ran once, never sent again
+    # each unsafe call ran at most once (Redis may have run what it had read before the close)
+    assert all(r.get(f"{prefix}:n{i}") in (None, "1") for i in range(12))
+    assert pipe.call("EVAL", _ECHO, 0, "after", resend=False) == "after"  # a new connection
+    assert pipe.in_flight == 0
+
+
+def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r, prefix):
+    pipe = make_pipe()
+    slow = f"{prefix}:slow"
+    victim = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "lost", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    others = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"o{i}", resend=False) for i in range(5)]
+    _wait_until(lambda: pipe.in_flight == 6, "the other calls are written")
+    victim.kill()  # the lone caller reading its own answer, killed mid-wait
+    assert victim.dead and isinstance(victim.value, gevent.GreenletExit)
+    assert [g.get() for g in others] == [f"o{i}" for i in range(5)]
+    assert r.get(slow) == "1"
+    assert pipe.call("EVAL", _ECHO, 0, "next", resend=False) == "next"  # the lost answer was read and dropped
+    assert _created(pipe) == 1
+
+
+def test_a_killed_waiter_behind_others_drops_only_its_answer(make_pipe, prefix):
+    pipe = make_pipe()
+    slow = f"{prefix}:slow"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "first", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    calls = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"c{i}", resend=False) for i in range(6)]
+    _wait_until(lambda: pipe.in_flight == 7, "the calls are written")
+    calls[2].kill()
+    calls[4].kill()
+    assert first.get() == "first"
+    assert [calls[i].get() for i in (0, 1, 3, 5)] == ["c0", "c1", "c3", "c5"]
+    assert pipe.call("EVAL", _ECHO, 0, "next", resend=False) == "next"
+    assert _created(pipe) == 1
+
+
+def test_a_caller_killed_before_its_call_is_written_never_sends_it(make_pipe, r, prefix):
+    pipe = make_pipe()
+    big_key, key, other = f"{prefix}:big", f"{prefix}:never", f"{prefix}:other"
+    # a write big enough to fill the socket's buffers: its sender waits, later calls queue
+    big = gevent.spawn(pipe.call, "SET", big_key, "x" * (64 << 20), resend=False)
+    _wait_until(lambda: pipe._writing, "the big write is under way")
+    victim = gevent.spawn(pipe.call, "INCR", key, resend=False)
+    bystander = gevent.spawn(pipe.call, "INCR", other, resend=False)
+    _wait_until(lambda: len(pipe._queue) == 2, "both calls are queued behind the big write")
+    victim.kill()
+    assert big.get() == "OK" and bystander.get() == 1
+    assert r.get(key) is None  # never written
+    assert r.delete(big_key) == 1
+
+
+def test_a_connection_that_cannot_be_made_is_not_ambiguous(redis_url):
+    from redis_server import free_port
+
+    client = redis.Redis(port=free_port(), decode_responses=True, socket_connect_timeout=0.5)
+    try:
+        kept = KeptConnection.for_client(client)
+        pipe = PipelinedConnection(kept)
+        with pytest.raises(redis.ConnectionError) as info:
+            pipe.call("INCR", "k", resend=False)
+        assert not isinstance(info.value, AmbiguousCallError)
+        results = []
+
+        def caller():
+            try:
+                pipe.call("INCR", "k", resend=False)
+            except redis.ConnectionError as exc:
+                results.append(exc)
+
+        gevent.joinall([gevent.spawn(caller) for _ in range(5)])
+        assert len(results) == 5 and not any(isinstance(e, AmbiguousCallError) for e in results)
+    finally:
+        client.close()
+
+
+def test_noscript_with_many_in_flight_reloads_and_answers_everyone(redis_url, r, prefix, qname):
+    client = _client(redis_url)
+    try:
+        scripts = Scripts(client, QueueKeys(qname, prefix))
+        scripts.get_counts(["wait"])
+        r.script_flush()
+        results = []
+        gevent.joinall([gevent.spawn(lambda: results.append(scripts.get_counts(["wait", "active"])))
+                        for _ in range(30)], raise_error=True)
+        assert results == [[0, 0]] * 30
+        scripts.release_connections()
+    finally:
+        client.close()
+
+
+def test_release_waits_for_answers_in_flight(make_pipe, prefix):
+    pipe = make_pipe()
+    slow = f"{prefix}:slow"
+    g = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "100", "done", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    pool = pipe.client.connection_pool
+    pipe.release()
+    assert len(pool._in_use_connections) == 1  # still reading
+    assert g.get() == "done"
+    _wait_until(lambda: len(pool._in_use_connections) == 0, "the connection is back in the pool")
+    assert pipe.call("EVAL", _ECHO, 0, "again", resend=False) == "again"
+
+
+def test_a_worker_finishes_everything_with_many_in_flight(redis_url, prefix, qname):
+    from echomq_gevent import Queue, Worker
+
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    done = []
+    worker = Worker(qname, lambda job: done.append(job.id) or job.data["i"], connection=redis_url, prefix=prefix,
+                    concurrency=50)
+    try:
+        queue.add_bulk([{"name": "n", "data": {"i": i}} for i in range(600)])
+        worker.start()
+        _wait_until(lambda: queue.get_job_counts("completed")["completed"] == 600, "600 jobs completed")
+        assert len(set(done)) == 600
+        assert worker.scripts.pipelined and worker.scripts._pipe.max_in_flight > 1
+    finally:
+        worker.close()
+        queue.close()
