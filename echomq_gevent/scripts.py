@@ -30,6 +30,7 @@ from .keys import QueueKeys
 from .kept_connection import KeptConnection
 from .pipelined import PipelinedConnection, pipelining_available
 from .script_calls import ADD_SCRIPTS, RESEND_SAFE, ScriptBatch, ScriptCall
+from .scheduler_scripts import SchedulerScripts
 from .script_library import ScriptLibrary, library, lua_dir, pack
 
 __all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir", "RESEND_SAFE",
@@ -44,7 +45,7 @@ def _int(v: Any) -> int:
     return int(v) if v is not None else 0
 
 
-class Scripts(AdminScripts, FlowScripts):
+class Scripts(AdminScripts, FlowScripts, SchedulerScripts):
     """Every script of one queue, callable with Python arguments.
 
     Used by Queue, Job and Worker, from any greenlet or (with its own client) from a
@@ -55,7 +56,8 @@ class Scripts(AdminScripts, FlowScripts):
     checks its answer (``move_to_active``, ``move_to_finished``...), and, for calls the
     worker sends together, ``move_to_active_many`` (batched pick-ups) and
     ``move_to_finished_call`` + :meth:`run_many` (batched finishes).
-    The flow scripts' wrappers come from :class:`~echomq_gevent.flow_scripts.FlowScripts`.
+    The flow scripts' wrappers come from :class:`~echomq_gevent.flow_scripts.FlowScripts`,
+    the job schedulers' from :class:`~echomq_gevent.scheduler_scripts.SchedulerScripts`.
     """
 
     def __init__(self, client: "redis.Redis", keys: QueueKeys, lib: Optional[ScriptLibrary] = None) -> None:
@@ -473,48 +475,3 @@ class Scripts(AdminScripts, FlowScripts):
         res = self.call("removeJob-2", [k.job(job_id), k.repeat],
                         [job_id, "1" if remove_children else "0", k.base])
         return self._check("removeJob-2", res, job_id)
-
-    # -- job schedulers -------------------------------------------------------------------
-    def _scheduler_keys(self) -> List[str]:
-        k = self.keys
-        return [k.repeat, k.delayed, k.wait, k.paused, k.meta, k.prioritized, k.marker, k.id, k.events, k.pc]
-
-    def add_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], scheduler: Dict[str, Any],
-                          template_data_json: str, template_opts: Dict[str, Any], run_opts: Dict[str, Any],
-                          now_ms: int) -> Tuple[str, int]:
-        """``addJobScheduler-11``: create or replace a scheduler and its upcoming run.
-        ``scheduler``, ``template_opts`` and ``run_opts`` are msgpack maps (stored option
-        names). Returns (run job id, delay ms); raises SchedulerJobIdCollision (-10) or
-        SchedulerJobSlotsBusy (-11)."""
-        keys = self._scheduler_keys() + [self.keys.active]
-        args = ["" if next_millis is None else int(next_millis), pack(scheduler), scheduler_id,
-                template_data_json, pack(template_opts), pack(run_opts), int(now_ms), self.keys.base, ""]
-        res = self._check("addJobScheduler-11", self.call("addJobScheduler-11", keys, args), scheduler_id)
-        return str(res[0]), int(res[1])
-
-    def update_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
-                             now_ms: int, producer_id: str, data_json: str = "{}",
-                             client: Optional["redis.Redis"] = None) -> Optional[str]:
-        """``updateJobScheduler-12``: after the run ``producer_id`` was taken, create the next
-        one. Returns its id, or None (scheduler gone, not its upcoming run, next run exists)."""
-        keys = self._scheduler_keys() + [self.keys.job(producer_id), self.keys.active]
-        args = ["" if next_millis is None else int(next_millis), scheduler_id, data_json, pack(run_opts),
-                int(now_ms), self.keys.base, producer_id]
-        res = self.call("updateJobScheduler-12", keys, args, client)
-        return None if res is None else str(res)
-
-    def remove_job_scheduler(self, scheduler_id: str) -> bool:
-        """``removeJobScheduler-3``: True when the scheduler existed (and is now gone)."""
-        k = self.keys
-        return int(self.call("removeJobScheduler-3", [k.repeat, k.delayed, k.events],
-                             [scheduler_id, k.base])) == 0
-
-    def get_job_scheduler(self, scheduler_id: str) -> Tuple[Optional[Dict[str, str]], Optional[int]]:
-        """``getJobScheduler-1``: (the scheduler hash, millis of its upcoming run), or
-        (None, None) when there is no such scheduler."""
-        res = self.call("getJobScheduler-1", [self.keys.repeat], [scheduler_id])
-        if not res or res[1] is None:
-            return None, None
-        flat = res[0] or []
-        it = iter(flat)
-        return dict(zip(it, it)), int(float(res[1]))
