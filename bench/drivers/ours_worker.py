@@ -2,7 +2,8 @@
 
 Run by the harness as ``python bench/drivers/ours_worker.py '<json>'`` (protocol in the
 package docstring). The processor is a plain function: a no-op, ``gevent.sleep`` for the
-I/O-bound workload, or a latency probe reading ``data.t`` (enqueue time, epoch ms).
+I/O-bound workload, a latency probe reading ``data.t`` (enqueue time, epoch ms), or the
+realistic mix's (jobs flagged ``data.f`` fail their first attempt).
 """
 from gevent import monkey
 
@@ -39,6 +40,12 @@ def main(cfg: Dict[str, Any]) -> None:
             nonlocal processed
             processed += 1
             latencies.append(time.time() * 1000.0 - float(job.data["t"]))
+    elif mode == "mix":
+        def processor(job: Any) -> None:
+            nonlocal processed
+            processed += 1
+            if job.data.get("f") and job.attempts_made == 0:
+                raise RuntimeError("fails once")
     else:
         def processor(job: Any) -> None:
             nonlocal processed

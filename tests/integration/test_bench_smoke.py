@@ -38,8 +38,12 @@ def quick_run(tmp_path_factory):
     impls = ["ours", "node"]
     if importlib.util.find_spec("bullmq") is not None:
         impls.append("pyref")
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from redis_server import find_redis_server
+
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.run", "--quick", "-q", "--impl", ",".join(impls), "--out", str(out)],
+        [sys.executable, "-m", "bench.run", "--quick", "-q", "--impl", ",".join(impls), "--out", str(out),
+         "--redis", find_redis_server()],  # one server: the suite's
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert proc.returncode == 0, f"bench.run --quick failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
@@ -52,7 +56,8 @@ def test_every_case_ran_for_every_implementation(quick_run):
     _, impls, data = quick_run
     assert data["meta"]["failures"] == []
     seen = {(r["case"], r["impl"]) for r in data["runs"]}
-    expected = {(c.name, i) for c in cases(quick=True) for i in impls if not (c.metrics and i == "pyref")}
+    expected = {(c.name, i) for c in cases(quick=True) for i in impls
+                if not ((c.metrics or c.mode == "mix") and i == "pyref")}
     assert seen == expected
 
 
@@ -62,7 +67,10 @@ def test_worker_runs_count_every_job_and_numbers_are_sane(quick_run):
         where = f"{r['impl']} / {r['case']}"
         if r["kind"] == "worker":
             assert r["completed"] == r["n"] and r["failed"] == 0, where
-            assert r["processed"] == r["n"], where  # the processor ran once per job
+            if r["mode"] == "mix":  # a tenth of the jobs fail their first attempt
+                assert r["processed"] == r["n"] + sum(1 for i in range(r["n"]) if i % 10 == 3), where
+            else:
+                assert r["processed"] == r["n"], where  # the processor ran once per job
             assert r["jobs_seen"] == r["n"], where
             assert r["jobs_per_s"] > 0 and r["seconds"] > 0, where
             # a job needs at least moveToActive's and moveToFinished's work; never hundreds

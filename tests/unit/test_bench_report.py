@@ -116,3 +116,19 @@ def test_profile_folding_counts_self_and_inclusive_samples_per_function(tmp_path
     assert incl["<module> (drivers/ours_worker.py)"] == 8
     assert _package("send (gevent/_socketcommon.py)") == "gevent"
     assert _is_idle("Hub.run (gevent/hub.py)") and not _is_idle("send (gevent/_socketcommon.py)")
+
+
+def test_history_appends_one_row_per_case_with_the_run_conditions(tmp_path):
+    runs = [_row("ours", "W1", 1100.0, 1), _row("node", "W1", 1000.0, 1),
+            _row("ours", "W2", 50.0, 1), _row("node", "W2", 40.0, 1)]
+    meta = {"date": "2026-01-01 00:00 UTC", "commit": "abc1234", "machine": "x86_64, 2 CPUs", "cpu": "Some CPU",
+            "redis": "6.2.14, 7.0.15", "rounds": 3, "load1_min": 1.0, "load1_max": 2.5}
+    path = str(tmp_path / "history.md")
+    report.append_history(path, report.summarize(runs), meta)
+    report.append_history(path, report.summarize(runs), dict(meta, commit="def5678"))
+    text = open(path, encoding="utf-8").read()
+    assert text.count("# Ratio history") == 1
+    rows = [ln for ln in text.splitlines() if ln.startswith("| 2026")]
+    assert len(rows) == 4
+    assert rows[0].endswith("| W1 | 1.10 |") and "abc1234" in rows[0] and "Some CPU" in rows[0]
+    assert "1.0–2.5" in rows[0] and rows[3].endswith("| W2 | 1.25 |") and "def5678" in rows[3]
