@@ -27,12 +27,12 @@ A FlowProducer may be shared by every greenlet of a process.
 """
 from __future__ import annotations
 
-import time
 import uuid
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from redis.exceptions import ResponseError
 
+from .clock import now_ms
 from .cluster import is_cluster, require_same_slot, run_transaction
 from .connection import DEFAULT_URL, ConnectionLike, make_client
 from .errors import EchoMQError, ScriptError, error_for_code
@@ -52,10 +52,6 @@ NODE_KEYS = ("name", "queueName", "data", "opts", "children", "prefix")
 class FlowError(EchoMQError, ValueError):
     """A flow tree is malformed; the message names the node (``root.children[1]``) and
     the field."""
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class _Entry:
@@ -145,7 +141,7 @@ class FlowProducer:
             return []
         calls = [entry.call for entry in entries]
         parents: Dict[str, ScriptCall] = {}
-        now = _now_ms()
+        now = now_ms()
         for entry in entries:
             kw = entry.prepared.script_kwargs
             if "parent_key" in kw and kw["parent_key"] not in parents:

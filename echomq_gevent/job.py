@@ -18,12 +18,12 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 import weakref
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from redis.exceptions import ResponseError
 
+from .clock import now_ms
 from .errors import JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
 from .job_control import JobControl
 from .job_flow import JobFlowMixin
@@ -331,7 +331,7 @@ class Job(JobControl, JobFlowMixin):
         Use it in a processor, then raise :class:`~echomq_gevent.errors.DelayedError`.
         ``token`` defaults to the worker's lock token on this job.
         """
-        now = int(time.time() * 1000)
+        now = now_ms()
         delay = max(0, int(timestamp_ms) - now)
         self.scripts.move_to_delayed(self.id, now, token or self.token or "0", delay, skip_attempt=True)
         self.delay = delay
@@ -401,7 +401,7 @@ class Job(JobControl, JobFlowMixin):
             raise ValueError(f"job {self.id}: delay must be an integer number of milliseconds >= 0, "
                              f"got {delay_ms!r}")
         try:
-            self.scripts.change_delay(self.id, delay_ms, int(time.time() * 1000))
+            self.scripts.change_delay(self.id, delay_ms, now_ms())
         except ScriptError as exc:
             raise self._explain(exc, "change its delay", "delayed") from None
         self.delay = delay_ms

@@ -10,9 +10,9 @@ Call these from the job's processor greenlet or from any other greenlet or threa
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 
+from .clock import now_ms
 from .errors import EchoMQError, InvalidJobDataError, ScriptError
 from .flow_scripts import DEPENDENCY_GROUPS
 
@@ -190,7 +190,7 @@ class JobFlowMixin:
             raise EchoMQError(f"move_to_waiting_children of job {self.id}: no lock token; pass the "
                               f"worker's token (job.token inside a processor)")
         try:
-            return self.scripts.move_to_waiting_children(self.id, lock, int(time.time() * 1000), child_key)
+            return self.scripts.move_to_waiting_children(self.id, lock, now_ms(), child_key)
         except ScriptError as exc:
             raise self._explain(exc, "move it to waiting-children", "active") from None
 

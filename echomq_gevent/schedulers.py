@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import gevent
 import redis
 
+from .clock import now_ms
 from .cron import next_run, validate_pattern, validate_tz
 from .errors import EchoMQError, InvalidOptionError
 from .job import Job
@@ -40,10 +40,6 @@ REPEAT_OPTIONS = ("every", "pattern", "tz", "startDate", "endDate", "limit", "im
 _TEMPLATE_REFUSED = ("jobId", "repeat", "delay", "prevMillis", "repeatJobKey", "parent", "deduplication",
                      "timestamp")
 _RETRIES = 5
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _is_int(v: Any) -> bool:
@@ -284,7 +280,7 @@ def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -
     count = repeat["count"] + 1 if repeat.get("count") else 1
     if "limit" in repeat and count > repeat["limit"]:
         return None
-    now = _now_ms() if now is None else now
+    now = now_ms() if now is None else now
     if repeat.get("endDate") is not None and now > repeat["endDate"]:
         return None
     prev = job.opts.get("prevMillis")
@@ -302,9 +298,9 @@ def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -
     # keys this client does not know travel on unchanged, as Node passes them on
     passed = {k: v for k, v in raw_repeat.items() if v is not None}
     passed.update(repeat)
-    run = _next_opts(job.opts, passed, scheduler_id, next_millis, count, offset, _now_ms())
+    run = _next_opts(job.opts, passed, scheduler_id, next_millis, count, offset, now_ms())
     data_json = encode_job_data(job.data, job.name)
-    return scripts.update_job_scheduler(scheduler_id, next_millis, stored_form(run), _now_ms(), job.id,
+    return scripts.update_job_scheduler(scheduler_id, next_millis, stored_form(run), now_ms(), job.id,
                                         data_json)
 
 
@@ -332,7 +328,7 @@ class SchedulerMixin:
         validate_scheduler_id(scheduler_id)
         opts = validate_repeat(repeat)
         name, data, data_json, merged = validate_template(template, scheduler_id, self.default_job_options)
-        now = _now_ms()
+        now = now_ms()
         if opts.get("endDate") is not None and opts["endDate"] < now:
             raise _bad("endDate", "End date must be greater than current timestamp")
         count = opts["count"] + 1 if opts.get("count") else 1
@@ -343,20 +339,20 @@ class SchedulerMixin:
         next_millis: Optional[int] = None
         if not every:
             if opts.get("immediately"):
-                next_millis = _now_ms()
+                next_millis = now_ms()
             else:
                 next_millis = next_run(opts["pattern"], now, opts.get("tz"), opts.get("startDate"),
                                        opts.get("endDate"))
                 if next_millis is None:
                     return None
             next_millis = max(next_millis, now)
-        run = _next_opts(merged, opts, scheduler_id, next_millis, count, offset, _now_ms())
+        run = _next_opts(merged, opts, scheduler_id, next_millis, count, offset, now_ms())
         scheduler = {"name": name, "startDate": opts.get("startDate"), "endDate": opts.get("endDate"),
                      "tz": opts.get("tz"), "pattern": opts.get("pattern"), "every": every,
                      "limit": opts.get("limit"), "offset": offset}
         scheduler = {k: v for k, v in scheduler.items() if v is not None}
         job_id, delay = self.scripts.add_job_scheduler(scheduler_id, next_millis, scheduler, data_json,
-                                                       stored_form(merged), stored_form(run), _now_ms())
+                                                       stored_form(merged), stored_form(run), now_ms())
         return self.get_job(job_id) or Job(self.scripts, job_id, name, data, dict(run, delay=delay))
 
     def get_job_scheduler(self, scheduler_id: str) -> Optional[JobScheduler]:

@@ -11,12 +11,12 @@ a job delays it, which is harmless: locks are renewed from a native thread.
 from __future__ import annotations
 
 import logging
-import time
 from typing import Callable, List, Optional
 
 import gevent
 import gevent.event
 
+from .clock import now_ms
 from .scripts import Scripts
 
 log = logging.getLogger("echomq_gevent.stalled")
@@ -42,7 +42,7 @@ class StalledChecker:
     def check(self) -> List[str]:
         """Run the script once (any greenlet); returns the ids moved back to wait, empty
         when another worker checked within the interval. Redis errors propagate."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         ids = self.scripts.move_stalled_jobs_to_wait(self.max_stalled_count, now, self.interval_ms)
         self.checks += 1
         if ids:

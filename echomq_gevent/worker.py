@@ -49,7 +49,8 @@ from .worker_lifecycle import Lifecycle
 from .worker_manual import ManualProcessing
 from .worker_options import validate_worker_options
 from .worker_settle import RATE_LIMIT_MESSAGE, Settling
-from .worker_slots import ActiveJobs, FinishBatcher, Slot, now_ms
+from .clock import now_ms
+from .worker_slots import ActiveJobs, FinishBatcher, Slot
 
 log = logging.getLogger("echomq_gevent.worker")
 

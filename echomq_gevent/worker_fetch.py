@@ -30,7 +30,8 @@ from .job import Job
 from .kept_connection import AmbiguousCallError
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S
 from .schedulers import schedule_next_run
-from .worker_slots import Slot, now_ms
+from .clock import now_ms
+from .worker_slots import Slot
 
 log = logging.getLogger("echomq_gevent.worker")
 

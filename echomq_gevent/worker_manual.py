@@ -23,7 +23,7 @@ from .errors import EchoMQError, ScriptError, WorkerStateError
 from .job import Job
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
 from .scripts import Scripts
-from .worker_slots import now_ms
+from .clock import now_ms
 
 if TYPE_CHECKING:  # pragma: no cover
     import redis

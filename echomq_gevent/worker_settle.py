@@ -44,7 +44,8 @@ from .job import Job, job_state
 from .job_options import keep_jobs
 from .kept_connection import AmbiguousCallError
 from .scripts import ScriptCall, Scripts
-from .worker_slots import CONNECTION_ERRORS, Slot, now_ms
+from .clock import now_ms
+from .worker_slots import CONNECTION_ERRORS, Slot
 
 log = logging.getLogger("echomq_gevent.worker")
 

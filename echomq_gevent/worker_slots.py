@@ -21,6 +21,7 @@ import gevent
 import gevent.event
 import redis
 
+from .clock import now_ms
 from .job import Job
 from .scripts import ScriptCall, Scripts
 
@@ -28,11 +29,6 @@ __all__ = ["Slot", "ActiveJobs", "FinishBatcher", "CONNECTION_ERRORS", "now_ms"]
 
 #: Errors after which the worker tries a Redis call again (the fetch, a settle).
 CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
-
-
-def now_ms() -> int:
-    """Wall-clock milliseconds, the clock BullMQ's scripts and timestamps use."""
-    return int(time.time() * 1000)
 
 
 class Slot:

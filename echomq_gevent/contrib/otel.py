@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 import weakref
 from typing import Any, Dict, Optional
 
@@ -47,6 +46,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
+from ..clock import now_ms
 from ..hookspecs import hookimpl
 
 __all__ = ["OtelPlugin", "producer_plugins", "extract_context"]
@@ -168,7 +168,7 @@ class OtelPlugin:
                 span.add_event(event, event_attrs or {})
             attrs: Dict[str, Any] = {"echomq.job.outcome": outcome,
                                      "bullmq.job.attempts.made": int(job.attempts_made),
-                                     "bullmq.job.attempt_finished_timestamp": int(job.finished_on or time.time() * 1000)}
+                                     "bullmq.job.attempt_finished_timestamp": int(job.finished_on or now_ms())}
             if state:
                 attrs["bullmq.job.state"] = state
             span.set_attributes(attrs)

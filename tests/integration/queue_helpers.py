@@ -3,13 +3,10 @@ from __future__ import annotations
 
 import time
 
+from echomq_gevent.clock import now_ms
 from echomq_gevent import Queue
 
 TOKEN = "tok:0"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def take(q: Queue) -> str:

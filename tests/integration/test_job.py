@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from echomq_gevent.clock import now_ms
 from echomq_gevent import Job, Queue
 from echomq_gevent.errors import InvalidJobDataError, JobLockMismatch, JobNotExist
 
@@ -15,10 +16,6 @@ def q(redis_url, prefix, qname):
     queue = Queue(qname, redis_url, prefix=prefix)
     yield queue
     queue.close()
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 NODE_LIKE = {

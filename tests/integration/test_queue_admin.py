@@ -81,7 +81,7 @@ def test_clean_waiting_delayed_prioritized_paused_active(q, r):
 
 
 def test_clean_loops_past_one_batch(q, r, monkeypatch):
-    import echomq_gevent.queue as queue_module
+    import echomq_gevent.queue_admin as queue_module
     monkeypatch.setattr(queue_module, "_CLEAN_BATCH", 2)
     add_finished(q, 5, at=now_ms() - 10000)
     calls = []

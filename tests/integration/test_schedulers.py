@@ -10,14 +10,11 @@ from datetime import datetime, timedelta, timezone
 import gevent
 import pytest
 
+from echomq_gevent.clock import now_ms
 from echomq_gevent import CronError, InvalidOptionError, Job
 from echomq_gevent.cron import next_run
 from echomq_gevent.errors import JobBelongsToJobScheduler
 from echomq_gevent.schedulers import schedule_next_run
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def take(queue, job_id):

@@ -12,15 +12,12 @@ from typing import Any, Dict, List, Optional
 
 import redis
 
+from echomq_gevent.clock import now_ms
 from echomq_gevent.keys import QueueKeys
 from echomq_gevent.scripts import Scripts
 
 TOKEN = "worker-token:0"
 LOCK_MS = 30000
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def make_job(r: "redis.Redis", keys: QueueKeys, job_id: str, *, name: str = "task",

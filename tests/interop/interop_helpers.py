@@ -8,6 +8,7 @@ from typing import Any, Dict, List, Optional
 
 import redis
 
+from echomq_gevent.clock import now_ms
 from echomq_gevent.keys import QueueKeys
 
 #: Node ``Job`` attribute -> our ``Job`` attribute, for every field both decode from the hash.
@@ -63,10 +64,6 @@ def assert_same_job(ours: Any, theirs: Dict[str, Any], ignore: tuple = ()) -> No
     diff = {k: {"ours": mine[k], "node": node[k]} for k in mine
             if k not in ignore and mine[k] != node[k]}
     assert not diff, f"job {theirs.get('id')!r}: fields differ from Node's Job: {diff}"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def token() -> str:
