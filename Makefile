@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-fast test-wheel matrix chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid
+.PHONY: demo test test-fast test-wheel matrix chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid screenshots
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,11 @@ test-wheel: $(VENV)/.installed tests/node_modules/.installed
 ## allows, on Python 3.9, 3.11 and 3.13 (noxfile.py; NOX_ARGS="-s tests-3.9(lowest)" picks one)
 matrix: $(VENV)/.installed
 	$(VENV)/bin/nox --no-color $(NOX_ARGS)
+
+## screenshots: the dashboard pictures of docs/dashboard.md, made again (a throwaway Redis, a small
+## shop's queues filled by real workers, Debian's headless chromium)
+screenshots: $(VENV)/.installed
+	$(PY) tests/browser/screenshots.py docs/images
 
 ## lint: ruff; fails on any finding
 lint: $(VENV)/.installed

@@ -30,6 +30,18 @@ def echomq_add_job(queue: Any, name: str, data: Any, opts: Any, add: Any) -> Any
 
 
 @hookimpl(trylast=True)
+def echomq_add_bulk(queue: Any, jobs: Any, add_bulk: Any) -> Any:
+    """The bulk add itself; producer-side plugins wrap this call."""
+    return add_bulk(jobs)
+
+
+@hookimpl(trylast=True)
+def echomq_add_flows(producer: Any, operation: str, flows: Any, add: Any) -> Any:
+    """The flow add itself; producer-side plugins wrap this call."""
+    return add(flows)
+
+
+@hookimpl(trylast=True)
 def echomq_backoff_delay(backoff_type: str, attempts_made: int, delay: int, error: BaseException,
                          job: Any) -> Optional[int]:
     jitter = 0.0

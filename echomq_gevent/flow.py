@@ -71,15 +71,19 @@ class FlowProducer:
     """Adds flows (trees of jobs) and reads them back (Node's ``FlowProducer``).
 
     ``connection`` is a Redis URL or a ``redis.Redis`` instance, ``prefix`` the key
-    prefix of every node that does not name its own.
+    prefix of every node that does not name its own. ``plugins`` (a
+    :class:`~echomq_gevent.plugins.PluginHost`) runs every :meth:`add` and
+    :meth:`add_bulk` through the plugins' ``echomq_add_flows`` hook (producer-side
+    tracing, e.g. ``echomq_gevent.contrib.otel.producer_plugins()``).
     """
 
     def __init__(self, connection: ConnectionLike = DEFAULT_URL, prefix: str = DEFAULT_PREFIX,
-                 max_connections: Optional[int] = None) -> None:
+                 max_connections: Optional[int] = None, plugins: Any = None) -> None:
         self.prefix = validate_prefix(prefix)
         self.client = make_client(connection, max_connections=max_connections)
         self._owns_client = self.client is not connection
         self._queues: Dict[Tuple[str, str], Queue] = {}
+        self.plugins = plugins
 
     def __repr__(self) -> str:
         return f"FlowProducer(prefix={self.prefix!r})"
@@ -120,6 +124,9 @@ class FlowProducer:
         written), ParentJobCannotBeReplaced when a child's custom id belongs to another
         parent (the rest of the flow was written; that parent keeps waiting).
         """
+        if self.plugins is not None:
+            return self.plugins.add_flows(self, "addFlow", [flow],
+                                          lambda flows: self._add(flows, queues_options, "root"))[0]
         return self._add([flow], queues_options, "root")[0]
 
     def add_bulk(self, flows: Sequence[Mapping[str, Any]]) -> List[Dict[str, Any]]:
@@ -128,6 +135,9 @@ class FlowProducer:
         the transaction, in which the other flows were written."""
         if isinstance(flows, Mapping) or not isinstance(flows, Sequence):
             raise FlowError(f"add_bulk takes a list of flow trees, got {type(flows).__name__}")
+        if self.plugins is not None and flows:
+            return self.plugins.add_flows(self, "addBulkFlows", list(flows),
+                                          lambda copied: self._add(copied, None, "flows[{}]"))
         return self._add(list(flows), None, "flows[{}]")
 
     def _add(self, flows: List[Mapping[str, Any]], queues_options: Optional[Mapping[str, Any]],

@@ -16,7 +16,7 @@ patching, no CPU loops).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 import pluggy
 
@@ -166,6 +166,33 @@ def echomq_add_job(queue: Any, name: str, data: Any, opts: Dict[str, Any],
     the ``yield`` (e.g. put trace context into ``opts["telemetry"]``), read the added job
     from the outcome after it. A queue without a plugin host adds directly and never calls
     this hook; an exception here fails the add, so a wrapper must guard its own code.
+    """
+
+
+@hookspec(firstresult=True)
+def echomq_add_bulk(queue: Any, jobs: List[Dict[str, Any]],
+                    add_bulk: Callable[[List[Dict[str, Any]]], List["Job"]]) -> Optional[List["Job"]]:
+    """Add many jobs for a :class:`~echomq_gevent.queue.Queue` made with ``plugins=``
+    (:meth:`~echomq_gevent.queue.Queue.add_bulk`).
+
+    ``jobs`` is a fresh list of ``{"name", "data", "opts"}`` dicts (``opts`` a fresh dict
+    of the caller's options, BullMQ names). The built-in implementation (``trylast``)
+    calls ``add_bulk(jobs)`` and returns the jobs. Wrappers work as for
+    :func:`echomq_add_job`.
+    """
+
+
+@hookspec(firstresult=True)
+def echomq_add_flows(producer: Any, operation: str, flows: List[Dict[str, Any]],
+                     add: Callable[[List[Dict[str, Any]]], List[Dict[str, Any]]]) -> Optional[List[Dict[str, Any]]]:
+    """Add flow trees for a :class:`~echomq_gevent.flow.FlowProducer` made with ``plugins=``.
+
+    ``operation`` is ``"addFlow"`` (:meth:`~echomq_gevent.flow.FlowProducer.add`, one
+    tree) or ``"addBulkFlows"`` (``add_bulk``), as BullMQ names them; ``flows`` a fresh
+    copy of the trees (every node a fresh dict, its ``opts`` a fresh dict, ``children`` a
+    fresh list) that a wrapper may change before the ``yield``. The built-in
+    implementation (``trylast``) calls ``add(flows)`` and returns the job trees, in the
+    order and shape of ``flows``.
     """
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
-from typing import Any, Callable, ContextManager, Dict, Iterable, Optional, Tuple
+from typing import Any, Callable, ContextManager, Dict, Iterable, List, Mapping, Optional, Tuple
 
 import pluggy
 
@@ -179,6 +179,20 @@ class PluginHost:
         producer-side wrappers (tracing) act around it."""
         return self.pm.hook.echomq_add_job(queue=queue, name=name, data=data, opts=dict(opts or {}), add=add)
 
+    def add_bulk(self, queue: Any, jobs: List[Dict[str, Any]], add_bulk: Callable[..., Any]) -> Any:
+        """Run ``add_bulk(jobs)`` through the ``echomq_add_bulk`` hook (each job's ``opts``
+        a fresh dict the wrappers may change)."""
+        fresh = [{"name": j["name"], "data": j["data"],
+                  "opts": dict(j["opts"] or {}) if isinstance(j["opts"], Mapping) or not j["opts"] else j["opts"]}
+                 for j in jobs]
+        return self.pm.hook.echomq_add_bulk(queue=queue, jobs=fresh, add_bulk=add_bulk)
+
+    def add_flows(self, producer: Any, operation: str, flows: List[Any], add: Callable[..., Any]) -> Any:
+        """Run ``add(flows)`` through the ``echomq_add_flows`` hook, on a copy of the trees
+        whose nodes and options the wrappers may change."""
+        return self.pm.hook.echomq_add_flows(producer=producer, operation=operation,
+                                             flows=[_copy_node(f) for f in flows], add=add)
+
     # -- telemetry ---------------------------------------------------------------------
     def notify(self, hook_name: str, **kwargs: Any) -> None:
         """Call every implementation of a telemetry hook; one that raises is logged and
@@ -209,6 +223,20 @@ class PluginHost:
 
 
 _GUARDED = "__echomq_guarded__"
+
+
+def _copy_node(node: Any) -> Any:
+    """A flow node with its own dict, ``opts`` dict and ``children`` list (anything that
+    is not a node is left for the FlowProducer to refuse)."""
+    if not isinstance(node, Mapping):
+        return node
+    out = dict(node)
+    if isinstance(out.get("opts"), Mapping):
+        out["opts"] = dict(out["opts"])
+    children = out.get("children")
+    if isinstance(children, (list, tuple)):
+        out["children"] = [_copy_node(c) for c in children]
+    return out
 
 
 def _wraps(impl: Any) -> bool:

@@ -212,9 +212,10 @@ class Queue(QueueGetters, QueueAdmin, SchedulerMixin):
         Each item is ``(name, data)``, ``(name, data, opts)`` or a mapping with ``name``,
         ``data`` and optional ``opts``. Every job is validated first: one bad job means
         nothing is written. A script error (e.g. a missing parent) is raised after the
-        pipeline ran; the jobs before and after it were added.
+        pipeline ran; the jobs before and after it were added. With ``plugins`` the add
+        goes through their ``echomq_add_bulk`` hook.
         """
-        prepared: List[_PreparedJob] = []
+        specs: List[Dict[str, Any]] = []
         for index, spec in enumerate(jobs):
             if isinstance(spec, Mapping):
                 name, data, opts = spec.get("name"), spec.get("data"), spec.get("opts")
@@ -224,7 +225,13 @@ class Queue(QueueGetters, QueueAdmin, SchedulerMixin):
                                              f"or {{name, data, opts}}, got {spec!r}")
                 name, data = spec[0], spec[1]
                 opts = spec[2] if len(spec) == 3 else None
-            prepared.append(self.prepare_job(name, data, opts))
+            specs.append({"name": name, "data": data, "opts": opts})
+        if self.plugins is not None and specs:
+            return self.plugins.add_bulk(self, specs, self._add_bulk)
+        return self._add_bulk(specs)
+
+    def _add_bulk(self, specs: List[Dict[str, Any]]) -> List[Job]:
+        prepared = [self.prepare_job(s["name"], s["data"], s["opts"]) for s in specs]
         if not prepared:
             return []
         self._ensure_add_scripts()

@@ -10,6 +10,7 @@ on the worker host and on the queues that add jobs::
     # producer code
     from echomq_gevent.contrib.otel import producer_plugins
     queue = Queue("mail", connection=url, plugins=producer_plugins())
+    flows = FlowProducer(connection=url, plugins=producer_plugins())
 
 Spans (names, kinds and attributes as BullMQ 6 with ``bullmq-otel`` makes them):
 
@@ -19,6 +20,14 @@ Spans (names, kinds and attributes as BullMQ 6 with ``bullmq-otel`` makes them):
   options as BullMQ does (``opts.telemetry.metadata``, stored as ``tm``: a JSON object of
   the propagator's fields, e.g. ``{"traceparent": "00-..."}``), unless the job's
   ``telemetry.omitContext`` is true.
+* ``addBulk <queue>``, kind PRODUCER, around :meth:`Queue.add_bulk`:
+  ``bullmq.job.bulk.names``, ``bullmq.job.bulk.count``; every job of the bulk carries
+  this span's context (a job's own ``telemetry.metadata`` is kept, ``omitContext`` too).
+* ``addFlow <root queue>`` (:meth:`FlowProducer.add`, ``bullmq.flow.name``) or
+  ``addBulkFlows`` (``add_bulk``, ``bullmq.job.bulk.count`` and ``.names``), kind
+  PRODUCER, of a FlowProducer made with ``plugins=producer_plugins()``; under it one
+  ``addNode <queue>`` span per job (``bullmq.job.name``, ``bullmq.job.id``), a child of
+  its parent node's, whose context that job carries.
 * ``process <queue>``, kind CONSUMER, around each run of a job by the worker, a child of
   the context in the job's ``tm`` (a Node producer's ``add`` span, or ours):
   ``bullmq.queue.name``, ``bullmq.queue.operation`` = ``process``, ``bullmq.worker.id``,
@@ -40,7 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import weakref
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -139,6 +148,88 @@ class OtelPlugin:
         finally:
             span.end()
 
+    @hookimpl(hookwrapper=True)
+    def echomq_add_bulk(self, queue: Any, jobs: List[Dict[str, Any]], add_bulk: Any) -> Any:
+        span = None
+        try:
+            span = self.tracer.start_span(f"addBulk {queue.name}", kind=SpanKind.PRODUCER)
+            span.set_attributes({"bullmq.queue.name": queue.name, "bullmq.queue.operation": "addBulk",
+                                 "bullmq.job.bulk.names": [str(j["name"]) for j in jobs],
+                                 "bullmq.job.bulk.count": len(jobs)})
+            metadata = _metadata(span)
+            for job in jobs:
+                if isinstance(job["opts"], dict):
+                    _carry(job["opts"], metadata)
+        except Exception:
+            log.exception("otel: could not start the producer span of a bulk add to %s; the jobs are added "
+                          "without it", getattr(queue, "name", queue))
+        yield from _around(span)
+
+    @hookimpl(hookwrapper=True)
+    def echomq_add_flows(self, producer: Any, operation: str, flows: List[Any], add: Any) -> Any:
+        top = None
+        nodes: List[Tuple[Any, Any]] = []
+        try:
+            if operation == "addFlow":
+                root = flows[0] if flows and isinstance(flows[0], dict) else {}
+                queue_name = str(root.get("queueName", ""))
+                top = self.tracer.start_span(f"addFlow {queue_name}", kind=SpanKind.PRODUCER)
+                top.set_attributes({"bullmq.queue.name": queue_name, "bullmq.queue.operation": operation,
+                                    "bullmq.flow.name": str(root.get("name", ""))})
+            else:  # Node names the span by the operation alone: its flows may span queues
+                top = self.tracer.start_span(operation, kind=SpanKind.PRODUCER)
+                top.set_attributes({"bullmq.queue.name": "", "bullmq.queue.operation": operation,
+                                    "bullmq.job.bulk.count": len(flows),
+                                    "bullmq.job.bulk.names": ",".join(str(f.get("name", "")) for f in flows
+                                                                      if isinstance(f, dict))})
+            parent = trace.set_span_in_context(top)
+            for flow in flows:
+                self._node_spans(flow, parent, nodes)
+        except Exception:
+            log.exception("otel: could not start the producer spans of a flow; it is added without them")
+        token = otel_context.attach(trace.set_span_in_context(top)) if top is not None else None
+        outcome = yield
+        if token is not None:
+            otel_context.detach(token)
+        try:
+            exc = outcome.excinfo[1] if outcome.excinfo else None
+            if exc is None and nodes:
+                created: List[Any] = []
+                for tree in outcome.get_result():
+                    _walk_trees(tree, created)
+                for (_node, span), job in zip(nodes, created):
+                    span.set_attribute("bullmq.job.id", str(getattr(job, "id", "")))
+            if exc is not None and top is not None:
+                top.record_exception(exc)
+                top.set_status(Status(StatusCode.ERROR, str(exc)))
+        finally:
+            for _node, span in reversed(nodes):
+                span.end()
+            if top is not None:
+                top.end()
+
+    def _node_spans(self, node: Any, parent: Any, out: List[Tuple[Any, Any]]) -> None:
+        """An ``addNode <queue>`` span per node, a child of its parent node's (as Node's
+        FlowProducer nests them), its context stored in the node's options; pre-order,
+        the order the FlowProducer returns the trees in."""
+        if not isinstance(node, dict):
+            return
+        opts = node.get("opts")
+        if opts is None:
+            opts = node["opts"] = {}
+        queue_name = str(node.get("queueName", ""))
+        span = self.tracer.start_span(f"addNode {queue_name}", kind=SpanKind.PRODUCER, context=parent)
+        out.append((node, span))
+        span.set_attributes({"bullmq.queue.name": queue_name, "bullmq.queue.operation": "addNode",
+                             "bullmq.job.name": str(node.get("name", ""))})
+        if isinstance(opts, dict):
+            _carry(opts, _metadata(span))
+        children = node.get("children")
+        if isinstance(children, list):
+            context = trace.set_span_in_context(span)
+            for child in children:
+                self._node_spans(child, context, out)
+
     # -- consumer -------------------------------------------------------------------------
     @hookimpl
     def echomq_job_active(self, worker: Any, job: Any) -> None:
@@ -209,6 +300,54 @@ class OtelPlugin:
         self._end(job, "handed_back", "waiting")
 
 
+def _metadata(span: Any) -> str:
+    """The span's context as BullMQ stores it: JSON of the propagator's fields."""
+    carrier: Dict[str, str] = {}
+    propagate.inject(carrier, context=trace.set_span_in_context(span))
+    return json.dumps(carrier)
+
+
+def _carry(opts: Dict[str, Any], metadata: str) -> None:
+    """Put ``metadata`` into a job's ``opts.telemetry`` as BullMQ's bulk and flow adds
+    do: a job's own ``telemetry.metadata`` is kept, and ``omitContext`` keeps it out."""
+    tel = opts.get("telemetry")
+    tel = tel if isinstance(tel, dict) else {}
+    omit = bool(tel.get("omitContext"))
+    carried = tel.get("metadata") or (None if omit else metadata)
+    if carried or omit:
+        new: Dict[str, Any] = {}
+        if carried:
+            new["metadata"] = carried
+        if omit:
+            new["omitContext"] = True
+        opts["telemetry"] = new
+
+
+def _around(span: Any) -> Any:
+    """The part of a producer hook wrapper from the ``yield`` on: the span is current
+    while the add runs, records its error and ends."""
+    token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
+    outcome = yield
+    if token is not None:
+        otel_context.detach(token)
+    if span is None:
+        return
+    try:
+        exc = outcome.excinfo[1] if outcome.excinfo else None
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+    finally:
+        span.end()
+
+
+def _walk_trees(tree: Any, out: List[Any]) -> None:
+    """The jobs of a FlowProducer result tree, pre-order."""
+    out.append(tree.get("job"))
+    for child in tree.get("children") or ():
+        _walk_trees(child, out)
+
+
 def _current_greenlet() -> Any:
     try:
         import greenlet
@@ -236,6 +375,16 @@ def default_plugin() -> OtelPlugin:
 @hookimpl(hookwrapper=True)
 def echomq_add_job(queue: Any, name: str, data: Any, opts: Dict[str, Any], add: Any) -> Any:
     yield from default_plugin().echomq_add_job(queue, name, data, opts, add)
+
+
+@hookimpl(hookwrapper=True)
+def echomq_add_bulk(queue: Any, jobs: List[Dict[str, Any]], add_bulk: Any) -> Any:
+    yield from default_plugin().echomq_add_bulk(queue, jobs, add_bulk)
+
+
+@hookimpl(hookwrapper=True)
+def echomq_add_flows(producer: Any, operation: str, flows: List[Any], add: Any) -> Any:
+    yield from default_plugin().echomq_add_flows(producer, operation, flows, add)
 
 
 @hookimpl
@@ -275,7 +424,8 @@ def echomq_job_handed_back(worker: Any, job: Any) -> None:
 
 def producer_plugins(tracer_provider: Any = None) -> Any:
     """A :class:`~echomq_gevent.plugins.PluginHost` with the tracing plugin, for
-    ``Queue(..., plugins=producer_plugins())`` (the global tracer provider by default)."""
+    ``Queue(..., plugins=producer_plugins())`` and ``FlowProducer(..., plugins=...)``
+    (the global tracer provider by default)."""
     from ..plugins import PluginHost, make_plugin_manager
 
     plugin = OtelPlugin(tracer_provider) if tracer_provider is not None else default_plugin()

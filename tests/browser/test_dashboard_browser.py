@@ -163,31 +163,28 @@ def test_read_only_by_default(browser, dashboard, filled, queue, qname):
     assert queue.get_job_state(job_id) == "failed"
 
 
-def test_screenshots_of_the_main_pages(browser, dashboard, filled, queue, qname, tmp_path):
-    """Takes the pictures of docs/dashboard.md (into $ECHOMQ_SCREENSHOTS when set)."""
+def test_screenshots_of_the_main_pages(browser, redis_url, prefix, tmp_path):
+    """``make screenshots`` (tests/browser/screenshots.py) under this test's prefix: the
+    pictures of docs/dashboard.md are made from a shop's queues, every page is a PNG."""
+    import screenshots
 
-    from echomq_gevent import Worker
+    shown = screenshots.take(browser, redis_url, prefix, str(tmp_path))
+    for name in screenshots.pages(shown):
+        with open(os.path.join(str(tmp_path), name), "rb") as fh:
+            assert fh.read(8) == b"\x89PNG\r\n\x1a\n", name
+    # what the pictures show: the shop's queues, the mail chart from BullMQ's metrics
+    from echomq_gevent import Queue
 
-    out = os.environ.get("ECHOMQ_SCREENSHOTS") or str(tmp_path)
-    with serving(dashboard(actions=True, sample_every_s=0)) as base:
-        browser.goto(f"{base}/queue?name={qname}")  # a first count sample for the chart
-        worker = Worker(qname, lambda job: {"done": job.id}, connection=queue.client, prefix=queue.prefix,
-                        drain_delay=0.5)
-        worker.start()
-        try:
-            wait_for(lambda: queue.get_job_counts("completed")["completed"] == 9, what="9 completed jobs")
-        finally:
-            worker.close(timeout=5)
-        pages = {"dashboard-queues.png": "/",
-                 "dashboard-queue.png": f"/queue?name={qname}&state=failed",
-                 "dashboard-job.png": f"/job?queue={qname}&id={filled['completed'][0]}",
-                 "dashboard-confirm.png": f"/confirm?queue={qname}&action=retry&job={filled['failed'][0]}&state=failed"}
-        for name, path in pages.items():
-            browser.goto(base + path)
-            browser.screenshot(os.path.join(out, name))
-            with open(os.path.join(out, name), "rb") as fh:
-                head = fh.read(8)
-            assert head == b"\x89PNG\r\n\x1a\n"
+    mail = Queue("mail", connection=redis_url, prefix=prefix)
+    try:
+        counts = mail.get_job_counts("completed", "failed")
+        recorded = mail.get_metrics("completed")["data"]
+    finally:
+        mail.close()
+    assert counts == {"completed": sum(c for c, _f in screenshots.MINUTES) + 1,
+                      "failed": sum(f for _c, f in screenshots.MINUTES) + 1}
+    assert sum(recorded) == sum(c for c, _f in screenshots.MINUTES)
+    assert shown["invoice"] == "acme-2024-05"
 
 
 def test_mounted_under_the_middleware_at_echomq_ui(browser, dashboard, filled, queue, qname):

@@ -180,3 +180,127 @@ def test_the_shared_request_queue_takes_the_producer_plugin(spans, redis_url, pr
         close_queues()
     span, = spans.get_finished_spans()
     assert span.name == f"add {qname}.signup" and span.attributes["bullmq.job.id"] == job.id
+
+
+def _carried(r, prefix, qname, job_id):
+    """The span context stored in a job's options (BullMQ's ``tm``), as (trace, span) ids."""
+    stored = json.loads(r.hget(f"{prefix}:{qname}:{job_id}", "opts"))
+    if "tm" not in stored:
+        return None
+    parts = json.loads(stored["tm"])["traceparent"].split("-")
+    return int(parts[1], 16), int(parts[2], 16)
+
+
+def _ids(span):
+    return span.context.trace_id, span.context.span_id
+
+
+def test_add_bulk_makes_one_producer_span_whose_context_every_job_carries(spans, redis_url, prefix, qname, r):
+    q = Queue(qname, connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+    own = json.dumps({"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
+    try:
+        jobs = q.add_bulk([("mail", {"to": "ann"}),
+                           {"name": "sms", "data": {"to": "bob"}, "opts": {"priority": 2}},
+                           ("mail", {"to": "cy"}, {"telemetry": {"omitContext": True}}),
+                           ("mail", {"to": "di"}, {"telemetry": {"metadata": own}})])
+    finally:
+        q.close()
+    span, = spans.get_finished_spans()
+    assert span.name == f"addBulk {qname}" and span.kind == SpanKind.PRODUCER
+    assert dict(span.attributes) == {"bullmq.queue.name": qname, "bullmq.queue.operation": "addBulk",
+                                     "bullmq.job.bulk.names": ("mail", "sms", "mail", "mail"),
+                                     "bullmq.job.bulk.count": 4}
+    assert [_carried(r, prefix, qname, j.id) for j in jobs[:2]] == [_ids(span)] * 2
+    assert _carried(r, prefix, qname, jobs[2].id) is None  # omitContext: nothing stored
+    assert _carried(r, prefix, qname, jobs[3].id) == (0x0af7651916cd43dd8448eb211c80319c, 0xb7ad6b7169203331)
+    assert q.get_job(jobs[1].id).opts["priority"] == 2  # the options themselves untouched
+
+
+def test_a_failed_bulk_add_ends_its_span_with_the_error(spans, redis_url, prefix, qname):
+    from echomq_gevent.errors import ParentJobNotExist
+
+    q = Queue(qname, connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+    try:
+        with pytest.raises(ParentJobNotExist):
+            q.add_bulk([("child", {}, {"parent": {"id": "nope", "queue": f"{prefix}:{qname}"}})])
+    finally:
+        q.close()
+    span, = spans.get_finished_spans()
+    assert span.status.status_code == StatusCode.ERROR
+    assert any(e.name == "exception" for e in span.events)
+
+
+def test_a_flow_makes_nested_add_node_spans_and_each_job_carries_its_own(spans, redis_url, prefix, qname, r):
+    from echomq_gevent import FlowProducer
+
+    kids = f"{qname}-frames"
+    flows = FlowProducer(connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+    try:
+        tree = flows.add({"name": "render", "queueName": qname, "data": {"movie": 7},
+                          "children": [{"name": "frame", "queueName": kids, "data": {"n": 1}},
+                                       {"name": "frame", "queueName": kids, "data": {"n": 2},
+                                        "opts": {"jobId": "frame-2"}}]})
+    finally:
+        flows.close()
+    top, = by_name(spans, f"addFlow {qname}")
+    assert top.kind == SpanKind.PRODUCER
+    assert dict(top.attributes) == {"bullmq.queue.name": qname, "bullmq.queue.operation": "addFlow",
+                                    "bullmq.flow.name": "render"}
+    root, = by_name(spans, f"addNode {qname}")
+    children = sorted(by_name(spans, f"addNode {kids}"), key=lambda s: s.start_time)
+    assert root.parent.span_id == top.context.span_id
+    assert [c.parent.span_id for c in children] == [root.context.span_id] * 2
+    assert {s.context.trace_id for s in [top, root, *children]} == {top.context.trace_id}
+    assert dict(root.attributes) == {"bullmq.queue.name": qname, "bullmq.queue.operation": "addNode",
+                                     "bullmq.job.name": "render", "bullmq.job.id": tree["job"].id}
+    assert [c.attributes["bullmq.job.id"] for c in children] == [k["job"].id for k in tree["children"]]
+    assert tree["children"][1]["job"].id == "frame-2"
+    assert _carried(r, prefix, qname, tree["job"].id) == _ids(root)
+    assert [_carried(r, prefix, kids, k["job"].id) for k in tree["children"]] == [_ids(c) for c in children]
+
+
+def test_a_bulk_of_flows_makes_one_add_bulk_flows_span(spans, redis_url, prefix, qname, r):
+    from echomq_gevent import FlowProducer
+
+    flows = FlowProducer(connection=redis_url, prefix=prefix, plugins=producer_plugins(spans.provider))
+    try:
+        trees = flows.add_bulk([{"name": "a", "queueName": qname, "data": {}},
+                                {"name": "b", "queueName": qname, "data": {},
+                                 "opts": {"telemetry": {"omitContext": True}}}])
+    finally:
+        flows.close()
+    top, = by_name(spans, "addBulkFlows")
+    assert dict(top.attributes) == {"bullmq.queue.name": "", "bullmq.queue.operation": "addBulkFlows",
+                                    "bullmq.job.bulk.count": 2, "bullmq.job.bulk.names": "a,b"}
+    nodes = sorted(by_name(spans, f"addNode {qname}"), key=lambda s: s.start_time)
+    assert [n.parent.span_id for n in nodes] == [top.context.span_id] * 2
+    assert _carried(r, prefix, qname, trees[0]["job"].id) == _ids(nodes[0])
+    assert _carried(r, prefix, qname, trees[1]["job"].id) is None
+
+
+def test_our_worker_continues_the_trace_of_each_job_of_a_bulk_and_a_flow(spans, redis_url, prefix, qname):
+    from echomq_gevent import FlowProducer
+
+    host = producer_plugins(spans.provider)
+    q = Queue(qname, connection=redis_url, prefix=prefix, plugins=host)
+    flows = FlowProducer(connection=redis_url, prefix=prefix, plugins=host)
+    worker = Worker(qname, lambda job: job.name, connection=redis_url, prefix=prefix, drain_delay=0.5,
+                    plugins=PluginHost(make_plugin_manager([OtelPlugin(spans.provider)])))
+    try:
+        bulk = q.add_bulk([("one", {}), ("two", {})])
+        tree = flows.add({"name": "parent", "queueName": qname, "data": {},
+                          "children": [{"name": "child", "queueName": qname, "data": {}}]})
+        worker.start()
+        wait_for(lambda: len(by_name(spans, f"process {qname}")) == 4, what="4 consumer spans")
+    finally:
+        worker.close(timeout=5)
+        flows.close()
+        q.close()
+    runs = {s.attributes["bullmq.job.id"]: s for s in by_name(spans, f"process {qname}")}
+    add_bulk, = by_name(spans, f"addBulk {qname}")
+    for job in bulk:
+        assert runs[job.id].parent.span_id == add_bulk.context.span_id
+        assert runs[job.id].context.trace_id == add_bulk.context.trace_id
+    nodes = {s.attributes["bullmq.job.id"]: s for s in by_name(spans, f"addNode {qname}")}
+    for job in (tree["job"], tree["children"][0]["job"]):
+        assert runs[job.id].parent.span_id == nodes[job.id].context.span_id

@@ -81,3 +81,69 @@ def test_a_trace_from_our_producer_continues_in_a_node_worker(spans, redis_url, 
     assert process["parentSpanId"] == f"{ours.context.span_id:016x}"
     assert process["attributes"]["bullmq.job.id"] == job.id
     assert [e["name"] for e in process["events"]] == ["job completed"]
+
+
+def _process_in_our_worker(spans, redis_url, prefix, qname, count):
+    worker = Worker(qname, lambda job: job.name, connection=redis_url, prefix=prefix, drain_delay=0.5,
+                    plugins=PluginHost(make_plugin_manager([OtelPlugin(spans.provider)])))
+    worker.start()
+    try:
+        deadline = time.monotonic() + 15
+        while len(spans.get_finished_spans()) < count and time.monotonic() < deadline:
+            gevent.sleep(0.02)
+    finally:
+        worker.close(timeout=5)
+    runs = {s.attributes["bullmq.job.id"]: s for s in spans.get_finished_spans() if s.name == f"process {qname}"}
+    assert len(runs) == count, runs
+    return runs
+
+
+def test_traces_of_a_node_bulk_add_and_flow_continue_in_our_worker(spans, redis_url, prefix, qname):
+    bulk = otel_tool(cmd="addBulk", redis=redis_url, prefix=prefix, queue=qname,
+                     jobs=[{"name": "a", "data": {}}, {"name": "b", "data": {}}])
+    add_bulk, = [s for s in bulk["spans"] if s["name"] == f"addBulk {qname}"]
+    assert add_bulk["kind"] == PRODUCER
+    assert add_bulk["attributes"]["bullmq.job.bulk.count"] == 2
+    # Node's FlowProducer stores the context only in nodes that have opts
+    flow = otel_tool(cmd="addFlow", redis=redis_url, prefix=prefix,
+                     flow={"name": "parent", "queueName": qname, "data": {}, "opts": {},
+                           "children": [{"name": "child", "queueName": qname, "data": {}, "opts": {}}]})
+    nodes = {s["attributes"]["bullmq.job.id"]: s for s in flow["spans"] if s["name"] == f"addNode {qname}"}
+    assert set(nodes) == set(flow["jobIds"])
+
+    runs = _process_in_our_worker(spans, redis_url, prefix, qname, 4)
+    for job_id in bulk["jobIds"]:
+        assert f"{runs[job_id].context.trace_id:032x}" == add_bulk["traceId"]
+        assert f"{runs[job_id].parent.span_id:016x}" == add_bulk["spanId"]
+    for job_id in flow["jobIds"]:
+        assert f"{runs[job_id].context.trace_id:032x}" == nodes[job_id]["traceId"]
+        assert f"{runs[job_id].parent.span_id:016x}" == nodes[job_id]["spanId"]
+
+
+def test_traces_of_our_bulk_add_and_flow_continue_in_a_node_worker(spans, redis_url, prefix, qname):
+    from echomq_gevent import FlowProducer
+
+    host = producer_plugins(spans.provider)
+    q = Queue(qname, connection=redis_url, prefix=prefix, plugins=host)
+    flows = FlowProducer(connection=redis_url, prefix=prefix, plugins=host)
+    try:
+        bulk = q.add_bulk([("a", {}), ("b", {})])
+        tree = flows.add({"name": "parent", "queueName": qname, "data": {},
+                          "children": [{"name": "child", "queueName": qname, "data": {}}]})
+    finally:
+        flows.close()
+        q.close()
+    add_bulk, = [s for s in spans.get_finished_spans() if s.name == f"addBulk {qname}"]
+    nodes = {s.attributes["bullmq.job.id"]: s for s in spans.get_finished_spans() if s.name == f"addNode {qname}"}
+    flow_ids = [tree["job"].id, tree["children"][0]["job"].id]
+
+    node = otel_tool(cmd="process", redis=redis_url, prefix=prefix, queue=qname,
+                     jobIds=[j.id for j in bulk] + flow_ids)
+    runs = {s["attributes"]["bullmq.job.id"]: s for s in node["spans"] if s["name"] == f"process {qname}"}
+    assert all(run["kind"] == CONSUMER for run in runs.values())
+    for job in bulk:
+        assert runs[job.id]["traceId"] == f"{add_bulk.context.trace_id:032x}"
+        assert runs[job.id]["parentSpanId"] == f"{add_bulk.context.span_id:016x}"
+    for job_id in flow_ids:
+        assert runs[job_id]["traceId"] == f"{nodes[job_id].context.trace_id:032x}"
+        assert runs[job_id]["parentSpanId"] == f"{nodes[job_id].context.span_id:016x}"

@@ -7,8 +7,13 @@
  * Usage: echo '<json command>' | node otel_tool.js
  *   {"redis": URL, "prefix": P, "queue": Q, "cmd": "add", "name": N, "data": {...}}
  *       adds one job inside bullmq-otel's "add" span
- *   {"redis": URL, "prefix": P, "queue": Q, "cmd": "process", "jobId": ID, "maxMs": 15000}
- *       runs a Worker until job ID has completed, then closes it
+ *   {"redis": URL, "prefix": P, "queue": Q, "cmd": "addBulk", "jobs": [{name, data, opts}]}
+ *       adds the jobs with queue.addBulk (one "addBulk" span); answers their ids as jobIds
+ *   {"redis": URL, "prefix": P, "cmd": "addFlow", "flow": {name, queueName, data, opts, children}}
+ *       adds the tree with a FlowProducer ("addFlow" and "addNode" spans); answers the
+ *       tree's ids, parents before children, as jobIds
+ *   {"redis": URL, "prefix": P, "queue": Q, "cmd": "process", "jobId": ID | "jobIds": [...], "maxMs": 15000}
+ *       runs a Worker until those jobs have completed, then closes it
  * Prints one JSON line: {"ok": true, "jobId": ..., "spans": [{name, kind, traceId, spanId,
  * parentSpanId, attributes, events: [{name, attributes}]}]} or {"ok": false, "error": ...}.
  */
@@ -24,7 +29,7 @@ const exporter = new InMemorySpanExporter();
 const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
 provider.register(); // global tracer provider, W3C propagator, AsyncLocalStorage context
 
-const { Queue, Worker } = need('bullmq');
+const { FlowProducer, Queue, Worker } = need('bullmq');
 const { BullMQOtel } = need('bullmq-otel');
 
 function connection(url) {
@@ -55,18 +60,40 @@ async function run(cmd) {
       await queue.close();
     }
   }
+  if (cmd.cmd === 'addBulk') {
+    const queue = new Queue(cmd.queue, opts);
+    try {
+      const jobs = await queue.addBulk(cmd.jobs);
+      return { jobIds: jobs.map((j) => j.id) };
+    } finally {
+      await queue.close();
+    }
+  }
+  if (cmd.cmd === 'addFlow') {
+    const flows = new FlowProducer(opts);
+    try {
+      const tree = await flows.add(cmd.flow);
+      const ids = [];
+      const walk = (node) => { ids.push(node.job.id); (node.children || []).forEach(walk); };
+      walk(tree);
+      return { jobIds: ids };
+    } finally {
+      await flows.close();
+    }
+  }
   if (cmd.cmd === 'process') {
+    const waiting = new Set((cmd.jobIds || [cmd.jobId]).map(String));
     let done;
     const finished = new Promise((resolve) => { done = resolve; });
     const worker = new Worker(cmd.queue, async (job) => ({ seen: job.id }),
                               Object.assign({ name: 'node-worker', drainDelay: 1 }, opts));
-    worker.on('completed', (job) => { if (String(job.id) === String(cmd.jobId)) done(); });
-    const timer = setTimeout(() => done(new Error(`job ${cmd.jobId} not completed in time`)), cmd.maxMs || 15000);
+    worker.on('completed', (job) => { waiting.delete(String(job.id)); if (!waiting.size) done(); });
+    const timer = setTimeout(() => done(new Error(`jobs ${[...waiting]} not completed in time`)), cmd.maxMs || 15000);
     const err = await finished;
     clearTimeout(timer);
     await worker.close();
     if (err) throw err;
-    return { jobId: cmd.jobId };
+    return { jobId: cmd.jobId, jobIds: cmd.jobIds };
   }
   throw new Error(`unknown cmd ${cmd.cmd}`);
 }
