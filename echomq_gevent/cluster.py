@@ -40,7 +40,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 import gevent
 import redis
 from gevent.monkey import get_original
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, RedisClusterException, ResponseError
 
 from .errors import ConfigError
 from .kept_connection import AmbiguousCallError, KeptConnection
@@ -414,7 +414,7 @@ class ClusterRouter:
             for i in pending:
                 try:
                     node = self._node(*asking[i]) if i in asking else self._owner(_slot_of(commands[i]))
-                except (redis.RedisError, OSError) as exc:  # slot not covered (failover), node unknown
+                except (redis.RedisError, RedisClusterException, OSError) as exc:  # slot not covered, node unknown
                     last_error = exc
                     retry.append(i)
                     must_wait = True
