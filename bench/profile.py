@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Dict, List, Tuple
@@ -64,7 +65,8 @@ def _short(frame: str) -> str:
 def profile(bench: Bench, impl: Impl, out_dir: str, n: int = 20000, concurrency: int = 100,
             rate: int = 1000) -> str:
     """Profile ``impl``'s worker over one no-op run; return the Markdown text written."""
-    spy = shutil.which("py-spy")
+    # beside this interpreter first: `make bench` runs the venv's python without activating it
+    spy = shutil.which("py-spy", path=os.path.dirname(sys.executable)) or shutil.which("py-spy")
     if not spy:
         raise BenchError("py-spy is not installed (pip install py-spy)")
     if not impl.worker_cmd()[-1].endswith(".py"):
