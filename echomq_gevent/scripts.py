@@ -142,11 +142,12 @@ class Scripts(AdminScripts, FlowScripts, SchedulerScripts):
         its own retry policy instead."""
         c = client or self.client
         sha = self.lib.shas[name]
-        if is_cluster(c):
-            router = self._cluster if c is self.client and self._cluster is not None else ClusterRouter(c)
+        own = c is self.client  # (is_cluster is an isinstance against an ABC: slow, not per call)
+        if (own and self._cluster is not None) or (not own and is_cluster(c)):
+            router = self._cluster if own and self._cluster is not None else ClusterRouter(c)
             safe = name in RESEND_SAFE if resend is None else resend
             return router.call(("EVALSHA", sha, len(keys), *keys, *args), safe, self.lib.sources_by_sha)
-        kept = self._lane() if c is self.client else None
+        kept = self._lane() if own else None
         if kept is not None:
             safe = name in RESEND_SAFE if resend is None else resend
             try:

@@ -1,7 +1,7 @@
 --- @include "includes/getQueueMetadata"
 --- @include "includes/getNextDelayedTimestamp"
 --- @include "includes/getRateLimitTTL"
---- @include "includes/isForeignKey"
+--- @include "includes/claimJobHash"
 --- @include "includes/moveJobFromPrioritizedToActive"
 --- @include "includes/prepareJobForProcessing"
 --- @include "includes/promoteDelayedJobs"
@@ -37,10 +37,11 @@ local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limit
 
   local windowMs = (workerLimiter and workerLimiter["duration"]) or globalWindow
 
+  local jobName = opts["name"]
   local jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
   -- entries starting with "0:" are markers written by BullMQ before v6, and ids whose key
-  -- is not a job hash (a foreign producer's): drop them
-  while jobId and (string.sub(jobId, 1, 2) == "0:" or isForeignKey(keyPrefix .. jobId)) do
+  -- is not a job hash (a foreign producer's; claimJobHash's write is refused): drop them
+  while jobId and (string.sub(jobId, 1, 2) == "0:" or not claimJobHash(keyPrefix .. jobId, now, jobName)) do
     redis.call("LREM", activeKey, 1, jobId)
     if string.sub(jobId, 1, 2) ~= "0:" then
       redis.log(redis.LOG_WARNING, "queue " .. keyPrefix .. ": job id " .. jobId ..
@@ -50,7 +51,7 @@ local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limit
   end
   if not jobId then
     jobId = moveJobFromPrioritizedToActive(prioritizedKey, activeKey, pcKey)
-    while jobId and isForeignKey(keyPrefix .. jobId) do
+    while jobId and not claimJobHash(keyPrefix .. jobId, now, jobName) do
       redis.call("LREM", activeKey, 1, jobId)
       redis.log(redis.LOG_WARNING, "queue " .. keyPrefix .. ": job id " .. jobId ..
                 " dropped from prioritized: its key is not a job hash")

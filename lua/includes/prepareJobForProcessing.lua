@@ -1,14 +1,14 @@
 --- @include "includes/addBaseMarkerIfNeeded"
 --- @include "includes/incrementJobCounter"
--- Hand a job that just entered active to the fetching worker.
+-- Hand a job that just entered active (and whose hash claimJobHash stamped with
+-- processedOn and the worker's name) to the fetching worker.
 --   * a non-integer "ats" (garbage) restarts at 1 and the job gets a deferred failure
 --     ("defa") naming the field
 --   * rate limiter: when a maximum applies (maxJobs), count this start; the first start
 --     of a window sets the window length. A job carrying "defa" is only going to be failed,
 --     so it does not use up the limit.
 --   * lock "<job>:lock" = token for lockDuration ms (token "0" takes no lock)
---   * "active" event (prev "waiting"), processedOn, "pb" = worker name when given,
---     attempts started (ats) + 1
+--   * "active" event (prev "waiting"), attempts started (ats) + 1
 --   * base marker, so another blocked worker wakes and tries the next job
 -- Returns {flat HGETALL of the job, jobId, 0, 0}.
 local function prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, now,
@@ -30,11 +30,6 @@ local function prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, 
   end
 
   redis.call("XADD", eventsKey, "*", "event", "active", "jobId", jobId, "prev", "waiting")
-  if opts["name"] then
-    redis.call("HSET", jobKey, "processedOn", now, "pb", opts["name"])
-  else
-    redis.call("HSET", jobKey, "processedOn", now)
-  end
   local _, badStarts = incrementJobCounter(jobKey, "ats")
   if badStarts and redis.call("HEXISTS", jobKey, "defa") == 0 then
     -- the job fails at once, with the reason, in whichever worker took it (Node's too)
