@@ -7,12 +7,18 @@ wait, and while the worker handles the answers Redis waits. :class:`PipelinedCon
 takes the calls of every greenlet of one hub on one connection and keeps writing while
 answers are outstanding:
 
-* **Writing.** A call made while nothing is in flight is written at once by the
-  calling greenlet (no added latency for a lone caller). A call made while answers are
-  outstanding is queued; the first one of a hub turn spawns a writer greenlet, which
-  runs after every greenlet already woken in that turn and writes all queued calls in
-  one send. Calls are written in the order they were made, and Redis runs them in that
-  order: one connection orders the calls of all greenlets, never less than the
+* **Writing.** A call made while nothing is in flight, by a greenlet that is the only one
+  its answers woke, is written at once by the calling greenlet (no added latency for a
+  lone caller). Otherwise it is queued; a writer greenlet, spawned by the first call of
+  a hub turn, runs after every greenlet already woken in that turn and writes the queued
+  calls in one send. Up to :data:`MAX_WRITES_IN_FLIGHT` writes may await answers at once;
+  a write goes while another is in flight only when it carries at least
+  :data:`MIN_OVERLAPPING_WRITE` calls, otherwise it waits for those answers and gathers
+  more calls meanwhile. With many jobs in flight, Redis runs one batch while the worker
+  handles the answers of the other; with few, batches stay whole (each write and each
+  read is a system call on both sides, and on a busy machine those cost more than the
+  overlap gains). Calls are written in the order they were made, and Redis runs them in
+  that order: one connection orders the calls of all greenlets, never less than the
   separate connections it replaces did.
 * **Reading.** Answers come back in the order the calls were written. A lone caller
   reads its own answer; otherwise one reader greenlet reads them as they arrive and
@@ -54,6 +60,17 @@ __all__ = ["PipelinedConnection", "pipelining_available"]
 
 _QUEUED, _SENT, _DONE = 0, 1, 2
 
+#: Most writes whose answers are outstanding at once. Calls made while that many are in
+#: flight gather into the next write, sent as soon as the oldest write is fully answered:
+#: Redis works on one batch while the worker handles the answers of the other, and the
+#: batches stay large (each write and each read is a system call on both sides).
+MAX_WRITES_IN_FLIGHT = 2
+#: Fewest calls a write must carry to go while another write is in flight. Smaller ones
+#: wait for the answers in flight (and gather more calls meanwhile): two small batches
+#: in flight cost a write and a read each for little overlap, and once split they stay
+#: split (each batch's answers wake the callers of the next one).
+MIN_OVERLAPPING_WRITE = 32
+
 
 def pipelining_available() -> bool:
     """Sockets are monkey-patched (answers can be awaited without blocking the thread)
@@ -79,11 +96,13 @@ class _Request:
 class _Link:
     """One connection and the requests written on it whose answers are outstanding."""
 
-    __slots__ = ("conn", "inflight", "dead", "reader", "idle_since", "release_when_idle")
+    __slots__ = ("conn", "inflight", "sends", "dead", "reader", "idle_since", "release_when_idle")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         self.inflight: Deque[_Request] = collections.deque()
+        #: the writes not fully answered: how many of their requests are still unanswered
+        self.sends: Deque[int] = collections.deque()
         self.dead = False
         #: the greenlet reading answers (the reader, or a lone caller reading its own)
         self.reader: Any = None
@@ -114,6 +133,8 @@ class PipelinedConnection:
         self._queue: List[_Request] = []
         self._link: Optional[_Link] = None
         self._writing = False
+        #: callers whose answers are read and who have not run yet (their wake-up is queued)
+        self._woken = 0
         self._pid = os.getpid()
         self._held: List[Any] = []  # the connection in use, for the finalizer
         #: sends made, requests written, and the most requests ever outstanding at once
@@ -159,17 +180,18 @@ class PipelinedConnection:
     def _run(self, commands: Sequence[Sequence[Any]]) -> _Request:
         if self._pid != os.getpid():  # forked: the connection belongs to the parent
             self._pid = os.getpid()
-            self._link, self._queue, self._writing = None, [], False
+            self._link, self._queue, self._writing, self._woken = None, [], False, 0
             self._held.clear()
         req = _Request(commands)
         self._queue.append(req)
-        if not self._writing:
+        if not self._writing and self._can_send():
             link = self._link
-            if link is None or not link.inflight:
-                self._write(req)  # nothing outstanding: write now, on this greenlet
+            if (link is None or not link.inflight) and not self._woken:
+                self._write(req)  # nothing outstanding, nobody else about to call: write now
             else:
                 self._writing = True
                 gevent.spawn(self._write)  # after the greenlets woken in this turn
+        # else: written when a write in flight is fully answered (_answered)
         self._wait(req)
         return req
 
@@ -206,7 +228,7 @@ class PipelinedConnection:
             self._start_reader(link)
             raise
         link.reader = None
-        link.inflight.popleft()
+        self._answered(link)
         req.state = _DONE
         self._start_reader(link)
 
@@ -242,7 +264,7 @@ class PipelinedConnection:
         answers are read: by the reader, or by ``own``'s caller when its request is first."""
         self._writing = True
         try:
-            while self._queue:
+            while self._queue and self._can_send():
                 batch = [r for r in self._queue if not r.cancelled]
                 self._queue = []
                 if batch:
@@ -278,6 +300,7 @@ class PipelinedConnection:
         for req in batch:
             req.state = _SENT
         link.inflight.extend(batch)
+        link.sends.append(len(batch))
         if len(link.inflight) > self.max_in_flight:
             self.max_in_flight = len(link.inflight)
         self.writes += 1
@@ -289,6 +312,26 @@ class PipelinedConnection:
             if not isinstance(exc, Exception):
                 raise
             return
+
+    def _can_send(self) -> bool:
+        """Fewer than :data:`MAX_WRITES_IN_FLIGHT` writes await answers (calls made meanwhile
+        gather into the next write)."""
+        link = self._link
+        if link is None or link.dead or not link.sends:
+            return True
+        return len(link.sends) < MAX_WRITES_IN_FLIGHT and len(self._queue) >= MIN_OVERLAPPING_WRITE
+
+    def _answered(self, link: _Link) -> None:
+        """The first request in flight is answered; when that completes its write, the
+        calls queued meanwhile may go."""
+        link.inflight.popleft()
+        sends = link.sends
+        sends[0] -= 1
+        if sends[0] == 0:
+            sends.popleft()
+            if self._queue and not self._writing:
+                self._writing = True
+                gevent.spawn(self._write)  # after the callers just woken have made their calls
 
     # -- reading ----------------------------------------------------------------------------
     def _start_reader(self, link: _Link) -> None:
@@ -310,15 +353,21 @@ class PipelinedConnection:
                 value = err
             results.append(value)
 
+    def _resume(self, req: _Request) -> None:
+        """On the hub: switch to a caller whose answers are in."""
+        self._woken -= 1
+        req.waiter.switch(None)
+
     def _read_loop(self, link: _Link) -> None:
-        wake = self._hub.loop.run_callback
+        wake, resume = self._hub.loop.run_callback, self._resume
         try:
             while link.inflight and not link.dead:
                 req = link.inflight[0]
                 self._read_request(link, req)
-                link.inflight.popleft()
                 req.state = _DONE
-                wake(req.waiter.switch, None)
+                self._woken += 1
+                wake(resume, req)
+                self._answered(link)
         except BaseException as exc:
             link.reader = None
             self._kill(link, exc if isinstance(exc, _CONNECTION_ERRORS) else
@@ -333,7 +382,8 @@ class PipelinedConnection:
     def _fail(self, req: _Request, kind: str, exc: BaseException) -> None:
         req.failure = (kind, exc)
         req.state = _DONE
-        self._hub.loop.run_callback(req.waiter.switch, None)
+        self._woken += 1
+        self._hub.loop.run_callback(self._resume, req)
 
     def _kill(self, link: _Link, exc: BaseException) -> None:
         """The connection failed: close it; every request written on it and not answered
@@ -350,8 +400,12 @@ class PipelinedConnection:
         except Exception:  # pragma: no cover - best effort
             pass
         pending, link.inflight = list(link.inflight), collections.deque()
+        link.sends.clear()
         for req in pending:
             self._fail(req, "sent", exc)
+        if self._queue and not self._writing:  # calls not written yet: on a new connection
+            self._writing = True
+            gevent.spawn(self._write)
         # a reader blocked on the closed socket wakes with an error and stops
         link.reader = None
 

@@ -10,6 +10,7 @@ import redis
 
 from echomq_gevent.keys import QueueKeys
 from echomq_gevent.kept_connection import AmbiguousCallError, KeptConnection
+from echomq_gevent import pipelined
 from echomq_gevent.pipelined import PipelinedConnection
 from echomq_gevent.scripts import Scripts
 
@@ -51,6 +52,14 @@ def make_pipe(redis_url):
     for client, pipe in made:
         pipe.release()
         client.close()
+
+
+@pytest.fixture
+def deep(monkeypatch):
+    """Any number of writes in flight, whatever their size (the default allows two, the
+    second only with 32 calls or more)."""
+    monkeypatch.setattr(pipelined, "MAX_WRITES_IN_FLIGHT", 1000)
+    monkeypatch.setattr(pipelined, "MIN_OVERLAPPING_WRITE", 1)
 
 
 def _created(pipe: PipelinedConnection) -> int:
@@ -98,7 +107,7 @@ def test_answers_reach_their_callers_with_many_in_flight(make_pipe):
     assert _created(pipe) == 1  # all on one connection
 
 
-def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix):
+def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix, deep):
     pipe = make_pipe()
     slow, log = f"{prefix}:slow", f"{prefix}:log"
     order = []
@@ -120,7 +129,7 @@ def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pi
     assert sorted(g.value for g in waves) == list(range(1, 51))
 
 
-def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pipe, r, prefix):
+def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pipe, r, prefix, deep):
     pipe = make_pipe(socket_timeout=0.25)
     slow = f"{prefix}:slow"
     outcome = {}
@@ -156,7 +165,7 @@ def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pi
     assert pipe.in_flight == 0
 
 
-def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r, prefix):
+def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r, prefix, deep):
     pipe = make_pipe()
     slow = f"{prefix}:slow"
     victim = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "lost", resend=False)
@@ -171,7 +180,7 @@ def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r
     assert _created(pipe) == 1
 
 
-def test_a_killed_waiter_behind_others_drops_only_its_answer(make_pipe, prefix):
+def test_a_killed_waiter_behind_others_drops_only_its_answer(make_pipe, prefix, deep):
     pipe = make_pipe()
     slow = f"{prefix}:slow"
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "first", resend=False)
@@ -199,6 +208,54 @@ def test_a_caller_killed_before_its_call_is_written_never_sends_it(make_pipe, r,
     assert big.get() == "OK" and bystander.get() == 1
     assert r.get(key) is None  # never written
     assert r.delete(big_key) == 1
+
+
+def test_small_writes_wait_for_the_answers_in_flight_and_large_ones_overlap(make_pipe, prefix):
+    pipe = make_pipe()
+    slow = f"{prefix}:slow"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "300", "slow", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    small = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"s{i}", resend=False) for i in range(10)]
+    _wait_until(lambda: len(pipe._queue) == 10, "the small calls are queued")
+    gevent.sleep(0.02)
+    assert pipe.in_flight == 1 and len(pipe._queue) == 10  # 10 < 32: they wait
+    big = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"b{i}", resend=False) for i in range(30)]
+    _wait_until(lambda: pipe.in_flight == 41, "40 calls go while the slow one runs")
+    more = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"m{i}", resend=False) for i in range(40)]
+    _wait_until(lambda: len(pipe._queue) == 40, "a third write waits (two in flight at most)")
+    gevent.sleep(0.02)
+    assert pipe.in_flight == 41 and len(pipe._queue) == 40 and not first.ready()
+    assert first.get() == "slow"
+    assert [g.get() for g in small] == [f"s{i}" for i in range(10)]
+    assert [g.get() for g in big] == [f"b{i}" for i in range(30)]
+    assert [g.get() for g in more] == [f"m{i}" for i in range(40)]
+    assert pipe.writes == 3 and _created(pipe) == 1
+
+
+def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_pipe, r, prefix):
+    pipe = make_pipe(socket_timeout=0.25)
+    slow = f"{prefix}:slow"
+    outcome = {}
+
+    def incr(name):
+        try:
+            outcome[name] = pipe.call("INCR", f"{prefix}:{name}", resend=False)
+        except AmbiguousCallError as exc:
+            outcome[name] = exc
+
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "400", "x", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    written = [gevent.spawn(incr, f"w{i}") for i in range(40)]
+    _wait_until(lambda: pipe.in_flight == 41, "a second write is in flight")
+    queued = [gevent.spawn(incr, f"q{i}") for i in range(40)]
+    _wait_until(lambda: len(pipe._queue) == 40, "a third write waits")
+    with pytest.raises(AmbiguousCallError):
+        first.get()
+    gevent.joinall(written + queued, raise_error=True)
+    assert all(isinstance(outcome[f"w{i}"], AmbiguousCallError) for i in range(40))
+    assert [outcome[f"q{i}"] for i in range(40)] == [1] * 40  # never written before: sent once
+    assert [r.get(f"{prefix}:q{i}") for i in range(40)] == ["1"] * 40
+    assert all(r.get(f"{prefix}:w{i}") in (None, "1") for i in range(40))
 
 
 def test_a_connection_that_cannot_be_made_is_not_ambiguous(redis_url):
