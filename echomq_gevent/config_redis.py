@@ -6,11 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .cluster import parse_cluster_url
-from .connection import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings,
-                         parse_sentinel_url, redact_url)
 from .config_yaml import Marks, Path, suggest
+from .connection import DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings
 from .errors import ConfigError
+from .redis_urls import parse_cluster_url, parse_sentinel_url, redact_url
 
 #: ``error(path, message)``: the ConfigError naming the file, line and key of ``path``
 ErrorFactory = Callable[[Path, str], ConfigError]

@@ -14,104 +14,33 @@ on ``recv`` for ever. ``docs/reliability.md`` lists the defaults and what they b
 A Redis Cluster is named by a ``redis+cluster://`` URL or passed as a ``RedisCluster``
 (:mod:`.cluster`); its clones are cluster clients too.
 
-Redis behind Sentinel is named by a ``redis+sentinel://`` URL (:func:`parse_sentinel_url`);
+Redis behind Sentinel is named by a ``redis+sentinel://`` URL
+(:func:`~echomq_gevent.redis_urls.parse_sentinel_url`);
 its clients ask the sentinels where the primary is on every new connection, so after a
 failover they reconnect to the promoted replica. :func:`clone_client` keeps that for the
 worker's blocking client and the lock-renewal thread's client.
 """
 from __future__ import annotations
 
-import re
 import socket
 from dataclasses import dataclass, fields, replace
-from typing import Any, Dict, List, Mapping, NamedTuple, Optional, Tuple, Union
-from urllib.parse import parse_qs, unquote, urlsplit
+from typing import Any, Dict, Mapping, Optional, Union
 
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .cluster import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, clone_cluster, cluster_client, is_cluster
+from .cluster import clone_cluster, cluster_client, is_cluster
 from .errors import ConfigError
+from .redis_urls import (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_QUERY_KEYS, SENTINEL_SCHEME,  # noqa: F401
+                         SentinelURL, parse_sentinel_url, redact_url)
 
 __all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client",
            "url_settings", "DEFAULT_URL", "SETTING_KEYS", "SENTINEL_SCHEME", "SentinelURL",
            "parse_sentinel_url", "redact_url"]
 
-SENTINEL_SCHEME = "redis+sentinel"
-
 #: Socket timeouts (seconds) for the questions put to the sentinels: a dead sentinel is
 #: skipped quickly and the next one asked.
 SENTINEL_SOCKET_TIMEOUT = 2.0
-
-#: Query parameters a ``redis+sentinel://`` URL takes.
-SENTINEL_QUERY_KEYS = ("sentinel_username", "sentinel_password", "db")
-
-
-class SentinelURL(NamedTuple):
-    """What a ``redis+sentinel://`` URL names."""
-
-    sentinels: List[Tuple[str, int]]
-    service: str
-    db: int
-    username: Optional[str]
-    password: Optional[str]
-    sentinel_username: Optional[str]
-    sentinel_password: Optional[str]
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, for log lines and error messages."""
-    url = re.sub(r"(//[^:/@]*:)[^@/]*@", r"\1***@", url)
-    return re.sub(r"([?&]sentinel_password=)[^&]*", r"\1***", url)
-
-
-def _sentinel_error(url: str, why: str) -> ValueError:
-    return ValueError(
-        f"bad Sentinel URL {redact_url(url)!r}: {why}; the form is "
-        f"redis+sentinel://[[user]:password@]host:port[,host:port...]/service_name[/db]"
-        f"[?sentinel_password=...]")
-
-
-def parse_sentinel_url(url: str) -> SentinelURL:
-    """Split ``redis+sentinel://[[user]:password@]h1:p1,h2:p2/service_name[/db]``.
-
-    The user and password (in the URL's user part) are the data nodes'; the sentinels'
-    own, when they need one, go in the ``sentinel_username``/``sentinel_password`` query
-    parameters. Raises ``ValueError`` naming what is wrong.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != SENTINEL_SCHEME:
-        raise _sentinel_error(url, f"the scheme must be {SENTINEL_SCHEME}://")
-    userinfo, _, hostlist = parts.netloc.rpartition("@")
-    username = password = None
-    if userinfo:
-        user, sep, pw = userinfo.partition(":")
-        username = unquote(user) or None
-        password = unquote(pw) if sep else None
-    sentinels: List[Tuple[str, int]] = []
-    for item in hostlist.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise _sentinel_error(url, f"each sentinel must be host:port, got {item.strip()!r}")
-        sentinels.append((host.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    if not path:
-        raise _sentinel_error(url, "the service name (the sentinels' name of the primary) is missing")
-    if len(path) > 2:
-        raise _sentinel_error(url, f"the path must be /service_name or /service_name/db, got {parts.path!r}")
-    query: Dict[str, List[str]] = parse_qs(parts.query, keep_blank_values=True)
-    for key in query:
-        if key not in SENTINEL_QUERY_KEYS:
-            raise _sentinel_error(url, f"unknown query parameter {key!r} (known: {', '.join(SENTINEL_QUERY_KEYS)})")
-    db_text = path[1] if len(path) == 2 else query.get("db", ["0"])[-1]
-    if not db_text.isdigit():
-        raise _sentinel_error(url, f"the database must be a number, got {db_text!r}")
-    return SentinelURL(
-        sentinels=sentinels, service=unquote(path[0]), db=int(db_text),
-        username=username, password=password,
-        sentinel_username=query.get("sentinel_username", [None])[-1] or None,
-        sentinel_password=query.get("sentinel_password", [None])[-1] or None,
-    )
 
 
 def _sentinel_client(url: str, kwargs: Dict[str, Any]) -> "redis.Redis":

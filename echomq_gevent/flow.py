@@ -33,7 +33,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from redis.exceptions import ResponseError
 
 from .clock import now_ms
-from .cluster import is_cluster, require_same_slot, run_transaction
+from .cluster import is_cluster, require_same_slot
+from .cluster_routing import run_transaction
 from .connection import DEFAULT_URL, ConnectionLike, make_client
 from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job

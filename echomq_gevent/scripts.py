@@ -23,7 +23,8 @@ import redis
 from redis.exceptions import NoScriptError, ResponseError
 
 from .admin_scripts import AdminScripts
-from .cluster import ClusterRouter, is_cluster, require_hash_tag, require_same_slot
+from .cluster import is_cluster, require_hash_tag, require_same_slot
+from .cluster_routing import ClusterRouter
 from .errors import error_for_code
 from .flow_scripts import FlowScripts
 from .keys import QueueKeys

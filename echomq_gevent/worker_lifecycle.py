@@ -24,7 +24,8 @@ import gevent
 import gevent.pool
 import redis
 
-from .cluster import SlotClient, is_cluster
+from .cluster import is_cluster
+from .cluster_slot_client import SlotClient
 from .connection import clone_client
 from .errors import JobLockMismatch, JobLockNotExist
 from .hub import HubMonitor

@@ -1,5 +1,5 @@
-"""Shared fixtures: a private Redis for the session, a fresh queue name per test,
-and the Node bullmq helper for interop tests."""
+"""Shared fixtures: a private Redis for the session, a Redis Cluster per module that asks for
+one, a fresh queue name per test, and the helpers every test folder uses."""
 from __future__ import annotations
 
 import itertools
@@ -15,7 +15,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from redis_server import RedisServer  # noqa: E402
+from redis_server import ClusterGroup, RedisServer  # noqa: E402
 
 _counter = itertools.count()
 
@@ -32,6 +32,15 @@ def redis_url():
         yield server.url
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A Redis Cluster of three primaries with a replica each (``redis_server.ClusterGroup``)
+    shared by the tests of one module; a test that changes its layout (a failover, a
+    migration) starts its own."""
+    with ClusterGroup() as group:
+        yield group
 
 
 @pytest.fixture

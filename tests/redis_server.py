@@ -358,6 +358,12 @@ class ClusterGroup:
         for node in self.nodes:
             node.stop()
 
+    def __enter__(self) -> "ClusterGroup":
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
 
 def _poll_until(predicate, what: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout

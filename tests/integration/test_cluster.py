@@ -11,22 +11,13 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from echomq_gevent import Queue, Worker
-from echomq_gevent.cluster import ClusterHashTagError, CrossSlotError, SlotClient, key_slot
+from echomq_gevent.cluster import ClusterHashTagError, CrossSlotError, key_slot
+from echomq_gevent.cluster_slot_client import SlotClient
 from echomq_gevent.config import parse_config
 from echomq_gevent.events import QueueEvents
 from echomq_gevent.flow import FlowProducer
 from echomq_gevent.hookspecs import hookimpl
 from echomq_gevent.runner import Runner
-from redis_server import ClusterGroup
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    g = ClusterGroup().start()
-    try:
-        yield g
-    finally:
-        g.stop()
 
 
 def _run(worker_ids, done, wait_for, n, what):

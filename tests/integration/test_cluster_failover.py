@@ -17,11 +17,9 @@ from redis_server import ClusterGroup
 
 @pytest.fixture
 def cluster():
-    g = ClusterGroup(node_timeout_ms=2000).start()
-    try:
-        yield g
-    finally:
-        g.stop()
+    """A cluster of its own per test: each changes the layout."""
+    with ClusterGroup(node_timeout_ms=2000) as group:
+        yield group
 
 
 class Run:

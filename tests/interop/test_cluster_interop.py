@@ -9,16 +9,6 @@ import pytest
 
 from echomq_gevent import Queue, Worker
 from interop_node import NodeTool
-from redis_server import ClusterGroup
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    g = ClusterGroup().start()
-    try:
-        yield g
-    finally:
-        g.stop()
 
 
 @pytest.fixture

@@ -7,8 +7,9 @@ import textwrap
 import pytest
 from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 
-from echomq_gevent.cluster import (ClusterHashTagError, CrossSlotError, _redirect_kind, _target, hash_tag,
-                                   key_slot, parse_cluster_url, require_hash_tag, require_same_slot)
+from echomq_gevent.cluster import (ClusterHashTagError, CrossSlotError, hash_tag, key_slot, parse_cluster_url,
+                                   require_hash_tag, require_same_slot)
+from echomq_gevent.cluster_routing import redirect_kind, redirect_target
 from echomq_gevent.config import parse_config
 from echomq_gevent.connection import redact_url
 from echomq_gevent.errors import ConfigError
@@ -100,13 +101,13 @@ def test_a_cross_slot_call_is_refused_before_anything_is_sent():
 
 
 def test_redirect_answers_are_read_from_typed_errors_and_plain_text():
-    assert _redirect_kind(MovedError("3999 127.0.0.1:7001")) == "moved"
-    assert _target(MovedError("3999 127.0.0.1:7001")) == ("127.0.0.1", 7001, 3999)
-    assert _redirect_kind(AskError("3999 127.0.0.1:7002")) == "ask"
-    assert _redirect_kind(TryAgainError("Multiple keys request during rehashing of slot")) == "wait"
-    assert _redirect_kind(ResponseError("MOVED 12 10.0.0.1:7000")) == "moved"
-    assert _target(ResponseError("MOVED 12 10.0.0.1:7000")) == ("10.0.0.1", 7000, 12)
-    assert _redirect_kind(ResponseError("CLUSTERDOWN The cluster is down")) == "wait"
-    assert _redirect_kind(ResponseError("READONLY You can't write against a read only replica.")) == "wait"
-    assert _redirect_kind(ResponseError("ERR Error running script")) is None
-    assert _redirect_kind(7) is None
+    assert redirect_kind(MovedError("3999 127.0.0.1:7001")) == "moved"
+    assert redirect_target(MovedError("3999 127.0.0.1:7001")) == ("127.0.0.1", 7001, 3999)
+    assert redirect_kind(AskError("3999 127.0.0.1:7002")) == "ask"
+    assert redirect_kind(TryAgainError("Multiple keys request during rehashing of slot")) == "wait"
+    assert redirect_kind(ResponseError("MOVED 12 10.0.0.1:7000")) == "moved"
+    assert redirect_target(ResponseError("MOVED 12 10.0.0.1:7000")) == ("10.0.0.1", 7000, 12)
+    assert redirect_kind(ResponseError("CLUSTERDOWN The cluster is down")) == "wait"
+    assert redirect_kind(ResponseError("READONLY You can't write against a read only replica.")) == "wait"
+    assert redirect_kind(ResponseError("ERR Error running script")) is None
+    assert redirect_kind(7) is None
