@@ -3,6 +3,11 @@ events, flows and the runner on a cluster URL, a ``RedisCluster`` client and the
 form; the hash-tag rule; queues spread over the primaries."""
 from __future__ import annotations
 
+import html
+import io
+import json
+import subprocess
+import sys
 from collections import Counter
 
 import gevent
@@ -14,6 +19,7 @@ from echomq_gevent import Queue, Worker
 from echomq_gevent.cluster import ClusterHashTagError, CrossSlotError, key_slot
 from echomq_gevent.cluster_slot_client import SlotClient
 from echomq_gevent.config import parse_config
+from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.events import QueueEvents
 from echomq_gevent.flow import FlowProducer
 from echomq_gevent.hookspecs import hookimpl
@@ -84,16 +90,23 @@ def test_a_redis_cluster_client_is_taken_and_tagless_keys_are_refused(cluster, q
         client.close()
 
 
-def test_queues_with_their_own_tags_spread_over_the_primaries(cluster, qname, wait_for):
+def _one_queue_per_primary(cluster, qname, prefix="bull"):
+    """Queue names with their own hash tags, one on each primary of ``cluster``."""
     names, owners = [], set()
     i = 0
-    while len(owners) < 3:  # one queue per primary
+    while len(owners) < len(cluster.primary_ports()):
         name = "{%s%d}" % (qname, i)
-        owner = cluster.owner_of(key_slot(f"bull:{name}:wait"))
+        owner = cluster.owner_of(key_slot(f"{prefix}:{name}:wait"))
         if owner not in owners:
             owners.add(owner)
             names.append(name)
         i += 1
+    return names
+
+
+def test_queues_with_their_own_tags_spread_over_the_primaries(cluster, qname, wait_for):
+    names = _one_queue_per_primary(cluster, qname)
+    assert len(names) == 3
     done: Counter = Counter()
     queues = [Queue(n, connection=cluster.url) for n in names]
     workers = [Worker(n, lambda job: done.update([job.queue_name]), connection=cluster.url, concurrency=3,
@@ -112,6 +125,34 @@ def test_queues_with_their_own_tags_spread_over_the_primaries(cluster, qname, wa
     finally:
         for w in workers:
             w.close(timeout=10)
+        for q in queues:
+            q.close()
+
+
+def test_queue_discovery_and_status_see_a_queue_on_every_primary(cluster, qname):
+    prefix = "d" + qname  # untagged: each queue's own tag puts it on its own primary
+    names = _one_queue_per_primary(cluster, qname, prefix)
+    assert len({cluster.owner_of(key_slot(f"{prefix}:{n}:id")) for n in names}) == 3
+    queues = [Queue(n, connection=cluster.url, prefix=prefix) for n in names]
+    dashboard = Dashboard(cluster.url, prefix=prefix)
+    try:
+        for i, q in enumerate(queues):
+            q.add_bulk([{"name": "job", "data": {}}] * (i + 1))
+        assert dashboard.queue_names() == sorted(names)  # BullMQ's id and meta keys, on every primary
+        environ = {"REQUEST_METHOD": "GET", "PATH_INFO": "/", "QUERY_STRING": "", "SCRIPT_NAME": "",
+                   "wsgi.input": io.BytesIO(b""), "wsgi.url_scheme": "http", "HTTP_HOST": "localhost"}
+        status = []
+        page = b"".join(dashboard(environ, lambda s, h: status.append(s))).decode("utf-8")
+        assert status == ["200 OK"]
+        for name in names:
+            assert html.escape(name) in page
+        out = subprocess.run([sys.executable, "-m", "echomq_gevent", "--redis", cluster.url, "--prefix", prefix,
+                              "status", "--json", *names], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert {n: report[n]["counts"]["waiting"] for n in names} == {n: i + 1 for i, n in enumerate(names)}
+    finally:
+        dashboard.close()
         for q in queues:
             q.close()
 

@@ -11,6 +11,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
+from ...cluster import scan_keys
 from .web import Refused
 
 #: The job states the pages list, in BullMQ's order of a job's life.
@@ -26,8 +27,9 @@ class Reads:
     """The reads of one dashboard over ``client`` (a ``redis.Redis``) and ``prefix``.
 
     ``queues`` fixes the queue names shown (others are refused with 404); otherwise they
-    are found by a SCAN for BullMQ's ``meta`` and ``id`` keys, repeated at most every
-    ``discover_every_s`` seconds, plus ``known_queues``.
+    are found by a SCAN for BullMQ's ``meta`` and ``id`` keys (on a Redis Cluster, of
+    every primary: queues with their own hash tags live on different ones), repeated at
+    most every ``discover_every_s`` seconds, plus ``known_queues``.
     """
 
     def __init__(self, client: Any, prefix: str, queues: Optional[Sequence[str]], known_queues: Sequence[str],
@@ -54,7 +56,7 @@ class Reads:
         found = set(self.known_queues)
         head = self.prefix + ":"
         for suffix in (":meta", ":id"):
-            for key in self.client.scan_iter(match=_glob_escape(head) + "*" + suffix, count=500):
+            for key in scan_keys(self.client, _glob_escape(head) + "*" + suffix, count=500):
                 name = key[len(head):-len(suffix)]
                 if name and ":" not in name:
                     found.add(name)
