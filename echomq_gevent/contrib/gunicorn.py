@@ -250,10 +250,14 @@ def _post_worker_init(gworker: Any) -> None:
     cohost = CoHost(installed, gworker)
     process.cohost = cohost
     cohost.start()
-    if installed.endpoints and getattr(gworker, "wsgi", None) is not None:
+    if getattr(gworker, "wsgi", None) is not None:
         from .wsgi import EchoMQMiddleware
 
-        if not isinstance(gworker.wsgi, EchoMQMiddleware):
+        if isinstance(gworker.wsgi, EchoMQMiddleware):
+            # the app wrapped itself: it still gets the dashboard install() asked for
+            if installed.dashboard and gworker.wsgi._dashboard_spec is None:
+                gworker.wsgi.use_dashboard(installed.dashboard)
+        elif installed.endpoints:
             # the app was loaded just before this hook; the HTTP server starts after it
             gworker.wsgi = EchoMQMiddleware(gworker.wsgi, dashboard=installed.dashboard)
 

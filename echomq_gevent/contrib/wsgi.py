@@ -66,12 +66,10 @@ class EchoMQMiddleware:
         self.app = app
         self.path_prefix = path_prefix.rstrip("/")
         self._cohost = cohost
-        if dashboard is not None and not isinstance(dashboard, (bool, dict)) and not callable(dashboard):
-            raise TypeError(f"dashboard must be a Dashboard (any WSGI app), True or a dict of its options, "
-                            f"got {dashboard!r}")
-        self._dashboard_spec = dashboard or None
+        self._dashboard_spec: Any = None
         self._dashboard: Any = None
         self._dashboard_pid: Optional[int] = None
+        self.use_dashboard(dashboard)
         self.ui_prefix = self.path_prefix + "/ui"
         self._routes: Dict[str, Callable[[], Tuple[str, List[Tuple[str, str]], bytes]]] = {
             self.path_prefix + "/live": self.live,
@@ -93,6 +91,16 @@ class EchoMQMiddleware:
         headers = headers + [("Content-Length", str(len(body))), ("Cache-Control", "no-store")]
         start_response(status, headers)
         return [body] if environ.get("REQUEST_METHOD", "GET") != "HEAD" else [b""]
+
+    def use_dashboard(self, dashboard: Any) -> None:
+        """Serve ``dashboard`` (a Dashboard, ``True`` or a dict of its options; ``None`` or
+        ``False``: none) under ``/_echomq/ui/``. The gunicorn integration calls it on an app
+        that wrapped itself in this middleware when ``install(dashboard=...)`` asks for one."""
+        if dashboard is not None and not isinstance(dashboard, (bool, dict)) and not callable(dashboard):
+            raise TypeError(f"dashboard must be a Dashboard (any WSGI app), True or a dict of its options, "
+                            f"got {dashboard!r}")
+        self._dashboard_spec = dashboard or None
+        self._dashboard = None
 
     def dashboard(self) -> Any:
         """The dashboard app; one built from options is made once per process (after a fork

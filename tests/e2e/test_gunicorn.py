@@ -231,6 +231,9 @@ def test_request_enqueues_a_job_that_the_same_pool_processes(gunicorn, queue, wa
     # the trivial endpoint and the app's own 404 still go through the middleware untouched
     assert g.get("/") == (200, b"hello\n")
     assert g.get("/nope")[0] == 404
+    # the example app wraps itself in the middleware; install(dashboard=True) still adds the UI
+    status, page = g.get("/_echomq/ui/")
+    assert status == 200 and b'data-queue="mail"' in page
     status, body = g.get_json("/sleep?n=3&ms=5", method="POST")
     assert status == 202 and len(body["jobs"]) == 3
     wait_for(lambda: _all_completed(queue, body["jobs"]), 15, what="the /sleep jobs completed")
