@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -285,7 +286,7 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
     try:
         pm = make_plugin_manager(list(objects) + list(extra), entry_points=cfg.entry_points)
     except pluggy.PluginValidationError as exc:
-        raise cfg.error(("plugins",), f"plugin {getattr(exc, 'plugin', '?')!r} is not valid: {exc}") from None
+        raise _invalid_plugin(cfg, objects, exc) from None
     except ImportError as exc:  # an installed entry-point plugin that fails to load
         raise cfg.error(("entry_points",), f"{exc} (or set entry_points: false)") from None
     try:
@@ -309,6 +310,27 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
                             f"queue {name!r} has no processor: set processor: 'module:function' or "
                             f"load a plugin (plugins: [...]) that registers one for it")
     return host, processors
+
+
+def _invalid_plugin(cfg: Config, objects: Sequence[Any], exc: Exception) -> Exception:
+    """The ConfigError for a plugin pluggy refuses (a hook no spec knows): at the line of
+    the ``plugins:`` entry that names it, with the nearest hook name for a typo."""
+    import difflib
+
+    from . import hookspecs
+
+    plugin = getattr(exc, "plugin", None)
+    index = next((i for i, obj in enumerate(objects) if obj is plugin), None)
+    at: Tuple[Any, ...] = ("plugins", index) if index is not None else ("plugins",)
+    name = repr(cfg.plugins[index]) if index is not None else repr(plugin)
+    message = f"plugin {name} is not valid: {exc}"
+    hook = re.search(r"unknown hook '(\w+)'", str(exc))
+    if hook:
+        known = [n for n in dir(hookspecs) if n.startswith("echomq_")]
+        near = difflib.get_close_matches(hook.group(1), known, n=1)
+        message = (f"plugin {name} implements {hook.group(1)!r}, a hook that does not exist"
+                   + (f"; did you mean {near[0]!r}?" if near else f"; the hooks are {', '.join(known)}"))
+    return cfg.error(at, message)
 
 
 def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Callable[..., Any]]],

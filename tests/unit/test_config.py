@@ -378,6 +378,13 @@ def modules(tmp_path, monkeypatch):
         def echomq_job_exploded(worker, job):
             pass
     """))
+    (d / "cfgtest_typohook.py").write_text(textwrap.dedent("""
+        from echomq_gevent import hookimpl
+
+        @hookimpl
+        def echomq_job_complete(job):
+            pass
+    """))
     monkeypatch.syspath_prepend(str(d))
     yield d
 
@@ -426,12 +433,20 @@ def test_processor_and_plugin_resolve(modules):
      """, 4, "queues.mail", ["has no processor"]),
     ("""
         entry_points: false
-        plugins: [cfgtest_badhook]
+        plugins:
+          - cfgtest_plugin
+          - cfgtest_badhook
         queues:
           mail: {processor: "cfgtest_jobs:send"}
-     """, 3, "plugins", ["echomq_job_exploded"]),
+     """, 5, "plugins[1]", ["'cfgtest_badhook' implements 'echomq_job_exploded', a hook that does not exist"]),
+    ("""
+        entry_points: false
+        plugins: ["cfgtest_plugin", "cfgtest_typohook"]
+        queues:
+          mail: {processor: "cfgtest_jobs:send"}
+     """, 3, "plugins[1]", ["'echomq_job_complete'", "did you mean 'echomq_job_completed'?"]),
 ], ids=["processor-missing-attr", "processor-missing-module", "processor-not-callable",
-        "unknown-plugin-module", "missing-processor", "unknown-hook"])
+        "unknown-plugin-module", "missing-processor", "unknown-hook", "hook-typo"])
 def test_unresolvable_names_are_refused(modules, text, line, key, words):
     cfg = parse(text)
     with pytest.raises(ConfigError) as info:
