@@ -1,6 +1,8 @@
-"""Comments and docstrings that point into docs/protocol.md name sections it has."""
+"""Comments and docstrings that point into docs/protocol.md name sections it has, and the
+guides (README.md, docs/*.md) name modules, classes, methods, hooks and files that exist."""
 from __future__ import annotations
 
+import glob
 import os
 import re
 
@@ -34,3 +36,89 @@ def test_citations_name_existing_sections():
             cited += 1
             assert name in headings, f'{path}: docs/protocol.md has no section "{name}"'
     assert cited > 10  # the scan found the citations
+
+
+# --- the guides name only what exists --------------------------------------------------------
+GUIDES = ["README.md"] + [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(ROOT, "docs")))
+                          if f.endswith(".md")]
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+DOTTED = re.compile(r"\b(echomq_gevent(?:\.[A-Za-z_]\w*)+)")
+#: ``Queue.add_bulk``: a public class and a snake_case attribute (Node's camelCase names,
+#: which docs/node-api.md cites on purpose, are left out)
+CLASS_ATTR = re.compile(r"(?<![\w.])(Queue|Worker|Job|QueueEvents|QueueEventsProducer|FlowProducer|JobScheduler|"
+                        r"ConnectionSettings|FailureDecision|PluginHost|Runner|Dashboard|EchoMQMiddleware)"
+                        r"\.([a-z_][a-z0-9_]*)\b(?![A-Za-z])")
+HOOK = re.compile(r"\b(echomq_(?:job|worker|add|register|get|failure|backoff)_[a-z_]+)\b")
+#: a hook name a guide spells wrong on purpose (the typo the host refuses)
+NOT_HOOKS = {"echomq_job_complete", "echomq_job_duration_seconds"}
+#: Node's names in docs/node-api.md's Node column that look like ours
+NODE_NAMES = {"Job.create"}
+REPO_PATH = re.compile(r"(?<![\w/.-])((?:echomq_gevent|tests|conf|lua|bench|examples|plugins|docs|constraints)"
+                       r"/[\w./*-]*[\w*])")
+
+
+def _resolve(dotted: str) -> bool:
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            if not hasattr(obj, part):
+                return False
+            obj = getattr(obj, part)
+        return True
+    return False
+
+
+def _classes() -> dict:
+    from echomq_gevent import (ConnectionSettings, FailureDecision, FlowProducer, Job, JobScheduler, Queue,
+                               QueueEvents, QueueEventsProducer, Worker)
+    from echomq_gevent.contrib.dashboard import Dashboard
+    from echomq_gevent.contrib.wsgi import EchoMQMiddleware
+    from echomq_gevent.plugins import PluginHost
+    from echomq_gevent.runner import Runner
+
+    return {c.__name__: c for c in (Queue, Worker, Job, QueueEvents, QueueEventsProducer, FlowProducer,
+                                    JobScheduler, ConnectionSettings, FailureDecision, PluginHost, Runner,
+                                    Dashboard, EchoMQMiddleware)}
+
+
+def _spans():
+    for guide in GUIDES:
+        with open(os.path.join(ROOT, guide), encoding="utf-8") as fh:
+            text = fh.read()
+        for m in CODE_SPAN.finditer(text):
+            yield guide, text.count("\n", 0, m.start()) + 1, m.group(1)
+
+
+def test_the_guides_name_modules_classes_methods_hooks_and_files_that_exist():
+    from echomq_gevent import hookspecs
+    from echomq_gevent.plugins import BUILTIN_LOGGING  # a plugin's registered name, not a module
+
+    classes = _classes()
+    hooks = {n for n in dir(hookspecs) if n.startswith("echomq_")}
+    wrong = []
+    seen = 0
+    for guide, line, span in _spans():
+        for dotted in DOTTED.findall(span):
+            seen += 1
+            if not dotted.endswith((".py", ".yaml")) and dotted != BUILTIN_LOGGING and not _resolve(dotted):
+                wrong.append(f"{guide}:{line}: {dotted}")
+        for cls, attr in CLASS_ATTR.findall(span):
+            seen += 1
+            if not hasattr(classes[cls], attr) and f"{cls}.{attr}" not in NODE_NAMES:
+                wrong.append(f"{guide}:{line}: {cls}.{attr}")
+        for hook in HOOK.findall(span):
+            seen += 1
+            if hook not in hooks and hook not in NOT_HOOKS and not hook.endswith(("_total", "_seconds")):
+                wrong.append(f"{guide}:{line}: hook {hook}")
+        for path in REPO_PATH.findall(span):
+            seen += 1
+            if "node_modules" not in path and not glob.glob(os.path.join(ROOT, path)):
+                wrong.append(f"{guide}:{line}: file {path}")
+    assert seen > 200  # the scan found the references
+    assert not wrong, "the guides name what does not exist:\n" + "\n".join(wrong)
