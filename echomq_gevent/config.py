@@ -44,7 +44,7 @@ import yaml
 from .config_redis import (DEFAULT_REDIS_URL, EMBEDDED, EMBEDDED_KEYS, REDIS_KEYS, SENTINEL_KEYS,
                            RedisSettings, parse_redis)
 from .config_yaml import Builder, Marks, Path, format_error, suggest
-from .connection import redact_url
+from .redis_urls import redact_url
 from .errors import ConfigError
 from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
 from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options

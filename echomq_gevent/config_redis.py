@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from .config_yaml import Marks, Path, suggest
-from .connection import DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings
+from .connection_settings import DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings
 from .errors import ConfigError
 from .redis_urls import parse_cluster_url, parse_sentinel_url, redact_url
 

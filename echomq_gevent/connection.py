@@ -22,15 +22,16 @@ worker's blocking client and the lock-renewal thread's client.
 """
 from __future__ import annotations
 
-import socket
-from dataclasses import dataclass, fields, replace
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from .cluster import clone_cluster, cluster_client, is_cluster
-from .errors import ConfigError
+# the settings live apart so a configuration loads without redis; named here too for the
+# callers of this module
+from .connection_settings import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError,  # noqa: F401
+                                  ConnectionSettings)
 from .redis_urls import (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_QUERY_KEYS, SENTINEL_SCHEME,  # noqa: F401
                          SentinelURL, parse_sentinel_url, redact_url)
 
@@ -66,109 +67,6 @@ DEFAULT_URL = "redis://127.0.0.1:6379/0"
 ConnectionLike = Union[str, "redis.Redis", "redis.cluster.RedisCluster", None]
 
 
-class ConnectionSettingError(ConfigError):
-    """A connection setting is wrong; ``option`` names it."""
-
-    def __init__(self, message: str, option: str) -> None:
-        super().__init__(message)
-        self.option = option
-
-
-@dataclass(frozen=True)
-class ConnectionSettings:
-    """How the clients the package creates treat their sockets.
-
-    * ``socket_timeout`` (s): longest wait for a reply. Our scripts answer in
-      milliseconds (the slowest, a stalled check over a very large ``active`` list or an
-      obliterate batch, in well under a second), so 10 s only trips on a dead peer.
-      The worker's blocking connection waits ``drain_delay`` plus this; its lock-renewal
-      connection uses at most a quarter of ``lock_duration`` (and at least 1 s).
-    * ``socket_connect_timeout`` (s): longest wait for a TCP connect.
-    * ``tcp_keepalive``: kernel keep-alive probes on every socket; ``keepalive_idle`` s
-      of silence, then a probe every ``keepalive_interval`` s, dead after
-      ``keepalive_count`` unanswered ones (Linux; elsewhere the system's timings).
-    * ``health_check_interval`` (s): a connection idle longer than this is PINGed before
-      it is used again; 0 turns the check off.
-    """
-
-    socket_timeout: float = 10.0
-    socket_connect_timeout: float = 5.0
-    tcp_keepalive: bool = True
-    keepalive_idle: int = 10
-    keepalive_interval: int = 5
-    keepalive_count: int = 3
-    health_check_interval: float = 15.0
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            _check_setting(f.name, getattr(self, f.name))
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], base: Optional["ConnectionSettings"] = None
-                     ) -> "ConnectionSettings":
-        """Settings from a mapping (the YAML ``redis:`` section), over ``base`` (the
-        defaults). Raises :class:`ConnectionSettingError` naming the key."""
-        known = {f.name for f in fields(cls)}
-        for key in values:
-            if key not in known:
-                import difflib
-
-                near = difflib.get_close_matches(key, sorted(known), n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else f"; valid: {', '.join(sorted(known))}"
-                raise ConnectionSettingError(f"unknown connection setting {key!r}{hint}", key)
-            _check_setting(key, values[key])
-        return replace(base or DEFAULT_SETTINGS, **dict(values))
-
-    def client_kwargs(self, tcp: bool = True) -> Dict[str, Any]:
-        """Keyword arguments of ``redis.Redis``/``ConnectionPool`` for these settings;
-        without ``tcp`` (a unix socket) the keep-alive ones are left out."""
-        kwargs: Dict[str, Any] = {
-            "socket_timeout": self.socket_timeout,
-            "socket_connect_timeout": self.socket_connect_timeout,
-            "health_check_interval": self.health_check_interval,
-        }
-        if not tcp:
-            return kwargs
-        kwargs["socket_keepalive"] = self.tcp_keepalive
-        if self.tcp_keepalive:
-            opts = _keepalive_options(self.keepalive_idle, self.keepalive_interval, self.keepalive_count)
-            if opts:
-                kwargs["socket_keepalive_options"] = opts
-        return kwargs
-
-
-_POSITIVE = ("socket_timeout", "socket_connect_timeout")
-_COUNTS = ("keepalive_idle", "keepalive_interval", "keepalive_count")
-
-
-def _check_setting(name: str, value: Any) -> None:
-    if name in _POSITIVE:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConnectionSettingError(f"{name} must be a number of seconds > 0, got {value!r}", name)
-    elif name in _COUNTS:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ConnectionSettingError(f"{name} must be an integer >= 1, got {value!r}", name)
-    elif name == "tcp_keepalive":
-        if not isinstance(value, bool):
-            raise ConnectionSettingError(f"{name} must be true or false, got {value!r}", name)
-    elif name == "health_check_interval":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
-            raise ConnectionSettingError(f"{name} must be a number of seconds >= 0 (0: off), got {value!r}",
-                                         name)
-
-
-def _keepalive_options(idle: int, interval: int, count: int) -> Dict[int, int]:
-    opts: Dict[int, int] = {}
-    idle_opt = getattr(socket, "TCP_KEEPIDLE", None) or getattr(socket, "TCP_KEEPALIVE", None)
-    if idle_opt is not None:
-        opts[idle_opt] = idle
-    if hasattr(socket, "TCP_KEEPINTVL"):
-        opts[socket.TCP_KEEPINTVL] = interval
-    if hasattr(socket, "TCP_KEEPCNT"):
-        opts[socket.TCP_KEEPCNT] = count
-    return opts
-
-
 def _accepted_by(connection_class: Any, kwargs: Dict[str, Any]) -> Dict[str, Any]:
     """The settings ``connection_class`` takes (a unix-socket connection of redis-py 4.5
     has no ``socket_connect_timeout``, none has keep-alive): its ``__init__`` and those
@@ -189,11 +87,6 @@ def _accepted_by(connection_class: Any, kwargs: Dict[str, Any]) -> Dict[str, Any
             break
     return {k: v for k, v in kwargs.items() if k in names}
 
-
-#: The defaults (``ConnectionSettings()``).
-DEFAULT_SETTINGS = ConnectionSettings()
-#: The names a YAML ``redis:`` section takes besides ``url`` and ``embedded``.
-SETTING_KEYS = tuple(f.name for f in fields(ConnectionSettings))
 
 
 def url_settings(url: str, settings: Optional[ConnectionSettings] = None) -> Dict[str, Any]:

@@ -112,3 +112,21 @@ def test_nothing_below_the_worker_imports_it():
     for name in below:
         module = f"{PACKAGE}.{name}"
         assert not {m for m in graph[module] if m.startswith(f"{PACKAGE}.worker")}, module
+
+
+def test_loading_a_configuration_imports_neither_redis_nor_ssl(tmp_path):
+    """gunicorn's master imports the integration and loads the YAML before gevent patches
+    the workers: a redis (and with it ssl) imported there stays unpatched in every worker
+    and gevent warns (MonkeyPatchWarning) at each boot."""
+    import subprocess
+    import sys
+
+    conf = tmp_path / "worker.yaml"
+    conf.write_text("redis:\n  url: redis+sentinel://:pw@127.0.0.1:26379/mymaster/0\n  socket_timeout: 3\n"
+                    "queues:\n  mail: {concurrency: 5}\n")
+    code = ("import sys, echomq_gevent.contrib.gunicorn as g, echomq_gevent.config as c\n"
+            f"c.load_config({str(conf)!r})\n"
+            "c.parse_config('redis: {cluster: [\"127.0.0.1:7000\"]}\\nprefix: \"{b}\"\\nqueues: {q: {}}')\n"
+            "print(sorted(m for m in ('redis', 'ssl') if m in sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
