@@ -32,8 +32,8 @@ class ConnectionSettings:
     * ``socket_timeout`` (s): longest wait for a reply. Our scripts answer in
       milliseconds (the slowest, a stalled check over a very large ``active`` list or an
       obliterate batch, in well under a second), so 10 s only trips on a dead peer.
-      The worker's blocking connection waits ``drain_delay`` plus this; its lock-renewal
-      connection uses at most a quarter of ``lock_duration`` (and at least 1 s).
+      The worker's blocking connection waits the longest marker wait (10 s) plus this;
+      its lock-renewal connection at most a quarter of ``lock_duration`` (at least 1 s).
     * ``socket_connect_timeout`` (s): longest wait for a TCP connect.
     * ``tcp_keepalive``: kernel keep-alive probes on every socket; ``keepalive_idle`` s
       of silence, then a probe every ``keepalive_interval`` s, dead after

@@ -208,7 +208,7 @@ def check_combinations(out: Mapping[str, Any]) -> None:
                           f"or locks expire before they are renewed", "lock_renew_time")
     if lock < MIN_LOCK_DURATION_MS:
         raise OptionError(f"lock_duration {lock} ms is too short for any renewal to arrive in time; "
-                          f"use 1000 ms or more", "lock_duration")
+                          f"use at least {MIN_LOCK_DURATION_MS} ms (1000 ms or more in practice)", "lock_duration")
     if out["drain_delay"] == 0:
         raise OptionError("drain_delay 0 would block on the marker forever (BZPOPMIN timeout 0) and the "
                           "worker could not notice a close; use a value > 0, e.g. 5", "drain_delay")
