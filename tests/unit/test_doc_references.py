@@ -122,3 +122,31 @@ def test_the_guides_name_modules_classes_methods_hooks_and_files_that_exist():
                 wrong.append(f"{guide}:{line}: file {path}")
     assert seen > 200  # the scan found the references
     assert not wrong, "the guides name what does not exist:\n" + "\n".join(wrong)
+
+
+def test_the_guides_give_every_hook_its_arguments():
+    """``echomq_job_retried(worker, job, error, delay_ms)`` in a guide lists exactly the
+    arguments of the hook specification, in its order, and docs/plugins.md so describes
+    every hook."""
+    import inspect
+
+    from echomq_gevent import hookspecs
+
+    wrong = []
+    seen = 0
+    in_plugins_guide = set()
+    for guide, line, span in _spans():
+        m = re.fullmatch(r"(echomq_\w+)\(([^)]*)\).*", span)
+        if not m or not hasattr(hookspecs, m.group(1)):
+            continue
+        seen += 1
+        if guide == os.path.join("docs", "plugins.md"):
+            in_plugins_guide.add(m.group(1))
+        spec = list(inspect.signature(getattr(hookspecs, m.group(1))).parameters)
+        given = [a.strip() for a in m.group(2).split(",") if a.strip()]
+        if given != spec:
+            wrong.append(f"{guide}:{line}: {m.group(1)}({', '.join(given)}), the spec has ({', '.join(spec)})")
+    assert seen >= 15
+    assert not wrong, "\n".join(wrong)
+    hooks = {n for n in dir(hookspecs) if n.startswith("echomq_")}
+    assert not hooks - in_plugins_guide, f"docs/plugins.md does not describe {sorted(hooks - in_plugins_guide)}"
