@@ -68,3 +68,26 @@ def test_every_yaml_example_in_the_docs_is_a_valid_file_or_fragment():
     for block in blocks:
         text = block if "queues:" in block else block + "queues: {q: {}}\n"
         parse_config(text, filename="docs/configuration.md", env={})
+
+
+def test_the_redis_section_keys_and_defaults_match_the_code():
+    """The rows of the redis:, redis.sentinel, redis.cluster and redis.embedded tables name
+    every key the loader takes, with the defaults the code uses."""
+    from echomq_gevent.config_redis import CLUSTER_KEYS, SENTINEL_KEYS, RedisSettings
+    from echomq_gevent.connection_settings import DEFAULT_SETTINGS, SETTING_KEYS
+
+    text = read_doc()
+    for key in SENTINEL_KEYS + CLUSTER_KEYS:
+        assert f"`{key}`" in text, f"docs/configuration.md does not describe `{key}`"
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) >= 3 and re.fullmatch(r"`\w+`", cells[0]) and re.fullmatch(r"`[^`]*`", cells[1]):
+            rows.setdefault(cells[0].strip("`"), yaml.safe_load(cells[1].strip("`")))
+    for key in SETTING_KEYS:
+        assert key in rows, f"docs/configuration.md has no row for redis.{key}"
+        assert rows[key] == getattr(DEFAULT_SETTINGS, key), f"redis.{key}: the doc says {rows[key]!r}"
+    embedded = RedisSettings()
+    assert (rows["dir"], rows["port"], rows["persist"]) == (embedded.embedded_dir, embedded.embedded_port,
+                                                           embedded.embedded_persist)
+    assert rows["url"] == embedded.url and rows["db"] == 0 and rows["tls"] is False
