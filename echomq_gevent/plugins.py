@@ -54,7 +54,8 @@ def import_plugin_module(name: str) -> Any:
 def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
                         builtins: bool = True) -> pluggy.PluginManager:
     """A PluginManager with our hook specs, the built-in plugin, the given plugins
-    (module names, modules or objects) and, if asked, the ``echomq_gevent`` entry points.
+    (module names, modules, objects, or ``(name, object)`` pairs to register an object
+    under a name) and, if asked, the ``echomq_gevent`` entry points.
 
     Raises ``ImportError`` naming a module that cannot be imported and
     ``pluggy.PluginValidationError`` for a hook implementation no spec knows.
@@ -77,6 +78,9 @@ def make_plugin_manager(modules: Iterable[Any] = (), entry_points: bool = False,
             if pm.is_registered(obj):
                 continue
             pm.register(obj, name=mod)
+        elif isinstance(mod, tuple) and len(mod) == 2 and isinstance(mod[0], str):
+            if not pm.is_registered(mod[1]):
+                pm.register(mod[1], name=mod[0])
         elif not pm.is_registered(mod):
             pm.register(mod)
     if pm.has_plugin(BUILTIN_LOGGING) and any(

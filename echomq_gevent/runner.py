@@ -284,7 +284,9 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
         except AttributeError as exc:
             raise cfg.error(("plugins", i), f"plugin {spec!r}: {exc}") from None
     try:
-        pm = make_plugin_manager(list(objects) + list(extra), entry_points=cfg.entry_points)
+        # an object named ``module:object`` is registered (and listed by --check) by that name
+        named = [(spec, obj) if ":" in spec else obj for spec, obj in zip(cfg.plugins, objects)]
+        pm = make_plugin_manager(named + list(extra), entry_points=cfg.entry_points)
     except pluggy.PluginValidationError as exc:
         raise _invalid_plugin(cfg, objects, exc) from None
     except ImportError as exc:  # an installed entry-point plugin that fails to load

@@ -370,6 +370,15 @@ def modules(tmp_path, monkeypatch):
         @hookimpl
         def echomq_register_processors(registry):
             registry.add('thumbs', 'resize', thumbs)
+
+        class Counter:
+            seen = 0
+
+            @hookimpl
+            def echomq_job_active(self, job):
+                self.seen += 1
+
+        counter = Counter()
     """))
     (d / "cfgtest_badhook.py").write_text(textwrap.dedent("""
         from echomq_gevent import hookimpl
@@ -401,6 +410,19 @@ def test_processor_and_plugin_resolve(modules):
     assert processors["mail"].__name__ == "send"
     assert processors["thumbs"] is None
     assert host.get_processor("thumbs", "resize").__name__ == "thumbs"
+
+
+def test_an_object_plugin_is_registered_by_its_module_object_name(modules):
+    cfg = parse("""
+        plugins: [cfgtest_plugin, "cfgtest_plugin:counter"]
+        entry_points: false
+        queues: {thumbs: {}}
+    """)
+    host, _processors = build_plugin_host(cfg)
+    names = [name for name, _p in host.pm.list_name_plugin()]
+    assert "cfgtest_plugin" in names and "cfgtest_plugin:counter" in names, names
+    host.notify("echomq_job_active", worker=None, job=None)
+    assert host.pm.get_plugin("cfgtest_plugin:counter").seen == 1
 
 
 @pytest.mark.parametrize("text,line,key,words", [
