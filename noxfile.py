@@ -10,8 +10,12 @@ Interpreters are looked up on PATH as ``python3.9`` and so on, after the ``bin``
 of pyenv's installed versions (``$PYENV_ROOT`` or ``~/.pyenv``), which are put in front.
 A session whose interpreter is missing is skipped with a message naming it, so the
 matrix runs on a machine without pyenv too (with fewer sessions). The tests use their
-own throwaway redis-server (``tests/redis_server.py``); the Node interop, end-to-end and
-benchmark tests are left to ``make test`` and ``.ci/wheel``.
+own throwaway redis-server (``tests/redis_server.py``), and the Redis Cluster tests
+(``tests/integration/test_cluster*.py``) their own cluster built with ``redis-cli``: both
+must be on PATH (each session prints their versions, and fails when one is missing), so
+the cluster code is proved on the lowest redis-py too (4.6, whose slot map has no
+``move_slot``). The Node interop, end-to-end and benchmark tests are left to
+``make test`` and ``.ci/wheel``.
 """
 from __future__ import annotations
 
@@ -50,5 +54,7 @@ def tests(session: nox.Session, deps: str) -> None:
     session.install("--prefer-binary", *pins, ".[prometheus,otel]", "pytest>=7", "psutil>=5.8",
                     "opentelemetry-sdk>=1.20")
     session.run("python", "-c", VERSIONS)
+    session.run("redis-server", "--version", external=True)
+    session.run("redis-cli", "--version", external=True)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/integration",
                 "--ignore", "tests/integration/test_bench_smoke.py", *session.posargs)

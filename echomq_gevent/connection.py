@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Union
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .cluster import clone_cluster, cluster_client, is_cluster
+from .cluster import clone_cluster, cluster_client, disconnect, is_cluster
 # the settings live apart so a configuration loads without redis; named here too for the
 # callers of this module
 from .connection_settings import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError,  # noqa: F401
@@ -35,7 +35,7 @@ from .connection_settings import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSett
 from .redis_urls import (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_QUERY_KEYS, SENTINEL_SCHEME,  # noqa: F401
                          SentinelURL, parse_sentinel_url, redact_url)
 
-__all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client",
+__all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client", "close_client",
            "url_settings", "DEFAULT_URL", "SETTING_KEYS", "SENTINEL_SCHEME", "SentinelURL",
            "parse_sentinel_url", "redact_url"]
 
@@ -180,3 +180,16 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
         **kwargs,
     )
     return redis.Redis(connection_pool=new_pool)
+
+
+def close_client(client: Any) -> None:
+    """Close a client the package made, its sockets now: every connection of its pool
+    (of every node's pool, on a Redis Cluster). redis-py before 5.0 closes a client
+    without closing its pool's sockets, leaving them to the garbage collector."""
+    try:
+        if is_cluster(client):
+            disconnect(client)
+        else:
+            client.connection_pool.disconnect()
+    finally:
+        client.close()

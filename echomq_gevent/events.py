@@ -30,7 +30,7 @@ import redis
 
 from .cluster import disconnect as cluster_disconnect
 from .cluster import is_cluster
-from .connection import DEFAULT_URL, ConnectionLike, clone_client, make_client
+from .connection import DEFAULT_URL, ConnectionLike, clone_client, close_client, make_client
 from .errors import EchoMQError
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .runtime import sockets_patched
@@ -351,11 +351,7 @@ class QueueEvents:
                 greenlet.join(timeout)
             if not greenlet.ready():  # on the hub (patched sockets) the read is simply abandoned
                 greenlet.kill(block=True, timeout=timeout)
-        if is_cluster(self.client):
-            cluster_disconnect(self.client)
-        else:
-            self.client.connection_pool.disconnect()
-        self.client.close()
+        close_client(self.client)
 
     # -- waiting for one job --------------------------------------------------------------
     def wait_for_job(self, scripts: Any, job_id: str, name: str = "",
@@ -449,7 +445,7 @@ class QueueEventsProducer:
 
     def close(self) -> None:
         if self._owns_client:
-            self.client.close()
+            close_client(self.client)
 
     def __enter__(self) -> "QueueEventsProducer":
         return self

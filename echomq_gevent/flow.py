@@ -35,7 +35,7 @@ from redis.exceptions import ResponseError
 from .clock import now_ms
 from .cluster import is_cluster, require_same_slot
 from .cluster_routing import run_transaction
-from .connection import DEFAULT_URL, ConnectionLike, make_client
+from .connection import DEFAULT_URL, ConnectionLike, close_client, make_client
 from .errors import EchoMQError, ScriptError, error_for_code
 from .job import Job
 from .flow_getters import parse_job_key
@@ -101,7 +101,7 @@ class FlowProducer:
             queue.close()
         self._queues.clear()
         if self._owns_client:
-            self.client.close()
+            close_client(self.client)
 
     def queue(self, name: str, prefix: Optional[str] = None) -> Queue:
         """The Queue (on this producer's connection) that flow nodes of ``name`` go to."""

@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gevent
 
+from .connection import close_client
 from .runtime import native_lock, start_native_thread
 from .scripts import Scripts
 
@@ -161,7 +162,7 @@ class LockRenewer:
 
     def _cleanup_thread(self) -> None:
         try:
-            self.scripts.client.close()
+            close_client(self.scripts.client)
         except Exception:
             pass
         # A patched socket created a gevent hub for this thread. It is left alone:

@@ -15,7 +15,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from .clock import now_ms
 from .cluster import client_list_all, is_cluster
-from .connection import DEFAULT_URL, ConnectionLike, ConnectionSettings, make_client
+from .connection import DEFAULT_URL, ConnectionLike, ConnectionSettings, close_client, make_client
 from .errors import InvalidOptionError, ScriptError, error_for_code
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
@@ -105,7 +105,7 @@ class Queue(QueueGetters, QueueAdmin, SchedulerMixin):
         """Release the connections this queue opened (a client passed in stays open)."""
         self.scripts.release_connections()
         if self._owns_client:
-            self.client.close()
+            close_client(self.client)
 
     # -- adding jobs ------------------------------------------------------------------
     def prepare_job(self, name: Any, data: Any, opts: Optional[Mapping[str, Any]]) -> _PreparedJob:

@@ -26,7 +26,7 @@ import redis
 
 from .cluster import is_cluster
 from .cluster_slot_client import SlotClient
-from .connection import clone_client
+from .connection import clone_client, close_client
 from .errors import JobLockMismatch, JobLockNotExist
 from .hub import HubMonitor
 from .locks import LockRenewer
@@ -183,7 +183,7 @@ class Lifecycle:
         self.scripts.release_connections()
         if self._owns_client:
             try:
-                self.client.close()
+                close_client(self.client)
             except Exception:
                 pass
 

@@ -14,7 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 
 def find_redis_server() -> str:
@@ -73,7 +73,7 @@ class RedisServer:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
+                    if s.recv(16).startswith((b"+PONG", b"-NOAUTH")):  # -NOAUTH: up, with a password
                         return self
             except OSError:
                 time.sleep(0.02)
@@ -214,24 +214,40 @@ class ClusterGroup:
     """A Redis Cluster of ``primaries`` primaries, each with ``replicas`` replicas, every
     node on a free loopback port (``redis-server --cluster-enabled yes``, then
     ``redis-cli --cluster create``). ``url`` is its ``redis+cluster://`` URL; a node that
-    misses ``node_timeout_ms`` of pings is called failing and its replica takes over."""
+    misses ``node_timeout_ms`` of pings is called failing and its replica takes over.
+
+    With ``password`` every node requires it of the ``default`` user (``requirepass``;
+    replicas use it too, ``masterauth``); ``user=(name, password)`` adds an ACL user with
+    every right. ``url`` logs in as ``default``."""
 
     def __init__(self, primaries: int = 3, replicas: int = 1, node_timeout_ms: int = 2000,
-                 binary: Optional[str] = None) -> None:
+                 binary: Optional[str] = None, password: Optional[str] = None,
+                 user: Optional[Tuple[str, str]] = None) -> None:
         self.binary = binary or find_redis_server()
         self.cli = os.path.join(os.path.dirname(self.binary), "redis-cli")
         if not os.path.exists(self.cli):
             self.cli = shutil.which("redis-cli") or "redis-cli"
         self.replicas_each = replicas
+        self.password = password
         extra = ["--cluster-enabled", "yes", "--cluster-node-timeout", str(node_timeout_ms),
                  "--cluster-require-full-coverage", "no"]
+        if password:
+            extra += ["--requirepass", password, "--masterauth", password]
+        self.user = user
+        self._cli_auth = ["--pass", password] if password else []
         self.nodes = [RedisServer(self.binary, port=cluster_free_port(), extra=extra)
                       for _ in range(primaries * (1 + replicas))]
         self.count = primaries
 
     @property
     def url(self) -> str:
-        return "redis+cluster://" + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:self.count]) + "/"
+        """Its ``redis+cluster://`` URL (with the ``default`` user's password when it has one)."""
+        from urllib.parse import quote
+
+        auth = ""
+        if self.password:
+            auth = ":" + quote(self.password, safe="") + "@"
+        return "redis+cluster://" + auth + ",".join(f"127.0.0.1:{n.port}" for n in self.nodes[:self.count]) + "/"
 
     def node(self, port: int) -> RedisServer:
         return next(n for n in self.nodes if n.port == port)
@@ -239,7 +255,7 @@ class ClusterGroup:
     def ask(self, port: int, *command: object, timeout: float = 5.0) -> object:
         import redis
 
-        client = redis.Redis(port=port, socket_timeout=timeout, decode_responses=True)
+        client = redis.Redis(port=port, socket_timeout=timeout, decode_responses=True, password=self.password)
         try:
             return client.execute_command(*command)
         finally:
@@ -255,8 +271,10 @@ class ClusterGroup:
     def _start(self) -> "ClusterGroup":
         for node in self.nodes:
             node.start()
+            if self.user:
+                self.ask(node.port, "ACL", "SETUSER", self.user[0], "on", ">" + self.user[1], "~*", "&*", "+@all")
         out = subprocess.run(
-            [self.cli, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
+            [self.cli, *self._cli_auth, "--cluster", "create", *[f"127.0.0.1:{n.port}" for n in self.nodes],
              "--cluster-replicas", str(self.replicas_each), "--cluster-yes"],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         if out.returncode != 0:

@@ -17,8 +17,10 @@ from redis.cluster import ClusterNode, RedisCluster
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.cluster import ClusterHashTagError, CrossSlotError, key_slot
+from echomq_gevent.cluster_routing import ClusterRouter
 from echomq_gevent.cluster_slot_client import SlotClient
 from echomq_gevent.config import parse_config
+from echomq_gevent.connection import make_client
 from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.events import QueueEvents
 from echomq_gevent.flow import FlowProducer
@@ -155,6 +157,27 @@ def test_queue_discovery_and_status_see_a_queue_on_every_primary(cluster, qname)
         dashboard.close()
         for q in queues:
             q.close()
+
+
+def test_a_moved_answer_moves_the_slot_in_the_map_on_this_redis_py(cluster, qname):
+    """redis-py 5.1+ moves the slot at once (NodesManager.move_slot); 4.6, the lowest the
+    package allows, has no move_slot and applies a pending MOVED on its next look-up: the
+    router takes both (the matrix's lowest session runs this on 4.6)."""
+    client = make_client(cluster.url)
+    router = ClusterRouter(client)
+    try:
+        slot = key_slot("{%s}" % qname)
+        manager = client.nodes_manager
+        owner = manager.get_node_from_slot(slot)
+        other = next(n for n in client.get_primaries() if n.name != owner.name)
+        router.moved(other.host, other.port, slot)
+        assert manager.get_node_from_slot(slot).name == other.name
+        print(f"\nredis-py {redis.__version__}: move_slot {'present' if hasattr(manager, 'move_slot') else 'missing'}")
+        router.refresh()  # the cluster's own answer puts it back
+        assert manager.get_node_from_slot(slot).name == owner.name
+    finally:
+        router.release()
+        client.close()
 
 
 def test_flows_need_one_slot(cluster, qname):
