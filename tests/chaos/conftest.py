@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 import redis
 
-from chaos_helpers import ControlledProxy
 from redis_server import RedisServer
+from tcp_proxy import ControlledProxy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))

@@ -6,6 +6,7 @@ and the newest redis-py the package allows."""
 from __future__ import annotations
 
 import gc
+from urllib.parse import urlsplit
 
 import msgpack
 import pytest
@@ -15,6 +16,7 @@ from echomq_gevent.errors import JobNotExist
 from echomq_gevent.keys import QueueKeys
 from echomq_gevent.kept_connection import KeptConnection, _RedisPy, pack_command
 from echomq_gevent.scripts import ScriptCall, Scripts
+from tcp_proxy import ControlledProxy
 
 
 def _client(redis_url: str, **kw) -> redis.Redis:
@@ -207,23 +209,24 @@ def test_for_client_refuses_clients_it_cannot_serve(redis_url):
 
 
 # --- no blind replay ---------------------------------------------------------------------------
-# A script that counts its runs and, on its first run only, keeps Redis busy for 300 ms: a
-# client whose socket timeout is 250 ms loses the answer of that run (which happened).
-_SLOW_FIRST = """
-if redis.call('INCR', KEYS[1]) == 1 then
-  local t = redis.call('TIME')
-  local start = t[1] * 1000000 + t[2]
-  repeat
-    t = redis.call('TIME')
-  until (t[1] * 1000000 + t[2]) - start > 300000
-end
-return 1
-"""
+# A reply that is surely lost: the client talks to Redis through a proxy that, once told to
+# hold its open connections, carries their commands to Redis but no reply back. The client
+# gives up after its socket timeout (the reply never comes, however loaded the machine); the
+# script's own count says how often it ran.
+_COUNT_RUNS = "return redis.call('INCR', KEYS[1])"
 
 
 @pytest.fixture
-def impatient(redis_url):
-    client = _client(redis_url, socket_timeout=0.25)
+def proxy(redis_url):
+    parts = urlsplit(redis_url)
+    p = ControlledProxy(parts.hostname or "127.0.0.1", parts.port or 6379)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def impatient(proxy):
+    client = _client(proxy.url, socket_timeout=1.0)
     kept = KeptConnection.for_client(client)
     assert kept is not None
     yield kept
@@ -231,26 +234,38 @@ def impatient(redis_url):
     client.close()
 
 
-def test_a_call_whose_answer_is_lost_is_not_sent_again_unless_safe(impatient, r, prefix):
+def _hold_the_kept_connection(kept, proxy):
+    """Open the kept connection (a PING through it), then hold its replies."""
+    assert kept.call("PING") in ("PONG", True)
+    assert proxy.hold_replies() == 1  # the kept connection is the client's only one
+
+
+def test_a_call_whose_answer_is_lost_is_not_sent_again_unless_safe(impatient, proxy, r, prefix, wait_for):
     from echomq_gevent.kept_connection import AmbiguousCallError
 
     once, twice = f"{prefix}:once", f"{prefix}:twice"
+    _hold_the_kept_connection(impatient, proxy)
     with pytest.raises(AmbiguousCallError, match="may have run"):
-        impatient.call("EVAL", _SLOW_FIRST, 1, once, resend=False)
-    assert r.get(once) == "1"  # (r waits for the script) it ran once, and was not sent again
-    # a call declared safe is sent again through the client, whose answer arrives
-    assert impatient.call("EVAL", _SLOW_FIRST, 1, twice, resend=True) == 1
+        impatient.call("EVAL", _COUNT_RUNS, 1, once, resend=False)
+    wait_for(lambda: r.get(once), what="the call to have run")
+    assert r.get(once) == "1"  # it ran, and was not sent again
+    # a call declared safe is sent again through the client, on a connection the proxy
+    # does not hold: the caller gets the second run's answer
+    _hold_the_kept_connection(impatient, proxy)
+    assert impatient.call("EVAL", _COUNT_RUNS, 1, twice, resend=True) == 2
     assert r.get(twice) == "2"
 
 
-def test_a_batch_whose_answers_are_lost_is_not_sent_again(impatient, r, prefix):
+def test_a_batch_whose_answers_are_lost_is_not_sent_again(impatient, proxy, r, prefix, wait_for):
     from echomq_gevent.kept_connection import AmbiguousCallError
 
     key = f"{prefix}:runs"
+    _hold_the_kept_connection(impatient, proxy)
     with pytest.raises(AmbiguousCallError) as info:
-        impatient.call_many([("EVAL", _SLOW_FIRST, 1, key), ("EVAL", _SLOW_FIRST, 1, key)], resend=False)
+        impatient.call_many([("EVAL", _COUNT_RUNS, 1, key), ("EVAL", _COUNT_RUNS, 1, key)], resend=False)
     assert len(info.value.commands) == 2
-    assert r.get(key) == "2"
+    wait_for(lambda: r.get(key) == "2", what="both calls to have run")
+    assert proxy.accepted == 1  # nothing was sent again, on any connection
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_call(lane, r, monkeypatch):
