@@ -19,9 +19,9 @@ script calls, following ``MOVED``/``ASK`` and failovers) and :mod:`.cluster_slot
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List
 
-from .errors import ConfigError
+from .keys import ClusterHashTagError, hash_tag, require_hash_tag  # noqa: F401 (named here too)
 from .redis_urls import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, ClusterURL, parse_cluster_url  # noqa: F401
 
 try:  # redis-py >= 4.1
@@ -33,10 +33,6 @@ except ImportError:  # pragma: no cover - redis-py without cluster support
 __all__ = ["CLUSTER_SCHEME", "CLUSTER_TLS_SCHEME", "ClusterURL", "parse_cluster_url", "cluster_client",
            "clone_cluster", "is_cluster", "hash_tag", "require_hash_tag", "key_slot", "ClusterHashTagError",
            "CrossSlotError", "require_same_slot", "disconnect", "client_list_all", "scan_keys"]
-
-
-class ClusterHashTagError(ConfigError):
-    """A queue's keys carry no hash tag, so on a cluster they would spread over slots."""
 
 
 class CrossSlotError(ValueError):
@@ -152,34 +148,6 @@ def clone_cluster(client: Any, settings: Any = None, defaults: Any = None, **ove
     startup = [ClusterNode(n.host, n.port) for n in client.get_nodes()] or \
         [ClusterNode(n.host, n.port) for n in client.nodes_manager.startup_nodes.values()]
     return _new_cluster(startup, kwargs)
-
-
-# -- hash tags -------------------------------------------------------------------------------
-def hash_tag(key: str) -> Optional[str]:
-    """The part of ``key`` Redis Cluster hashes when it is not the whole key: the text
-    between the first ``{`` and the next ``}``, if that text is not empty."""
-    start = key.find("{")
-    if start < 0:
-        return None
-    end = key.find("}", start + 1)
-    if end <= start + 1:
-        return None
-    return key[start + 1:end]
-
-
-def require_hash_tag(prefix: str, queue: str) -> str:
-    """Refuse a queue whose keys (``prefix:queue:...``) carry no hash tag: on a cluster
-    its keys would hash to different slots and every script call would fail with
-    ``CROSSSLOT``. Returns the tag. Raises :class:`ClusterHashTagError` naming the fixes."""
-    tag = hash_tag(f"{prefix}:{queue}:")
-    if tag is not None:
-        return tag
-    raise ClusterHashTagError(
-        f"queue {queue!r} with prefix {prefix!r} is on a Redis Cluster, but its keys "
-        f"({prefix}:{queue}:...) carry no hash tag, so they would land in different slots. "
-        f"Put a hash tag in the prefix (prefix '{{{prefix}}}': every queue of that prefix in one "
-        f"slot, as BullMQ's docs suggest) or in the queue name ('{{{queue}}}': each queue in its own "
-        f"slot, spread over the primaries); Node producers and workers must use the same names")
 
 
 def key_slot(key: str) -> int:

@@ -44,9 +44,9 @@ import yaml
 from .config_redis import (DEFAULT_REDIS_URL, EMBEDDED, EMBEDDED_KEYS, REDIS_KEYS, SENTINEL_KEYS,
                            RedisSettings, parse_redis)
 from .config_yaml import Builder, Marks, Path, format_error, suggest
-from .redis_urls import redact_url
+from .redis_urls import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, redact_url
 from .errors import ConfigError
-from .keys import DEFAULT_PREFIX, validate_prefix, validate_queue_name
+from .keys import DEFAULT_PREFIX, ClusterHashTagError, require_hash_tag, validate_prefix, validate_queue_name
 from .worker_options import WORKER_OPTIONS, OptionError, check_worker_option, validate_worker_options
 
 __all__ = [
@@ -197,7 +197,20 @@ def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
     _parse_logging(cfg, data.get("logging"))
     cfg.defaults = _parse_options(cfg, data.get("defaults"), ("defaults",), allow_processor=False)
     _parse_queues(cfg, data)
+    _check_cluster_hash_tags(cfg)
     return cfg
+
+
+def _check_cluster_hash_tags(cfg: Config) -> None:
+    """On a Redis Cluster every queue's keys need a hash tag: refuse the file at load,
+    at the queue's line, rather than when its worker starts."""
+    if not cfg.redis.url.startswith((CLUSTER_SCHEME + "://", CLUSTER_TLS_SCHEME + "://")):
+        return
+    for name in cfg.queues:
+        try:
+            require_hash_tag(cfg.prefix, name)
+        except ClusterHashTagError as exc:
+            raise cfg.error(("queues", name), str(exc)) from None
 
 
 def _str_list(cfg: Config, data: Mapping[str, Any], key: str) -> List[str]:

@@ -8,9 +8,12 @@ suffixes to it, so a Redis Cluster deployment only needs a hash-tag prefix such 
 from __future__ import annotations
 
 import re
-from typing import Iterator
+from typing import Iterator, Optional
 
-__all__ = ["QueueKeys", "validate_queue_name", "validate_prefix", "DEFAULT_PREFIX"]
+from .errors import ConfigError
+
+__all__ = ["QueueKeys", "validate_queue_name", "validate_prefix", "DEFAULT_PREFIX", "hash_tag", "require_hash_tag",
+           "ClusterHashTagError"]
 
 DEFAULT_PREFIX = "bull"
 
@@ -138,3 +141,35 @@ class QueueKeys:
     def all_fixed(self) -> Iterator[str]:
         for attr in FIXED_SUFFIXES:
             yield getattr(self, attr)
+
+
+class ClusterHashTagError(ConfigError):
+    """A queue's keys carry no hash tag, so on a cluster they would spread over slots."""
+
+
+# -- hash tags (Redis Cluster) ----------------------------------------------------------------
+def hash_tag(key: str) -> Optional[str]:
+    """The part of ``key`` Redis Cluster hashes when it is not the whole key: the text
+    between the first ``{`` and the next ``}``, if that text is not empty."""
+    start = key.find("{")
+    if start < 0:
+        return None
+    end = key.find("}", start + 1)
+    if end <= start + 1:
+        return None
+    return key[start + 1:end]
+
+
+def require_hash_tag(prefix: str, queue: str) -> str:
+    """Refuse a queue whose keys (``prefix:queue:...``) carry no hash tag: on a cluster
+    its keys would hash to different slots and every script call would fail with
+    ``CROSSSLOT``. Returns the tag. Raises :class:`ClusterHashTagError` naming the fixes."""
+    tag = hash_tag(f"{prefix}:{queue}:")
+    if tag is not None:
+        return tag
+    raise ClusterHashTagError(
+        f"queue {queue!r} with prefix {prefix!r} is on a Redis Cluster, but its keys "
+        f"({prefix}:{queue}:...) carry no hash tag, so they would land in different slots. "
+        f"Put a hash tag in the prefix (prefix '{{{prefix}}}': every queue of that prefix in one "
+        f"slot, as BullMQ's docs suggest) or in the queue name ('{{{queue}}}': each queue in its own "
+        f"slot, spread over the primaries); Node producers and workers must use the same names")

@@ -51,11 +51,11 @@ def test_yaml_cluster_list_and_mapping_become_a_url():
     assert cfg.redis.connection.socket_timeout == 3
     cfg = parse("""
         redis: {cluster: {nodes: ["h:7000"], password: "p@ss", tls: true}}
-        queues: {q: {}}
+        queues: {"{q}": {}}
     """)
     assert cfg.redis.url == "rediss+cluster://:p%40ss@h:7000/"
     assert parse_cluster_url(cfg.redis.url).password == "p@ss"
-    cfg = parse('redis: {url: "redis+cluster://h:7000,h:7001"}\nqueues: {q: {}}\n')
+    cfg = parse('redis: {url: "redis+cluster://h:7000,h:7001"}\nqueues: {"{q}": {}}\n')
     assert parse_cluster_url(cfg.redis.url).nodes == [("h", 7000), ("h", 7001)]
 
 
@@ -111,3 +111,33 @@ def test_redirect_answers_are_read_from_typed_errors_and_plain_text():
     assert redirect_kind(ResponseError("READONLY You can't write against a read only replica.")) == "wait"
     assert redirect_kind(ResponseError("ERR Error running script")) is None
     assert redirect_kind(7) is None
+
+
+def test_a_cluster_file_whose_queue_has_no_hash_tag_is_refused_at_load():
+    with pytest.raises(ConfigError) as info:
+        parse("""\
+            redis:
+              cluster: ["n1:7000", "n2:7001"]
+            queues:
+              "{mail}": {}
+              pdf: {}
+            """)
+    message = str(info.value)
+    assert message.startswith("test.yaml, line 5, key queues.pdf:"), message
+    assert "no hash tag" in message and "'{bull}'" in message and "'{pdf}'" in message
+
+
+def test_a_cluster_file_with_tagged_names_or_a_tagged_prefix_loads():
+    cfg = parse("""\
+        redis: "redis+cluster://n1:7000/"
+        queues: {"{mail}": {}, "{pdf}": {}}
+        """)
+    assert sorted(cfg.queues) == ["{mail}", "{pdf}"]
+    cfg = parse("""\
+        redis: {cluster: ["n1:7000"]}
+        prefix: "{shop}"
+        queues: {mail: {}, pdf: {}}
+        """)
+    assert cfg.prefix == "{shop}"
+    # without a cluster, no tag is needed
+    assert parse("queues: {mail: {}}").queues["mail"].name == "mail"
