@@ -28,12 +28,14 @@ function waitGo() {
 
 // The realistic mix: a 1 KB payload on every job; every job kept among the last 1,000
 // completed (removeOnComplete {count: 1000}) and given 2 attempts with a fixed 50 ms backoff;
-// 10 % fail their first attempt (data.f, the worker drivers throw), 10 % delayed by 1-2 s
-// from their add, the rest spread over three priorities (none, 1, 10).
+// 10 % fail their first attempt (data.f, the worker drivers throw), 10 % delayed by
+// 100-300 ms from their add (due by the time the preload ends and the worker starts, so
+// they are promoted from the delayed set during the run and their due times never decide
+// when it ends), the rest spread over three priorities (none, 1, 10).
 const PAYLOAD = 'x'.repeat(1024);
 function mixJob(i) {
   const opts = { removeOnComplete: { count: 1000 }, attempts: 2, backoff: { type: 'fixed', delay: 50 } };
-  if (i % 10 === 7) opts.delay = 1000 + (i % 1000);
+  if (i % 10 === 7) opts.delay = 100 + (i % 200);
   else if (i % 3 === 1) opts.priority = 1;
   else if (i % 3 === 2) opts.priority = 10;
   return { name: 'j', data: { i, p: PAYLOAD, f: i % 10 === 3 }, opts };
