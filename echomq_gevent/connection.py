@@ -168,7 +168,7 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
     if isinstance(pool, SentinelConnectionPool):  # ask the same sentinels for the primary
         kwargs.pop("connection_pool", None)  # the pool's own back-reference
         sentinel_pool = SentinelConnectionPool(
-            pool.service_name, pool.sentinel_manager,
+            pool.service_name, _own_sentinel_manager(pool.sentinel_manager),
             connection_class=pool.connection_class, is_master=pool.is_master,
             check_connection=pool.check_connection,
             max_connections=max_connections or pool.max_connections, **kwargs,
@@ -180,6 +180,24 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
         **kwargs,
     )
     return redis.Redis(connection_pool=new_pool)
+
+
+def _own_sentinel_manager(manager: Sentinel) -> Sentinel:
+    """A new ``Sentinel`` asking the same sentinels as ``manager``, with its own connections.
+
+    A clone may be used on another OS thread (the lock-renewal thread, an offloaded
+    processor): had it shared ``manager``, the first failover would make that thread ask
+    the sentinels on a socket made on the hub's thread, which gevent refuses ("Cannot
+    switch to a different thread"), and the two threads would reorder one list of sentinels.
+    """
+    addresses = [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+                 for s in manager.sentinels]
+    extra: Dict[str, Any] = {}
+    force_master_ip = getattr(manager, "_force_master_ip", None)
+    if force_master_ip is not None:
+        extra["force_master_ip"] = force_master_ip
+    return Sentinel(addresses, min_other_sentinels=manager.min_other_sentinels,
+                    sentinel_kwargs=dict(manager.sentinel_kwargs), **extra, **manager.connection_kwargs)
 
 
 def close_client(client: Any) -> None:

@@ -100,3 +100,26 @@ def test_the_wsgi_enqueue_pool_gets_the_defaults():
     assert kw["socket_timeout"] == DEFAULT_SETTINGS.socket_timeout
     assert kw["socket_keepalive"] is True
     assert kw["health_check_interval"] == DEFAULT_SETTINGS.health_check_interval
+
+
+def test_a_clone_of_a_sentinel_client_asks_the_same_sentinels_on_its_own_connections():
+    # the lock-renewal thread's clone must never use a sentinel socket made on the hub's
+    # thread (gevent refuses the switch), so each clone gets its own Sentinel manager
+    client = make_client("redis+sentinel://:secret@127.0.0.1:26379,127.0.0.1:26380/mymaster/2"
+                         "?sentinel_password=watch")
+    clone = clone_client(client, max_connections=2)
+    mine, theirs = clone.connection_pool.sentinel_manager, client.connection_pool.sentinel_manager
+    assert mine is not theirs
+    assert not {id(s) for s in mine.sentinels} & {id(s) for s in theirs.sentinels}
+
+    def where(manager):
+        return [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+                for s in manager.sentinels]
+    assert where(mine) == where(theirs) == [("127.0.0.1", 26379), ("127.0.0.1", 26380)]
+    assert mine.sentinel_kwargs == theirs.sentinel_kwargs and mine.sentinel_kwargs["password"] == "watch"
+    assert mine.min_other_sentinels == theirs.min_other_sentinels
+    assert clone.connection_pool.service_name == "mymaster"
+    assert clone.connection_pool.connection_kwargs["db"] == 2
+    assert clone.connection_pool.connection_kwargs["password"] == "secret"
+    clone.close()
+    client.close()
