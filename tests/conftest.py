@@ -1,5 +1,5 @@
 """Shared fixtures: a private Redis for the session, a Redis Cluster per module that asks for
-one, a fresh queue name per test, and the helpers every test folder uses."""
+one, a Sentinel group per test that asks for one, a fresh queue name per test, and the helpers every test folder uses."""
 from __future__ import annotations
 
 import itertools
@@ -15,7 +15,7 @@ import redis
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from redis_server import ClusterGroup, RedisServer  # noqa: E402
+from redis_server import ClusterGroup, RedisServer, SentinelGroup  # noqa: E402
 
 _counter = itertools.count()
 
@@ -41,6 +41,17 @@ def cluster():
     migration) starts its own."""
     with ClusterGroup() as group:
         yield group
+
+
+@pytest.fixture
+def sentinels():
+    """A primary, a replica and three sentinels of the test's own (``redis_server.SentinelGroup``):
+    each test that asks gets a fresh group, since its test kills the primary."""
+    g = SentinelGroup().start()
+    try:
+        yield g
+    finally:
+        g.stop()
 
 
 @pytest.fixture

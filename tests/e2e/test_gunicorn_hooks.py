@@ -99,6 +99,21 @@ def test_a_bad_yaml_is_refused_at_install_naming_line_and_key(tmp_path, redis_ur
     assert "line 7" in str(err.value) or ":7" in str(err.value)
 
 
+def test_a_cluster_yaml_whose_prefix_has_no_hash_tag_is_refused_at_install(tmp_path):
+    # refused in the master, before any worker forks (nothing connects to the cluster)
+    path = tmp_path / "cluster.yaml"
+    path.write_text(textwrap.dedent("""\
+        redis: {cluster: ["127.0.0.1:7000", "127.0.0.1:7001"]}
+        prefix: bull
+        entry_points: false
+        queues:
+          mail: {processor: "examples.tasks:dispatch"}
+        """))
+    with pytest.raises(ConfigError) as err:
+        gu.install({}, config=str(path), metrics=False)
+    assert "cluster.yaml, line 5, key queues.mail" in str(err.value) and "{bull}" in str(err.value), str(err.value)
+
+
 def test_a_file_broken_before_a_hup_keeps_the_previous_configuration(tmp_path, redis_url, prefix):
     path = _yaml(tmp_path, redis_url, prefix)
     first = gu.install({}, config=str(path), metrics=False)

@@ -6,28 +6,17 @@ import time
 from collections import Counter
 
 import gevent
-import pytest
 import redis
 from redis.sentinel import SentinelConnectionPool
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.events import QueueEvents
-from redis_server import SentinelGroup
 
 
-@pytest.fixture
-def group():
-    g = SentinelGroup().start()
-    try:
-        yield g
-    finally:
-        g.stop()
-
-
-def test_worker_follows_a_failover_to_the_promoted_replica(group, prefix, qname, wait_for):
-    queue = Queue(qname, connection=group.url, prefix=prefix)
+def test_worker_follows_a_failover_to_the_promoted_replica(sentinels, prefix, qname, wait_for):
+    queue = Queue(qname, connection=sentinels.url, prefix=prefix)
     ids = [queue.add("job", {"i": i}).id for i in range(300)]
-    primary = redis.Redis(port=group.primary.port, decode_responses=True)
+    primary = redis.Redis(port=sentinels.primary.port, decode_responses=True)
     assert primary.execute_command("WAIT", 1, 5000) == 1  # the replica has every job
     primary.close()
 
@@ -38,10 +27,10 @@ def test_worker_follows_a_failover_to_the_promoted_replica(group, prefix, qname,
         done[job.id] += 1
         return job.data["i"]
 
-    worker = Worker(qname, process, connection=group.url, prefix=prefix, concurrency=4,
+    worker = Worker(qname, process, connection=sentinels.url, prefix=prefix, concurrency=4,
                     drain_delay=0.5, lock_duration=2000, stalled_interval=1000)
     heard = set()
-    listener = QueueEvents(qname, connection=group.url, prefix=prefix)
+    listener = QueueEvents(qname, connection=sentinels.url, prefix=prefix)
     listener.on("completed", lambda args, _id: heard.add(args.get("jobId")))
     assert listener.wait_until_ready(10)
     worker.start()
@@ -54,8 +43,8 @@ def test_worker_follows_a_failover_to_the_promoted_replica(group, prefix, qname,
         wait_for(lambda: len(done) >= 50, what="50 jobs done before the kill")
         before = sum(done.values())
         killed = time.monotonic()
-        group.primary.kill()
-        wait_for(lambda: group.primary_port() == group.replica.port, timeout=60,
+        sentinels.primary.kill()
+        wait_for(lambda: sentinels.primary_port() == sentinels.replica.port, timeout=60,
                  what="the sentinels to promote the replica")
         promoted = time.monotonic()
         wait_for(lambda: sum(done.values()) > before + 20, timeout=60, what="jobs done after the failover")
@@ -63,7 +52,7 @@ def test_worker_follows_a_failover_to_the_promoted_replica(group, prefix, qname,
         late = queue.add("after-failover", {"i": -1})  # the queue's own client followed too
         wait_for(lambda: late.id in done, timeout=60, what="a job added after the failover")
         wait_for(lambda: late.id in heard, timeout=60, what="QueueEvents to hear it complete")
-        new_primary = redis.Redis(port=group.replica.port, decode_responses=True)
+        new_primary = redis.Redis(port=sentinels.replica.port, decode_responses=True)
         wait_for(lambda: new_primary.zcard(f"{prefix}:{qname}:completed") == len(ids) + 1, timeout=90,
                  what="every job completed on the new primary",
                  details=lambda: f"done {len(done)} of {len(ids) + 1}")
@@ -79,11 +68,11 @@ def test_worker_follows_a_failover_to_the_promoted_replica(group, prefix, qname,
         queue.close()
 
 
-def test_what_a_failover_loses_of_acknowledged_adds(group, prefix, qname, wait_for):
+def test_what_a_failover_loses_of_acknowledged_adds(sentinels, prefix, qname, wait_for):
     """Redis replicates asynchronously: an add the old primary acknowledged in the last
     moments before it died may never reach the replica. Measure how many, and check that
     every add acknowledged after the promotion is kept."""
-    queue = Queue(qname, connection=group.url, prefix=prefix)
+    queue = Queue(qname, connection=sentinels.url, prefix=prefix)
     acked = []  # (seq, job id, acknowledged after the promotion)
     errors = []
     state = {"stop": False, "promoted": False}
@@ -106,8 +95,8 @@ def test_what_a_failover_loses_of_acknowledged_adds(group, prefix, qname, wait_f
         wait_for(lambda: len(acked) >= 300, what="300 adds before the kill")
         at_kill = len(acked)
         killed = time.monotonic()
-        group.primary.kill()
-        wait_for(lambda: group.primary_port() == group.replica.port, timeout=60,
+        sentinels.primary.kill()
+        wait_for(lambda: sentinels.primary_port() == sentinels.replica.port, timeout=60,
                  what="the sentinels to promote the replica")
         state["promoted"] = True
         wait_for(lambda: sum(1 for a in acked if a[2]) >= 100, timeout=60, what="100 adds after the promotion")
@@ -116,7 +105,7 @@ def test_what_a_failover_loses_of_acknowledged_adds(group, prefix, qname, wait_f
     finally:
         state["stop"] = True
         adder.join(10)
-    new_primary = redis.Redis(port=group.replica.port, decode_responses=True)
+    new_primary = redis.Redis(port=sentinels.replica.port, decode_responses=True)
     pipe = new_primary.pipeline(transaction=False)
     for _seq, job_id, _after in acked:
         pipe.hget(f"{prefix}:{qname}:{job_id}", "data")
