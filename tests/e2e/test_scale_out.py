@@ -75,6 +75,15 @@ def _post(g: Gunicorn, path: str) -> Optional[Dict[str, Any]]:
     return body if status == 202 else None
 
 
+def _ready(g: Gunicorn, status: int) -> Optional[Dict[str, Any]]:
+    """``/_echomq/ready``'s JSON body when it answers ``status``, else None."""
+    try:
+        got, body = g.get_json("/_echomq/ready")
+    except (OSError, http.client.HTTPException, ValueError):
+        return None
+    return body if got == status else None
+
+
 def _log_errors(g: Gunicorn) -> List[str]:
     return [line for line in g.log().splitlines()
             if "Traceback" in line or "WORKER TIMEOUT" in line or "failed to boot" in line.lower()]
@@ -184,6 +193,10 @@ def test_gunicorn_workers_follow_a_sentinel_failover(sentinels, qname, tmp_path,
 
         done_at_kill = sum(queue.get_job_state(i) == "completed" for i in before["jobs"])
         sentinels.primary.kill()
+        # the sentinels wait down-after-milliseconds (1 s) before they act: /ready says so meanwhile
+        outage = wait_for(lambda: _ready(g, 503), 30, interval=0.05, what="/_echomq/ready 503 without a primary",
+                          details=g.log)
+        assert "Redis unreachable" in outage["reason"], outage
         wait_for(lambda: sentinels.primary_port() == sentinels.replica.port, 90,
                  what="the sentinels to promote the replica")
         # the app's own queue follows too: enqueue until the new primary takes the jobs
@@ -204,8 +217,7 @@ def test_gunicorn_workers_follow_a_sentinel_failover(sentinels, qname, tmp_path,
         assert new_primary.zcard(f"{prefix}:{QUEUE}:completed") == len(before["jobs"]) + len(late)
         new_primary.close()
         print(f"\ngunicorn behind Sentinel: {done_at_kill} of {len(before['jobs'])} jobs done at the kill")
-        wait_for(lambda: g.get_json("/_echomq/ready")[0] == 200, 60, what="/_echomq/ready 200 again",
-                 details=g.log)
+        wait_for(lambda: _ready(g, 200), 60, what="/_echomq/ready 200 again", details=g.log)
         status, live = g.get_json("/_echomq/live")
         assert status == 200 and live["live"] is True, live
         assert "WORKER TIMEOUT" not in g.log() and "failed to boot" not in g.log().lower(), g.log()
