@@ -158,6 +158,15 @@ def make_runtime(offload: Optional[str], concurrency: int, scripts: Any = None) 
     raise ValueError(f"offload must be 'thread' or None, got {offload!r}")
 
 
+class _PopFailed:
+    """The error of a BZPOPMIN, returned by the greenlet or thread that ran it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
 class MarkerWaiter:
     """Blocks on the queue's marker ZSET (``BZPOPMIN``) for the fetch loop.
 
@@ -176,7 +185,13 @@ class MarkerWaiter:
         self._pending: Any = None
 
     def _pop(self, timeout: float) -> Any:
-        return self.client.bzpopmin(self.key, timeout)
+        try:
+            return self.client.bzpopmin(self.key, timeout)
+        except Exception as exc:
+            # Handed to wait(), which raises it in the fetch loop (which logs and retries).
+            # Raised here, gevent would also print it as a crashed greenlet, with a
+            # traceback, for every failed wait while Redis is away.
+            return _PopFailed(exc)
 
     def _spawn(self, timeout: float) -> Any:
         if self.use_thread:
@@ -198,6 +213,8 @@ class MarkerWaiter:
         if pending.ready():
             self._pending = None
             res = pending.get()
+            if isinstance(res, _PopFailed):
+                raise res.error
             if not res:
                 return "timeout", 0.0
             return "marker", float(res[2])
