@@ -32,7 +32,7 @@ except ImportError:  # pragma: no cover - redis-py without cluster support
 
 __all__ = ["CLUSTER_SCHEME", "CLUSTER_TLS_SCHEME", "ClusterURL", "parse_cluster_url", "cluster_client",
            "clone_cluster", "is_cluster", "hash_tag", "require_hash_tag", "key_slot", "ClusterHashTagError",
-           "CrossSlotError", "require_same_slot", "disconnect", "client_list_all", "scan_keys"]
+           "CrossSlotError", "require_same_slot", "disconnect", "client_list_all", "scan_keys", "ping_primaries"]
 
 
 class CrossSlotError(ValueError):
@@ -83,6 +83,11 @@ def scan_keys(client: Any, match: str, count: int = 500) -> Iterator[str]:
             if key not in seen:
                 seen.add(key)
                 yield key
+
+
+def ping_primaries(client: Any) -> None:
+    """PING every primary the client knows of; raises the first error."""
+    client.ping(target_nodes=RedisCluster.PRIMARIES)
 
 
 def is_cluster(client: Any) -> bool:

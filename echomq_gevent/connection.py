@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Union
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .cluster import clone_cluster, cluster_client, disconnect, is_cluster
+from .cluster import clone_cluster, cluster_client, disconnect, is_cluster, ping_primaries
 # the settings live apart so a configuration loads without redis; named here too for the
 # callers of this module
 from .connection_settings import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError,  # noqa: F401
@@ -36,6 +36,7 @@ from .redis_urls import (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_QUERY_KEYS
                          SentinelURL, parse_sentinel_url, redact_url)
 
 __all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client", "close_client",
+           "ReadinessProbe",
            "url_settings", "DEFAULT_URL", "SETTING_KEYS", "SENTINEL_SCHEME", "SentinelURL",
            "parse_sentinel_url", "redact_url"]
 
@@ -211,3 +212,43 @@ def close_client(client: Any) -> None:
             client.connection_pool.disconnect()
     finally:
         client.close()
+
+
+class ReadinessProbe:
+    """Answers "does Redis answer?" for a readiness endpoint: ``check()`` is ``None`` when
+    every server the queues may live on answers PING within ``timeout`` seconds (the
+    server, the primary behind Sentinel, every primary of a Redis Cluster), else the
+    reason. A failed check drops its client, so the next one starts from the URL again.
+    On a cluster every check starts from the URL: a cluster client keeps its map of the
+    primaries until a command it routes fails, and a PING of every primary is not such a
+    command, so a kept client would keep asking a primary demoted by a failover."""
+
+    def __init__(self, url: str, timeout: float = 1.0) -> None:
+        self.url = url
+        self.timeout = timeout
+        self._client: Any = None
+
+    def check(self) -> Optional[str]:
+        try:
+            if self._client is None:
+                self._client = make_client(self.url, max_connections=4, socket_timeout=self.timeout,
+                                           socket_connect_timeout=self.timeout)
+            if is_cluster(self._client):
+                try:
+                    ping_primaries(self._client)
+                finally:
+                    self.close()
+            else:
+                self._client.ping()
+            return None
+        except Exception as exc:
+            self.close()
+            return f"{type(exc).__name__}: {exc}"
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            try:
+                close_client(client)
+            except Exception:
+                pass

@@ -54,7 +54,7 @@ class CoHost:
         self._drain: Any = None
         self._watcher: Any = None
         self._heartbeat: Any = None
-        self._health_client: Any = None
+        self._readiness: Any = None
         self._thread_ident: Optional[int] = None
         self._hub: Any = None
         self._abort_snapshot: List[Any] = []
@@ -207,9 +207,9 @@ class CoHost:
         from .wsgi import close_queues
 
         close_queues()
-        if self._health_client is not None:
+        if self._readiness is not None:
             try:
-                self._health_client.close()
+                self._readiness.close()
             except Exception:
                 pass
         left = self.in_flight()
@@ -303,18 +303,13 @@ class CoHost:
         return self.state != "running" or not getattr(self.gworker, "alive", True)
 
     def redis_ok(self) -> Optional[str]:
-        """``None`` when Redis answers PING within 1 s, else the reason. Request greenlet."""
-        if self._health_client is None:
-            from ..connection import make_client
+        """``None`` when Redis answers PING within 1 s (every primary, on a cluster), else
+        the reason. Request greenlet."""
+        if self._readiness is None:
+            from ..connection import ReadinessProbe
 
-            self._health_client = make_client(
-                self.settings.redis_url, max_connections=4, socket_timeout=1.0,
-                socket_connect_timeout=1.0)
-        try:
-            self._health_client.ping()
-            return None
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
+            self._readiness = ReadinessProbe(self.settings.redis_url, timeout=1.0)
+        return self._readiness.check()
 
     def status(self) -> Dict[str, Any]:
         """This process's job workers as plain data (the health endpoints' JSON bodies)."""

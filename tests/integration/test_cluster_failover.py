@@ -12,6 +12,7 @@ import redis
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.cluster import key_slot
+from echomq_gevent.connection import ReadinessProbe
 from redis_server import ClusterGroup
 
 
@@ -126,6 +127,8 @@ def test_a_busy_queue_s_slot_is_migrated_mid_run(cluster, qname, wait_for):
 
 def test_a_manual_failover_then_a_killed_primary(cluster, qname, wait_for):
     run = Run(cluster, qname)
+    probe = ReadinessProbe(cluster.url)  # what gunicorn's /_echomq/ready asks
+    assert probe.check() is None
     run.add(300)
     run.replicate()
     first = run.owner()
@@ -148,8 +151,12 @@ def test_a_manual_failover_then_a_killed_primary(cluster, qname, wait_for):
         before = len(run.done)
         killed = time.monotonic()
         cluster.node(replica).kill()
+        reason = probe.check()
+        assert reason is not None and "ConnectionError" in reason, reason  # a primary is down: not ready
         wait_for(lambda: run.owner() == first, timeout=90, what="the old primary to be promoted again")
         promoted = time.monotonic() - killed
+        # ready again once the replica serves the slots: the probe finds the new map of primaries
+        wait_for(lambda: probe.check() is None, timeout=30, what="readiness after the promotion")
         wait_for(lambda: len(run.done) >= min(before + 30, len(run.ids)), timeout=90,
                  what="jobs done after the kill")
         resumed_kill = time.monotonic() - killed
@@ -160,4 +167,5 @@ def test_a_manual_failover_then_a_killed_primary(cluster, qname, wait_for):
               f"again {resumed_kill:.2f} s after the kill; {len(run.ids)} jobs, all done, {redone} ran twice; "
               f"redirects {router.redirects}")
     finally:
+        probe.close()
         run.close()
