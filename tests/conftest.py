@@ -16,6 +16,7 @@ import redis
 sys.path.insert(0, os.path.dirname(__file__))
 
 from redis_server import ClusterGroup, RedisServer, SentinelGroup  # noqa: E402
+from waiting import wait_until  # noqa: E402,F401 (the wait_for fixture; importable from waiting)
 
 _counter = itertools.count()
 
@@ -104,26 +105,6 @@ def _clean_prefix(request):
 
 
 # --- helpers every test folder uses (as fixtures: ``def test_x(wait_for): ...``) -----------------
-def wait_until(predicate: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
-               interval: float = 0.02, details: Optional[Callable[[], str]] = None,
-               give_up: Optional[Callable[[], Optional[str]]] = None) -> Any:
-    """Poll ``predicate`` (yielding to the gevent hub between polls) until it returns
-    something truthy, and return that. Fails after ``timeout`` s naming ``what`` (and
-    ``details()``, e.g. a process' output); fails at once when ``give_up()`` says why."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        reason = give_up() if give_up is not None else None
-        if reason:
-            raise AssertionError(f"gave up waiting for {what}: {reason}" + (f"\n{details()}" if details else ""))
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}" +
-                                 (f"\n{details()}" if details else ""))
-        gevent.sleep(interval)
-
-
 class StreamEvents:
     """Reads a queue's events stream (``<prefix>:<queue>:events``): ``events()`` for the
     test's own queue, ``events(of)`` for a ``Queue`` or ``QueueKeys``; entries as field

@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+from waiting import wait_until as wait_for  # noqa: F401 (the browser tests import it from here)
+
 import gevent
 
 
@@ -33,14 +35,3 @@ def serving(app: Callable[..., Any]) -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join(5)
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll ``cond`` (yielding to gevent) until it is true; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")

@@ -19,6 +19,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from echomq_gevent import Queue, Worker
 from echomq_gevent.contrib.otel import OtelPlugin, extract_context, producer_plugins
 from echomq_gevent.plugins import PluginHost, make_plugin_manager
+from waiting import wait_until as wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,16 +32,6 @@ def spans():
     exporter.provider = provider
     yield exporter
     provider.shutdown()
-
-
-def wait_for(cond, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        gevent.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 def by_name(exporter, name):
