@@ -7,17 +7,16 @@ wait, and while the worker handles the answers Redis waits. :class:`PipelinedCon
 takes the calls of every greenlet of one hub on one connection and keeps writing while
 answers are outstanding:
 
-* **Writing.** A call made while nothing is in flight, by a greenlet that is the only one
-  its answers woke, is written at once by the calling greenlet (no added latency for a
-  lone caller). Otherwise it is queued; a writer greenlet, spawned by the first call of
-  a hub turn, runs after every greenlet already woken in that turn and writes the queued
-  calls in one send. Up to :data:`MAX_WRITES_IN_FLIGHT` writes may await answers at once;
-  a write goes while another is in flight only when it carries at least
-  :data:`MIN_OVERLAPPING_WRITE` calls, otherwise it waits for those answers and gathers
-  more calls meanwhile. With many jobs in flight, Redis runs one batch while the worker
-  handles the answers of the other; with few, batches stay whole (each write and each
-  read is a system call on both sides, and on a busy machine those cost more than the
-  overlap gains). Calls are written in the order they were made, and Redis runs them in
+* **Writing.** While fewer than :data:`WRITE_AT_ONCE_BELOW` calls are in flight (and have
+  been lately: a peak that decays by one every 100 calls), a call is written at once by
+  the calling greenlet, as ioredis does: Redis starts on it while the worker is still
+  finishing the other jobs of the same turn. With more in flight, calls gather: a writer greenlet runs after every greenlet already woken in the hub turn
+  and writes the queued calls in one send; at most :data:`MAX_WRITES_IN_FLIGHT` such
+  writes await answers at once, and one goes while another is in flight only when it
+  carries at least :data:`MIN_OVERLAPPING_WRITE` calls, otherwise it waits for those
+  answers and gathers more calls meanwhile. So with few jobs in flight Redis and the
+  worker overlap call by call, and with many they overlap batch by batch while the
+  batches stay large (each write and each read is a system call on both sides). Calls are written in the order they were made, and Redis runs them in
   that order: one connection orders the calls of all greenlets, never less than the
   separate connections it replaces did.
 * **Reading.** Answers come back in the order the calls were written. A lone caller
@@ -70,6 +69,8 @@ MAX_WRITES_IN_FLIGHT = 2
 #: in flight cost a write and a read each for little overlap, and once split they stay
 #: split (each batch's answers wake the callers of the next one).
 MIN_OVERLAPPING_WRITE = 32
+#: Fewer calls than this awaiting answers: a new call is written at once by its caller.
+WRITE_AT_ONCE_BELOW = 32
 
 
 def pipelining_available() -> bool:
@@ -133,8 +134,8 @@ class PipelinedConnection:
         self._queue: List[_Request] = []
         self._link: Optional[_Link] = None
         self._writing = False
-        #: callers whose answers are read and who have not run yet (their wake-up is queued)
-        self._woken = 0
+        #: recent peak of calls in flight or queued (decays by 0.01 per call)
+        self._peak = 0.0
         self._pid = os.getpid()
         self._held: List[Any] = []  # the connection in use, for the finalizer
         #: sends made, requests written, and the most requests ever outstanding at once
@@ -180,15 +181,17 @@ class PipelinedConnection:
     def _run(self, commands: Sequence[Sequence[Any]]) -> _Request:
         if self._pid != os.getpid():  # forked: the connection belongs to the parent
             self._pid = os.getpid()
-            self._link, self._queue, self._writing, self._woken = None, [], False, 0
+            self._link, self._queue, self._writing = None, [], False
             self._held.clear()
         req = _Request(commands)
         self._queue.append(req)
-        if not self._writing and self._can_send():
-            link = self._link
-            if (link is None or not link.inflight) and not self._woken:
-                self._write(req)  # nothing outstanding, nobody else about to call: write now
-            else:
+        link = self._link
+        busy = len(self._queue) + (len(link.inflight) if link is not None else 0)
+        self._peak = busy if busy > self._peak else self._peak - 0.01
+        if not self._writing:
+            if self._peak < WRITE_AT_ONCE_BELOW:
+                self._write(req, at_once=True)  # few calls in flight: write now, on this greenlet
+            elif self._can_send():
                 self._writing = True
                 gevent.spawn(self._write)  # after the greenlets woken in this turn
         # else: written when a write in flight is fully answered (_answered)
@@ -258,13 +261,14 @@ class PipelinedConnection:
         self._held.append(link.conn)
         return link
 
-    def _write(self, own: Optional[_Request] = None) -> None:
-        """Write every queued request, one send per round: on the caller whose request
-        ``own`` found nothing in flight, or on the writer greenlet. Then make sure the
-        answers are read: by the reader, or by ``own``'s caller when its request is first."""
+    def _write(self, own: Optional[_Request] = None, at_once: bool = False) -> None:
+        """Write the queued requests, one send per round: ``at_once`` on the caller whose
+        request ``own`` found few calls in flight, else on the writer greenlet as far as
+        :meth:`_can_send` allows. Then make sure the answers are read: by the reader, or
+        by ``own``'s caller when its request is first."""
         self._writing = True
         try:
-            while self._queue and self._can_send():
+            while self._queue and (at_once or self._can_send()):
                 batch = [r for r in self._queue if not r.cancelled]
                 self._queue = []
                 if batch:
@@ -353,20 +357,14 @@ class PipelinedConnection:
                 value = err
             results.append(value)
 
-    def _resume(self, req: _Request) -> None:
-        """On the hub: switch to a caller whose answers are in."""
-        self._woken -= 1
-        req.waiter.switch(None)
-
     def _read_loop(self, link: _Link) -> None:
-        wake, resume = self._hub.loop.run_callback, self._resume
+        wake = self._hub.loop.run_callback
         try:
             while link.inflight and not link.dead:
                 req = link.inflight[0]
                 self._read_request(link, req)
                 req.state = _DONE
-                self._woken += 1
-                wake(resume, req)
+                wake(req.waiter.switch, None)
                 self._answered(link)
         except BaseException as exc:
             link.reader = None
@@ -382,8 +380,7 @@ class PipelinedConnection:
     def _fail(self, req: _Request, kind: str, exc: BaseException) -> None:
         req.failure = (kind, exc)
         req.state = _DONE
-        self._woken += 1
-        self._hub.loop.run_callback(self._resume, req)
+        self._hub.loop.run_callback(req.waiter.switch, None)
 
     def _kill(self, link: _Link, exc: BaseException) -> None:
         """The connection failed: close it; every request written on it and not answered

@@ -210,8 +210,21 @@ def test_a_caller_killed_before_its_call_is_written_never_sends_it(make_pipe, r,
     assert r.delete(big_key) == 1
 
 
-def test_small_writes_wait_for_the_answers_in_flight_and_large_ones_overlap(make_pipe, prefix):
+def test_with_few_calls_in_flight_each_is_written_at_once(make_pipe, prefix):
     pipe = make_pipe()
+    slow = f"{prefix}:slow"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "200", "slow", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    calls = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"c{i}", resend=False) for i in range(10)]
+    _wait_until(lambda: pipe.in_flight == 11, "every call is written while the slow one runs")
+    assert pipe.writes == 11 and not first.ready()  # one write each, as they were made
+    assert first.get() == "slow"
+    assert [g.get() for g in calls] == [f"c{i}" for i in range(10)]
+
+
+def test_with_many_in_flight_small_writes_wait_and_large_ones_overlap(make_pipe, prefix):
+    pipe = make_pipe()
+    pipe._peak = 1000.0  # as after a while with hundreds of calls in flight
     slow = f"{prefix}:slow"
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "300", "slow", resend=False)
     _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
@@ -234,6 +247,7 @@ def test_small_writes_wait_for_the_answers_in_flight_and_large_ones_overlap(make
 
 def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_pipe, r, prefix):
     pipe = make_pipe(socket_timeout=0.25)
+    pipe._peak = 1000.0  # calls gather (many in flight lately)
     slow = f"{prefix}:slow"
     outcome = {}
 
