@@ -149,6 +149,19 @@ def pack_command(command: Sequence[Any]) -> Optional[bytes]:
     return _hiredis_pack(tuple(command)) if _hiredis_pack is not None else None
 
 
+def resend_through_client(client: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
+    """Run resend-safe ``commands`` again through ``client`` (its pool and retry policy)
+    after their connection failed: one call, or one pipeline with each answer (an error
+    in place of a failed one) in order."""
+    pipe = client.pipeline(transaction=False)
+    try:
+        for command in commands:
+            pipe.execute_command(*command)
+        return pipe.execute(raise_on_error=False)
+    finally:
+        pipe.reset()
+
+
 def _give_back(pool: Any, idle: List[Any]) -> None:
     """Check the kept connections back in (on :meth:`KeptConnection.release` or collection)."""
     while idle:
@@ -275,13 +288,7 @@ class KeptConnection:
                 raise AmbiguousCallError(
                     f"the connection failed after {len(commands)} command(s) were sent ({type(exc).__name__}: "
                     f"{exc}); they are not sent again, as they may have run", commands) from exc
-            pipe = self.client.pipeline(transaction=False)
-            try:
-                for command in commands:
-                    pipe.execute_command(*command)
-                return pipe.execute(raise_on_error=False)
-            finally:
-                pipe.reset()
+            return resend_through_client(self.client, commands)
         except BaseException:
             _RedisPy.drop(pool, conn)
             raise

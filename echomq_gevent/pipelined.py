@@ -53,7 +53,7 @@ from gevent.hub import Waiter
 from redis.exceptions import ResponseError
 
 from .kept_connection import (_CONNECTION_ERRORS, STALE_AFTER_S, AmbiguousCallError, KeptConnection, _give_back,
-                              _hiredis_pack, _RedisPy)
+                              _hiredis_pack, _RedisPy, resend_through_client)
 
 __all__ = ["PipelinedConnection", "pipelining_available"]
 
@@ -241,13 +241,7 @@ class PipelinedConnection:
         if resend:  # idempotent: run again through the client (and its retry policy)
             if len(commands) == 1:
                 return [self.client.execute_command(*commands[0])]
-            pipe = self.client.pipeline(transaction=False)
-            try:
-                for command in commands:
-                    pipe.execute_command(*command)
-                return pipe.execute(raise_on_error=False)
-            finally:
-                pipe.reset()
+            return resend_through_client(self.client, commands)
         if kind == "unsent":
             raise exc  # nothing was written: trying again is safe
         what = commands[0][0] if len(commands) == 1 else f"{len(commands)} command(s)"

@@ -49,7 +49,7 @@ from __future__ import annotations
 import json
 import logging
 import weakref
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
@@ -131,22 +131,7 @@ class OtelPlugin:
                 opts["telemetry"] = {**(tel if isinstance(tel, dict) else {}), "metadata": json.dumps(carrier)}
         except Exception:
             log.exception("otel: could not start the producer span of %s; the job is added without it", name)
-        token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
-        outcome = yield
-        if token is not None:
-            otel_context.detach(token)
-        if span is None:
-            return
-        try:
-            exc = outcome.excinfo[1] if outcome.excinfo else None
-            if exc is not None:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, str(exc)))
-            else:
-                job = outcome.get_result()
-                span.set_attributes({"bullmq.job.name": name, "bullmq.job.id": str(getattr(job, "id", ""))})
-        finally:
-            span.end()
+        yield from _around(span, lambda job: {"bullmq.job.name": name, "bullmq.job.id": str(getattr(job, "id", ""))})
 
     @hookimpl(hookwrapper=True)
     def echomq_add_bulk(self, queue: Any, jobs: List[Dict[str, Any]], add_bulk: Any) -> Any:
@@ -323,9 +308,10 @@ def _carry(opts: Dict[str, Any], metadata: str) -> None:
         opts["telemetry"] = new
 
 
-def _around(span: Any) -> Any:
+def _around(span: Any, on_result: Optional[Callable[[Any], Dict[str, Any]]] = None) -> Any:
     """The part of a producer hook wrapper from the ``yield`` on: the span is current
-    while the add runs, records its error and ends."""
+    while the add runs, records its error (or the attributes ``on_result`` makes of the
+    result) and ends."""
     token = otel_context.attach(trace.set_span_in_context(span)) if span is not None else None
     outcome = yield
     if token is not None:
@@ -337,6 +323,8 @@ def _around(span: Any) -> Any:
         if exc is not None:
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, str(exc)))
+        elif on_result is not None:
+            span.set_attributes(on_result(outcome.get_result()))
     finally:
         span.end()
 

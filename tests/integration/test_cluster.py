@@ -26,6 +26,7 @@ from echomq_gevent.events import QueueEvents
 from echomq_gevent.flow import FlowProducer
 from echomq_gevent.hookspecs import hookimpl
 from echomq_gevent.runner import Runner
+from integration.worker_helpers import EchoProcessors
 
 
 def _run(worker_ids, done, wait_for, n, what):
@@ -202,18 +203,6 @@ def test_flows_need_one_slot(cluster, qname):
         producer.close()
 
 
-class _Echo:
-    __name__ = "cluster-echo"
-
-    def __init__(self, queue):
-        self.queue = queue
-        self.seen = []
-
-    @hookimpl
-    def echomq_register_processors(self, registry):
-        registry.add(self.queue, "job", lambda job: self.seen.append(job.id) or "ok")
-
-
 def test_the_runner_from_a_yaml_cluster_list(cluster, qname, wait_for):
     nodes = ", ".join(f'"127.0.0.1:{n.port}"' for n in cluster.nodes[:2])
     cfg = parse_config(f"""
@@ -226,7 +215,7 @@ queues:
   {qname}: {{concurrency: 2, drain_delay: 0.5, shutdown_timeout: 5}}
 """)
     assert cfg.redis.url.startswith("redis+cluster://")
-    echo = _Echo(qname)
+    echo = EchoProcessors(qname)
     runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))
     runner.start()
     queue = Queue(qname, connection=cfg.redis.url, prefix=cfg.prefix)

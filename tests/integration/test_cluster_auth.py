@@ -14,6 +14,7 @@ from echomq_gevent import Queue, Worker
 from echomq_gevent.config import parse_config
 from echomq_gevent.hookspecs import hookimpl
 from echomq_gevent.runner import Runner
+from integration.worker_helpers import EchoProcessors
 from redis_server import ClusterGroup
 
 PASSWORD = "pa:ss@w/rd#1"  # characters a URL must quote
@@ -59,16 +60,6 @@ def test_the_password_in_the_url_adds_and_processes(locked, qname, wait_for):
         queue.close()
 
 
-class _Echo:
-    def __init__(self, queue):
-        self.queue = queue
-        self.seen = []
-
-    @hookimpl
-    def echomq_register_processors(self, registry):
-        registry.add(self.queue, "job", lambda job: self.seen.append(job.id) or "ok")
-
-
 def test_the_yaml_mapping_s_user_and_password(locked, qname, wait_for):
     nodes = ", ".join(f'"127.0.0.1:{n.port}"' for n in locked.nodes[:2])
     cfg = parse_config(f"""
@@ -83,7 +74,7 @@ entry_points: false
 queues:
   {qname}: {{concurrency: 2, drain_delay: 0.5, shutdown_timeout: 5}}
 """)
-    echo = _Echo(qname)
+    echo = EchoProcessors(qname)
     runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))
     runner.start()
     queue = Queue(qname, connection=cfg.redis.url, prefix=cfg.prefix)

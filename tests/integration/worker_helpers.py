@@ -81,3 +81,18 @@ def marker_wait_blocked(worker: Worker, r: Any) -> bool:
     as Redis reports it (CLIENT LIST flag ``b``)."""
     name = worker._blocking_client_name()
     return any(c.get("name") == name and "b" in c.get("flags", "") for c in r.client_list())
+
+
+class EchoProcessors:
+    """A plugin that registers a ``job`` processor for one queue, returning "ok" and
+    recording the ids it ran in ``seen`` (the Runner tests on a YAML file)."""
+
+    __name__ = "echo-processors"
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+        self.seen: List[str] = []
+
+    @hookimpl
+    def echomq_register_processors(self, registry: Any) -> None:
+        registry.add(self.queue, "job", lambda job: self.seen.append(job.id) or "ok")
