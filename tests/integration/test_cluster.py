@@ -24,7 +24,6 @@ from echomq_gevent.connection import make_client
 from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.events import QueueEvents
 from echomq_gevent.flow import FlowProducer
-from echomq_gevent.hookspecs import hookimpl
 from echomq_gevent.runner import Runner
 from integration.worker_helpers import EchoProcessors
 

@@ -12,7 +12,6 @@ from redis.exceptions import RedisClusterException
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.config import parse_config
-from echomq_gevent.hookspecs import hookimpl
 from echomq_gevent.runner import Runner
 from integration.worker_helpers import EchoProcessors
 from redis_server import ClusterGroup
