@@ -94,6 +94,42 @@ def command_delta(before: RedisSnapshot, after: RedisSnapshot,
 SCRIPT_COMMANDS = ("evalsha", "eval", "evalsha_ro", "eval_ro", "fcall")
 
 
+def machine_cpu_s(stat_line: Optional[str] = None) -> Optional[Tuple[float, float]]:
+    """(busy, idle) CPU seconds of the whole machine since boot, summed over its cores, from
+    the ``cpu`` line of ``/proc/stat`` (``stat_line`` instead, for tests); None where there is
+    none. Busy counts user, nice, system, irq, softirq and steal (time the hypervisor gave to
+    other guests: lost to this machine all the same); idle counts idle and iowait. The guest
+    fields are already inside user and nice."""
+    if stat_line is None:
+        try:
+            with open("/proc/stat", encoding="ascii") as fh:
+                stat_line = fh.readline()
+        except OSError:
+            return None
+    fields = stat_line.split()
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    ticks = [int(x) for x in fields[1:9]]
+    user, nice, system, idle, iowait, irq, softirq, steal = ticks
+    hz = float(os.sysconf("SC_CLK_TCK")) if hasattr(os, "sysconf") else 100.0
+    return (user + nice + system + irq + softirq + steal) / hz, (idle + iowait) / hz
+
+
+def other_cpu_pct(before: Optional[Tuple[float, float]], after: Optional[Tuple[float, float]],
+                  measured_s: float) -> Optional[float]:
+    """The share (%) of the machine's CPU time between two :func:`machine_cpu_s` samples
+    that went to anything but the ``measured_s`` CPU seconds of the processes under test
+    (the worker, Redis, the harness): other work on the machine competing with the run.
+    None when either sample is missing or no time passed."""
+    if before is None or after is None:
+        return None
+    busy = after[0] - before[0]
+    total = busy + after[1] - before[1]
+    if total <= 0:
+        return None
+    return max(0.0, min(100.0, (busy - measured_s) * 100.0 / total))
+
+
 @dataclass
 class ProcWatch:
     """CPU and peak RSS of one driver subprocess (psutil; VmHWM where Linux has it)."""
@@ -119,6 +155,12 @@ class ProcWatch:
         except OSError:
             pass
         return self._proc.memory_info().rss / (1024.0 * 1024.0)
+
+
+def _own_cpu_s() -> float:
+    """CPU seconds of this process (the harness and its polling)."""
+    t = os.times()
+    return t.user + t.system
 
 
 class Bench:
@@ -372,6 +414,8 @@ class Bench:
             assert self.client is not None
             before = RedisSnapshot.take(self.client)
             cpu0 = watch.cpu_s()
+            own0 = _own_cpu_s()
+            machine0 = machine_cpu_s()
             resumed_ms = time.time() * 1000.0
             harness = self.resume(keys)
             if mix:
@@ -381,6 +425,8 @@ class Bench:
                 done, failed, polls = self.wait_finished(keys, n, timeout, proc)
             after = RedisSnapshot.take(self.client)
             cpu1 = watch.cpu_s()
+            machine1 = machine_cpu_s()
+            own1 = _own_cpu_s()
             rss = watch.peak_rss_mb()
             if mix:
                 harness.update({"llen": 2 * polls, "zcard": 3 * polls})
@@ -406,6 +452,8 @@ class Bench:
             "redis_cpu_us_per_job": (after.cpu_s - before.cpu_s) * 1e6 / n,
             "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / n,
             "peak_rss_mb": rss, "commands": cmds, "jobs_seen": seen, "redis_version": self.redis_version,
+            "other_cpu_pct": other_cpu_pct(machine0, machine1,
+                                           (cpu1 - cpu0) + (after.cpu_s - before.cpu_s) + (own1 - own0)),
         }
 
     def run_enqueue(self, impl: Impl, n: int, mode: str, timeout: float = 600) -> Dict[str, Any]:

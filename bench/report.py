@@ -19,7 +19,7 @@ LABELS = {"ours": "echomq-gevent", "node": "BullMQ Node 6.7.0", "pyref": "bullmq
 #: columns of the throughput table, in order (the smoke test checks these names)
 THROUGHPUT_COLUMNS = ("case", "implementation", "jobs/s median", "jobs/s min–max", "× node",
                       "× pyref", "Redis cmds/job", "scripts/job", "Redis CPU µs/job",
-                      "worker CPU µs/job", "peak RSS MB")
+                      "worker CPU µs/job", "peak RSS MB", "other work % CPU")
 LATENCY_COLUMNS = ("case", "implementation", "p50 ms", "p99 ms", "max ms", "Redis cmds/job",
                    "worker CPU µs/job", "peak RSS MB")
 
@@ -53,6 +53,9 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                 if key in rs[0]:
                     s[key] = _median([r[key] for r in rs])
             s["peak_rss_mb"] = max(r["peak_rss_mb"] for r in rs)
+            others = [r["other_cpu_pct"] for r in rs if r.get("other_cpu_pct") is not None]
+            if others:
+                s["other_cpu_pct_min"], s["other_cpu_pct_max"] = min(others), max(others)
             if kind == "latency":
                 for key in ("p50_ms", "p99_ms", "max_ms"):
                     s[key] = _median([r[key] for r in rs])
@@ -77,6 +80,12 @@ def _fmt(v: Any, digits: int = 0) -> str:
     return str(v)
 
 
+def _others(s: Dict[str, Any]) -> str:
+    if s.get("other_cpu_pct_max") is None:
+        return "–"
+    return f"{_fmt(s['other_cpu_pct_min'])}–{_fmt(s['other_cpu_pct_max'])}"
+
+
 def _row(cells: Sequence[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -97,7 +106,10 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         "Jobs/s: N / (last `finishedOn` − first `processedOn`). Ratios: this row's median over the "
         "reference's median from the same run. Redis commands count every call, including those "
         "made inside Lua scripts; scripts/job counts EVALSHA/EVAL calls alone. Enqueue rows measure "
-        "the producer (its CPU in the worker CPU column).",
+        "the producer (its CPU in the worker CPU column). Other work: the share of the machine's "
+        "CPU time (all cores) that went to processes other than the worker, Redis and the harness "
+        "while a round ran, min–max over the rounds (Linux `/proc/stat`); a round that competed "
+        "with other work is slower for that reason alone.",
         "",
         _row(THROUGHPUT_COLUMNS),
         _row(["---"] * len(THROUGHPUT_COLUMNS)),
@@ -111,7 +123,7 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
             _fmt(s.get("ratio_node"), 2), _fmt(s.get("ratio_pyref"), 2),
             _fmt(s.get("redis_cmds_per_job"), 1), _fmt(s.get("redis_scripts_per_job"), 2),
             _fmt(s.get("redis_cpu_us_per_job"), 1), _fmt(s.get("worker_cpu_us_per_job"), 0),
-            _fmt(s.get("peak_rss_mb"), 1),
+            _fmt(s.get("peak_rss_mb"), 1), _others(s),
         ]))
     lat = [s for s in summary if s["kind"] == "latency"]
     if lat:

@@ -322,7 +322,8 @@ def _progress(row: Dict[str, Any]) -> str:
         return (f"  {row['case']:<24} {row['impl']:<6} round {row['round']}: p50 {row['p50_ms']:.2f} ms, "
                 f"p99 {row['p99_ms']:.2f} ms")
     return (f"  {row['case']:<24} {row['impl']:<6} round {row['round']}: {row['jobs_per_s']:,.0f} jobs/s, "
-            f"{row['redis_cmds_per_job']:.1f} cmds/job, RSS {row['peak_rss_mb']:.0f} MB")
+            f"{row['redis_cmds_per_job']:.1f} cmds/job, RSS {row['peak_rss_mb']:.0f} MB"
+            + (f", other work {row['other_cpu_pct']:.0f} % CPU" if row.get("other_cpu_pct") is not None else ""))
 
 
 if __name__ == "__main__":

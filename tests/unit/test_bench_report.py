@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from bench import report  # noqa: E402
-from bench.harness import RedisSnapshot, command_delta, percentile  # noqa: E402
+from bench.harness import RedisSnapshot, command_delta, machine_cpu_s, other_cpu_pct, percentile  # noqa: E402
 
 
 def _row(impl, case, jps, rnd, **extra):
@@ -132,3 +132,35 @@ def test_history_appends_one_row_per_case_with_the_run_conditions(tmp_path):
     assert len(rows) == 4
     assert rows[0].endswith("| W1 | 1.10 |") and "abc1234" in rows[0] and "Some CPU" in rows[0]
     assert "1.0–2.5" in rows[0] and rows[3].endswith("| W2 | 1.25 |") and "def5678" in rows[3]
+
+
+def test_machine_cpu_reads_busy_and_idle_from_a_proc_stat_line():
+    hz = float(os.sysconf("SC_CLK_TCK"))
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    busy, idle = machine_cpu_s("cpu  100 20 30 400 50 6 4 10 7 0")
+    assert busy == pytest.approx(170 / hz)  # guest (7) is inside user already
+    assert idle == pytest.approx(450 / hz)
+    assert machine_cpu_s("intr 1 2 3") is None
+
+
+def test_other_work_is_the_machine_share_the_measured_processes_did_not_use():
+    # 2 cores over 1 s: 2 CPU-s in all; 1.8 busy, of which 1.3 were the worker, Redis and harness
+    assert other_cpu_pct((10.0, 50.0), (11.8, 50.2), 1.3) == pytest.approx(25.0)
+    assert other_cpu_pct((10.0, 50.0), (11.0, 51.0), 1.2) == 0.0  # clamped: sampling skew
+    assert other_cpu_pct(None, (11.0, 51.0), 1.0) is None
+    assert other_cpu_pct((10.0, 50.0), (10.0, 50.0), 0.0) is None
+
+
+def test_other_work_shows_as_a_min_max_column_per_implementation():
+    runs = [_row("ours", "mix", 13000.0, 1, other_cpu_pct=2.0), _row("ours", "mix", 7000.0, 2, other_cpu_pct=48.0),
+            _row("node", "mix", 10000.0, 1, other_cpu_pct=5.0), _row("node", "mix", 10000.0, 2)]
+    summary = report.summarize(runs)
+    ours = next(s for s in summary if s["impl"] == "ours")
+    assert (ours["other_cpu_pct_min"], ours["other_cpu_pct_max"]) == (2.0, 48.0)
+    md = report.markdown(summary, {"rounds": 2})
+    ours_line = next(ln for ln in md.splitlines() if ln.startswith("| mix | echomq-gevent |"))
+    node_line = next(ln for ln in md.splitlines() if ln.startswith("| mix | BullMQ Node"))
+    assert ours_line.endswith("| 2–48 |")
+    assert node_line.endswith("| 5–5 |")
+    old = report.markdown(report.summarize([_row("ours", "W1", 1.0, 1)]), {"rounds": 1})
+    assert next(ln for ln in old.splitlines() if ln.startswith("| W1 |")).endswith("| – |")
