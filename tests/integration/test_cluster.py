@@ -24,8 +24,7 @@ from echomq_gevent.connection import make_client
 from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.events import QueueEvents
 from echomq_gevent.flow import FlowProducer
-from echomq_gevent.runner import Runner
-from integration.worker_helpers import EchoProcessors
+from integration.worker_helpers import runner_ran_ten_jobs
 
 
 def _run(worker_ids, done, wait_for, n, what):
@@ -214,14 +213,5 @@ queues:
   {qname}: {{concurrency: 2, drain_delay: 0.5, shutdown_timeout: 5}}
 """)
     assert cfg.redis.url.startswith("redis+cluster://")
-    echo = EchoProcessors(qname)
-    runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))
-    runner.start()
-    queue = Queue(qname, connection=cfg.redis.url, prefix=cfg.prefix)
-    try:
-        ids = [queue.add("job", {}).id for _ in range(10)]
-        wait_for(lambda: sorted(echo.seen) == sorted(ids), timeout=30, what="the runner's worker to run 10 jobs")
+    with runner_ran_ten_jobs(cfg, qname, wait_for) as (runner, _queue):
         assert [h.running for h in runner.health()] == [True]
-    finally:
-        runner.drain(10)
-        queue.close()

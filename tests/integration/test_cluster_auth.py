@@ -12,8 +12,7 @@ from redis.exceptions import RedisClusterException
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.config import parse_config
-from echomq_gevent.runner import Runner
-from integration.worker_helpers import EchoProcessors
+from integration.worker_helpers import runner_ran_ten_jobs
 from redis_server import ClusterGroup
 
 PASSWORD = "pa:ss@w/rd#1"  # characters a URL must quote
@@ -73,13 +72,7 @@ entry_points: false
 queues:
   {qname}: {{concurrency: 2, drain_delay: 0.5, shutdown_timeout: 5}}
 """)
-    echo = EchoProcessors(qname)
-    runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))
-    runner.start()
-    queue = Queue(qname, connection=cfg.redis.url, prefix=cfg.prefix)
-    try:
-        ids = [queue.add("job", {}).id for _ in range(10)]
-        wait_for(lambda: sorted(echo.seen) == sorted(ids), timeout=30, what="the runner's worker to run 10 jobs")
+    with runner_ran_ten_jobs(cfg, qname, wait_for) as (_runner, queue):
         assert queue.get_job_counts()["completed"] == 10
         # every client connection (the worker's, the queue's) is the ACL user's; the default
         # user is only this CLIENT LIST's and the replicas' (flag S)
@@ -89,9 +82,6 @@ queues:
             users.update(c["user"] for c in admin.client_list() if "S" not in c["flags"] and c["cmd"] != "client|list")
             admin.close()
         assert users == {USER[0]}
-    finally:
-        runner.drain(10)
-        queue.close()
 
 
 def test_a_wrong_password_is_refused_at_once_without_showing_it(locked, qname):

@@ -96,3 +96,24 @@ class EchoProcessors:
     @hookimpl
     def echomq_register_processors(self, registry: Any) -> None:
         registry.add(self.queue, "job", lambda job: self.seen.append(job.id) or "ok")
+
+
+@contextmanager
+def runner_ran_ten_jobs(cfg: Any, qname: str, wait_for: Any):
+    """Start a Runner of ``cfg`` with an :class:`EchoProcessors` plugin for ``qname``, add
+    ten jobs and wait until its worker ran them all; yields ``(runner, queue)`` and drains
+    the runner and closes the queue afterwards."""
+    from echomq_gevent import Queue
+    from echomq_gevent.runner import Runner
+
+    echo = EchoProcessors(qname)
+    runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))
+    runner.start()
+    queue = Queue(qname, connection=cfg.redis.url, prefix=cfg.prefix)
+    try:
+        ids = [queue.add("job", {}).id for _ in range(10)]
+        wait_for(lambda: sorted(echo.seen) == sorted(ids), timeout=30, what="the runner's worker to run 10 jobs")
+        yield runner, queue
+    finally:
+        runner.drain(10)
+        queue.close()
