@@ -24,7 +24,7 @@ import gevent
 import gevent.pool
 import redis
 
-from .cluster import is_cluster
+from .cluster import disconnect, is_cluster
 from .cluster_slot_client import SlotClient
 from .connection import clone_client, close_client
 from .errors import JobLockMismatch, JobLockNotExist
@@ -98,8 +98,12 @@ class Lifecycle:
 
         # a renewal must never wait on a dead connection longer than a lock can spare
         lock_timeout = min(settings.socket_timeout, max(1.0, self.lock_duration / 4000.0))
-        lock_scripts = Scripts(clone_client(self.client, max_connections=2, settings=settings,
-                                            socket_timeout=lock_timeout), self.keys, self.scripts.lib)
+        lock_client = clone_client(self.client, max_connections=2, settings=settings, socket_timeout=lock_timeout)
+        if is_cluster(lock_client):
+            # a cluster client connects to its nodes as it is made, here on the hub's thread; the
+            # renewal thread must use sockets of its own (a gevent socket is tied to its thread's hub)
+            disconnect(lock_client)
+        lock_scripts = Scripts(lock_client, self.keys, self.scripts.lib)
         self._locks = LockRenewer(lock_scripts, self.lock_duration, lock_renew_interval(opts),
                                   self._on_locks_lost, label=label)
         self._locks.start()
