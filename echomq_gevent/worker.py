@@ -142,6 +142,8 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         #: read-only ``job id -> Job`` of the jobs in flight
         self.active_jobs = ActiveJobs(self._active)
         self.running = False
+        #: run() finished its set-up (connections made, lock-renewal thread started)
+        self._set_up = False
         self.closing = False
         self._paused = False
         #: counts since start: completed, failed (final), retried, stalled (found by this
@@ -227,9 +229,14 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         return self._hub_monitor.blocked_for() if self._hub_monitor is not None else 0.0
 
     def fetch_loop_alive(self) -> bool:
-        """True while the fetch loop runs (started, not ended, its greenlet not dead)."""
+        """True while the fetch loop runs (set up, not ended, its greenlet not dead).
+
+        Not before the set-up (connections, lock-renewal thread) is done: a readiness
+        probe that asks while the set-up waits on Redis must not see a worker without
+        its renewal thread as ready."""
         g = self._run_greenlet
-        return self.running and g is not None and not g.dead and not self._loop_done.is_set()
+        return (self.running and self._set_up and g is not None and not g.dead
+                and not self._loop_done.is_set())
 
     def health(self) -> WorkerHealth:
         """A snapshot of the worker's health; cheap, no Redis call. Any greenlet."""
@@ -266,6 +273,7 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         signals.install()
         try:
             self._setup()
+            self._set_up = True
             self.plugins.notify("echomq_worker_started", worker=self)
             try:
                 self._loop()
@@ -280,6 +288,7 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         finally:
             signals.cancel()
             self.running = False
+            self._set_up = False
 
     def close(self, timeout: Optional[float] = None, reason: str = "close") -> None:
         """Stop taking jobs, let in-flight jobs finish for up to ``timeout`` s (default

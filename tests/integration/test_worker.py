@@ -227,3 +227,24 @@ def test_docs_list_every_worker_option():
         text = fh.read()
     missing = [name for name in WORKER_OPTIONS if f"| `{name}` |" not in text]
     assert not missing, f"docs/worker.md lacks the option(s) {missing}"
+
+
+# --------------------------------------------------------------------------- health
+def test_a_worker_still_setting_up_is_not_reported_as_fetching(redis_url, prefix, qname, wait_for):
+    # a readiness probe asked while the set-up waits on Redis (its first PING) once saw the
+    # fetch loop "alive" and the lock-renewal thread not yet made: ready 200, then live 503
+    w = make_worker(redis_url, prefix, qname, lambda j: None)
+    seen = []
+    setup = w._setup
+
+    def observed_setup():
+        seen.append(w.health())
+        setup()
+
+    w._setup = observed_setup
+    with running(w):
+        wait_for(lambda: w.health().fetch_loop_alive, what="the fetch loop")
+        assert w.health().lock_renewal_alive  # whenever the loop counts as alive
+        (during,) = seen
+        assert during.running and not during.fetch_loop_alive
+    assert not w.health().fetch_loop_alive
