@@ -54,6 +54,7 @@ from redis.exceptions import ResponseError
 
 from .kept_connection import (_CONNECTION_ERRORS, STALE_AFTER_S, AmbiguousCallError, KeptConnection, _give_back,
                               _hiredis_pack, _RedisPy, resend_through_client)
+from .pipelined_wire import Wire
 
 __all__ = ["PipelinedConnection", "pipelining_available"]
 
@@ -97,10 +98,12 @@ class _Request:
 class _Link:
     """One connection and the requests written on it whose answers are outstanding."""
 
-    __slots__ = ("conn", "inflight", "sends", "dead", "reader", "idle_since", "release_when_idle")
+    __slots__ = ("conn", "wire", "inflight", "sends", "dead", "reader", "idle_since", "release_when_idle")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
+        #: raw reads and writes on the connection's socket (None: through redis-py)
+        self.wire: Optional[Wire] = None
         self.inflight: Deque[_Request] = collections.deque()
         #: the writes not fully answered: how many of their requests are still unanswered
         self.sends: Deque[int] = collections.deque()
@@ -216,7 +219,8 @@ class PipelinedConnection:
     def _read_own(self, link: _Link, req: _Request) -> None:
         link.reader = gevent.getcurrent()
         try:
-            self._read_request(link, req)
+            # a lone caller reads right after its own write: its answer is not there yet
+            self._read_request(link, req, just_written=len(link.inflight) == 1)
         except _CONNECTION_ERRORS as exc:
             link.reader = None
             self._kill(link, exc)
@@ -287,6 +291,8 @@ class PipelinedConnection:
                 link = self._link = self._new_link()
             if not link.inflight:  # idle: connect, health check, replace if the server closed it
                 _RedisPy.ready(link.conn, time.monotonic() - link.idle_since > STALE_AFTER_S)
+                if link.wire is None or not link.wire.serves(link.conn):
+                    link.wire = Wire.of(link.conn)
         except BaseException as exc:  # nothing of the batch was written
             if link is not None:
                 self._kill(link, exc)
@@ -304,7 +310,15 @@ class PipelinedConnection:
         self.writes += 1
         self.requests += len(batch)
         try:
-            _RedisPy.send(link.conn, [c for req in batch for c in req.commands])
+            wire = link.wire
+            if wire is not None:
+                pack = _hiredis_pack
+                if len(batch) == 1 and len(batch[0].commands) == 1:
+                    wire.send(pack(batch[0].commands[0]))
+                else:
+                    wire.send(b"".join([pack(c) for req in batch for c in req.commands]))
+            else:
+                _RedisPy.send(link.conn, [c for req in batch for c in req.commands])
         except BaseException as exc:  # maybe partly written: all of it is ambiguous
             self._kill(link, _as_connection_error(exc))
             if not isinstance(exc, Exception):
@@ -341,9 +355,15 @@ class PipelinedConnection:
                 self._retire(link)
 
     @staticmethod
-    def _read_request(link: _Link, req: _Request) -> None:
-        conn = link.conn
+    def _read_request(link: _Link, req: _Request, just_written: bool = False) -> None:
         results = req.results
+        wire = link.wire
+        if wire is not None:
+            while len(results) < len(req.commands):
+                results.append(wire.read(just_written))  # an error reply is a value here
+                just_written = False
+            return
+        conn = link.conn
         while len(results) < len(req.commands):
             try:
                 value = conn.read_response(disconnect_on_error=False)

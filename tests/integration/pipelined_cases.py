@@ -33,7 +33,8 @@ _PUSH = "return redis.call('RPUSH', KEYS[1], ARGV[1])"
 
 
 def _client(redis_url: str, **kw) -> redis.Redis:
-    return redis.Redis.from_url(redis_url, decode_responses=True, **kw)
+    kw.setdefault("decode_responses", True)
+    return redis.Redis.from_url(redis_url, **kw)
 
 
 @pytest.fixture
@@ -340,3 +341,53 @@ def test_a_worker_finishes_everything_with_many_in_flight(redis_url, prefix, qna
     finally:
         worker.close()
         queue.close()
+
+
+# --------------------------------------------------------------------------- the raw wire
+def test_calls_move_on_the_raw_wire_of_a_plain_socket(make_pipe, prefix):
+    from echomq_gevent.pipelined_wire import Wire
+
+    pipe = make_pipe()
+    assert pipe.call("SET", f"{prefix}:k", "v") == "OK" and pipe.call("GET", f"{prefix}:k") == "v"
+    assert isinstance(pipe._link.wire, Wire) and pipe._link.wire.serves(pipe._link.conn)
+
+
+def test_the_wire_reads_replies_and_errors_as_redis_py_does(make_pipe, prefix):
+    pipe = make_pipe()
+    big = "x" * 300_000  # over the read buffer and over one send
+    assert pipe.call("SET", f"{prefix}:big", big) == "OK"
+    assert pipe.call("GET", f"{prefix}:big") == big
+    answers = pipe.call_many([("GET", f"{prefix}:big"), ("EVALSHA", "0" * 40, 0), ("INCR", f"{prefix}:big"),
+                              ("LRANGE", f"{prefix}:none", 0, -1), ("GET", f"{prefix}:none")])
+    assert answers[0] == big
+    assert isinstance(answers[1], redis.exceptions.NoScriptError)  # the class redis-py gives it
+    assert type(answers[2]) is redis.ResponseError and "not an integer" in str(answers[2])
+    assert answers[3:] == [[], None]
+    with pytest.raises(redis.exceptions.NoScriptError):
+        pipe.call("EVALSHA", "0" * 40, 0)
+    raw = make_pipe(decode_responses=False)
+    assert raw.call("GET", f"{prefix}:big") == big.encode()
+
+
+def test_a_read_that_times_out_on_the_wire_is_ambiguous_and_the_next_call_reconnects(make_pipe, prefix):
+    pipe = make_pipe(socket_timeout=0.2)
+    pipe.call("PING")
+    first = pipe._link.wire
+    with pytest.raises(AmbiguousCallError) as info:
+        pipe.call("EVAL", _SLOW_FIRST, 1, f"{prefix}:slow", "500", "x", resend=False)
+    assert isinstance(info.value.__cause__, redis.TimeoutError)
+    gevent.sleep(0.4)  # the script ends
+    assert pipe.call("INCR", f"{prefix}:after") == 1
+    assert pipe._link.wire is not first
+
+
+def test_a_server_closing_the_connection_fails_the_call_on_the_wire(make_pipe, r, prefix):
+    pipe = make_pipe()
+    pipe.call("CLIENT", "SETNAME", "wire-victim")
+    with pytest.raises(AmbiguousCallError) as info:
+        # the server closes this connection before it answers the call written after it
+        pipe.call_many([("CLIENT", "KILL", "SKIPME", "no", "ID", pipe.call("CLIENT", "ID")),
+                        ("INCR", f"{prefix}:never")], resend=False)
+    assert isinstance(info.value.__cause__, redis.ConnectionError)
+    assert r.get(f"{prefix}:never") is None
+    assert pipe.call("INCR", f"{prefix}:next") == 1
