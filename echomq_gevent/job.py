@@ -19,7 +19,7 @@ import json
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tuple
 
 from redis.exceptions import ResponseError
 
@@ -144,6 +144,12 @@ def _to_opt_int(value: Optional[str]) -> Optional[int]:
     return _to_int(value)
 
 
+#: ``opts`` texts whose options passed :func:`stored_options_problems` (a producer writes the
+#: same few over and over; the check is skipped for them). Cleared when it holds this many.
+_CHECKED_OPTS: Set[str] = set()
+_CHECKED_OPTS_MAX = 1024
+
+
 def _json_problem(job_id: str, field: str, exc: Exception) -> str:
     return f"job {job_id}: field {field!r} is not valid JSON ({exc})"
 
@@ -232,7 +238,7 @@ class Job(JobControl, JobFlowMixin):
             job.opts = {}
             job.decode_error = job.decode_error or _json_problem(job.id, "opts", exc)
         else:
-            bad = stored_options_problems(opts) if opts else None
+            bad = stored_options_problems(opts) if opts and raw not in _CHECKED_OPTS else None
             if bad:
                 # keep the good ones, so settling the failure uses defaults for the bad
                 job.opts = {k: v for k, v in opts.items() if k not in bad}
@@ -240,6 +246,10 @@ class Job(JobControl, JobFlowMixin):
                     f"job {job.id}: invalid stored options: " + "; ".join(bad.values()))
             else:
                 job.opts = opts
+                if opts and raw not in _CHECKED_OPTS:
+                    if len(_CHECKED_OPTS) >= _CHECKED_OPTS_MAX:
+                        _CHECKED_OPTS.clear()
+                    _CHECKED_OPTS.add(raw)
 
         raw = get("progress")
         try:

@@ -27,7 +27,7 @@ from .errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError
 __all__ = [
     "PRIORITY_LIMIT", "SHORT_KEYS", "stored_form", "LONG_KEYS", "JOB_OPTION_NAMES",
     "validate_job_options", "encode_job_options", "decode_job_options", "keep_jobs",
-    "validate_job_id", "encode_job_data", "stored_options_problems",
+    "validate_job_id", "encode_job_data", "compact_json", "stored_options_problems",
 ]
 
 #: Highest priority BullMQ accepts (2^21 - 1).
@@ -366,6 +366,19 @@ def keep_jobs(value: Any) -> Dict[str, Any]:
         f"removeOnComplete/removeOnFail must be true, false, a count or {{age, count, limit}}, got {value!r}")
 
 
+#: Compact JSON as Node's ``JSON.stringify`` writes it, NaN and Infinity refused: one encoder
+#: for every call (``json.dumps`` with these arguments builds a new one each time).
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def compact_json(value: Any) -> str:
+    """``value`` as compact JSON text (``json.dumps(value, separators=(",", ":"),
+    ensure_ascii=False, allow_nan=False)``); raises what that raises."""
+    if value is None:  # what most processors return
+        return "null"
+    return _COMPACT.encode(value)
+
+
 def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None, what: str = "data") -> str:
     """JSON text of job data (or of a progress value: ``what``) exactly as Node's
     ``JSON.stringify`` writes it (compact).
@@ -375,7 +388,7 @@ def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None, 
     or when it is longer than ``size_limit`` UTF-8 bytes.
     """
     try:
-        text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = compact_json(data)
     except (TypeError, ValueError, RecursionError) as exc:
         raise InvalidJobDataError(
             f"{what} of job {job_name!r} cannot be stored as JSON ({exc}); pass dicts, lists, str, "

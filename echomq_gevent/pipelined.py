@@ -8,17 +8,21 @@ takes the calls of every greenlet of one hub on one connection and keeps writing
 answers are outstanding:
 
 * **Writing.** While fewer than :data:`WRITE_AT_ONCE_BELOW` calls are in flight (and have
-  been lately: a peak that decays by one every 100 calls), a call is written at once by
-  the calling greenlet, as ioredis does: Redis starts on it while the worker is still
-  finishing the other jobs of the same turn. With more in flight, calls gather: a writer greenlet runs after every greenlet already woken in the hub turn
-  and writes the queued calls in one send; at most :data:`MAX_WRITES_IN_FLIGHT` such
-  writes await answers at once, and one goes while another is in flight only when it
-  carries at least :data:`MIN_OVERLAPPING_WRITE` calls, otherwise it waits for those
-  answers and gathers more calls meanwhile. So with few jobs in flight Redis and the
-  worker overlap call by call, and with many they overlap batch by batch while the
-  batches stay large (each write and each read is a system call on both sides). Calls are written in the order they were made, and Redis runs them in
-  that order: one connection orders the calls of all greenlets, never less than the
-  separate connections it replaces did.
+  been lately: a peak that decays by one every 100 calls), the first call of a hub turn
+  is written at once by the calling greenlet, as ioredis does: Redis starts on it while
+  the worker is still finishing the other jobs of the same turn. The calls the other
+  greenlets woken in that turn make are gathered and written together when the turn's
+  callbacks are done (one send instead of one each; Redis then reads and answers them
+  together too). With more in flight, calls gather: a writer greenlet runs after every
+  greenlet already woken in the hub turn and writes the queued calls in one send; at most
+  :data:`MAX_WRITES_IN_FLIGHT` such writes await answers at once, and one goes while
+  another is in flight only when it carries at least :data:`MIN_OVERLAPPING_WRITE`
+  calls, otherwise it waits for those answers and gathers more calls meanwhile. So with
+  few jobs in flight Redis and the worker overlap call by call, and with many they
+  overlap batch by batch while the batches stay large (each write and each read is a
+  system call on both sides). Calls are written in the order they were made, and Redis
+  runs them in that order: one connection orders the calls of all greenlets, never less
+  than the separate connections it replaces did.
 * **Reading.** Answers come back in the order the calls were written. A lone caller
   reads its own answer; otherwise one reader greenlet reads them as they arrive and
   wakes each caller as soon as its own answers are in, while the rest are still being
@@ -137,6 +141,7 @@ class PipelinedConnection:
         self._queue: List[_Request] = []
         self._link: Optional[_Link] = None
         self._writing = False
+        self._turn_open = False
         #: recent peak of calls in flight or queued (decays by 0.01 per call)
         self._peak = 0.0
         self._pid = os.getpid()
@@ -184,7 +189,7 @@ class PipelinedConnection:
     def _run(self, commands: Sequence[Sequence[Any]]) -> _Request:
         if self._pid != os.getpid():  # forked: the connection belongs to the parent
             self._pid = os.getpid()
-            self._link, self._queue, self._writing = None, [], False
+            self._link, self._queue, self._writing, self._turn_open = None, [], False, False
             self._held.clear()
         req = _Request(commands)
         self._queue.append(req)
@@ -193,7 +198,13 @@ class PipelinedConnection:
         self._peak = busy if busy > self._peak else self._peak - 0.01
         if not self._writing:
             if self._peak < WRITE_AT_ONCE_BELOW:
-                self._write(req, at_once=True)  # few calls in flight: write now, on this greenlet
+                # the first call of a hub turn is written at once, on this greenlet, so Redis
+                # starts on it while the worker goes on; the calls the other greenlets of the
+                # same turn make are gathered and written together when the turn ends
+                if not self._turn_open:
+                    self._turn_open = True
+                    self._hub.loop.run_callback(self._end_turn)
+                    self._write(req, at_once=True)
             elif self._can_send():
                 self._writing = True
                 gevent.spawn(self._write)  # after the greenlets woken in this turn
@@ -252,6 +263,14 @@ class PipelinedConnection:
         raise AmbiguousCallError(
             f"the connection failed after {what} {'was' if len(commands) == 1 else 'were'} sent "
             f"({type(exc).__name__}: {exc}); not sent again, as it may have run", commands) from exc
+
+    def _end_turn(self) -> None:
+        """In the hub, after the callbacks of the turn in which a call was written at once:
+        the calls made since go in one write (on a new greenlet: a write may wait)."""
+        self._turn_open = False
+        if self._queue and not self._writing:
+            self._writing = True
+            gevent.spawn(self._write, None, True)
 
     # -- writing ----------------------------------------------------------------------------
     def _new_link(self) -> _Link:

@@ -14,7 +14,8 @@ calls and a wait:
 * **Reading** feeds what ``recv_into`` brings into a ``hiredis.Reader`` made as
   redis-py makes its own (the same error classes, decoding and protocol error). A caller
   that has just written waits for the socket to be readable before its first read: the
-  answer cannot be there yet. The wait is gevent's own, with the socket's timeout.
+  answer cannot be there yet. The wait is the hub's, bounded by the socket's timeout on one
+  timer kept for the socket (gevent's socket makes a new timer for every wait).
 
 Errors are what redis-py raises for the same failures: a timeout is ``redis.TimeoutError``,
 a closed or failing socket ``redis.ConnectionError``; an error reply is returned as its
@@ -30,6 +31,7 @@ import _socket
 import errno
 from typing import Any, Optional
 
+import gevent
 import redis
 from redis.exceptions import InvalidResponse
 
@@ -70,7 +72,7 @@ def _reader_for(conn: Any) -> Any:
 class Wire:
     """Raw reads and writes on one gevent socket of a redis-py connection."""
 
-    __slots__ = ("gsock", "raw", "reader", "buffer", "_gets")
+    __slots__ = ("gsock", "raw", "reader", "buffer", "_gets", "_hub_wait", "_timeout")
 
     def __init__(self, gsock: Any, reader: Any) -> None:
         self.gsock = gsock
@@ -79,6 +81,10 @@ class Wire:
         self.reader = reader
         self._gets = reader.gets
         self.buffer = bytearray(_READ_SIZE)
+        self._hub_wait = gsock.hub.wait
+        #: the socket's timeout for a wait to read, one timer reused by every wait
+        self._timeout = (gevent.Timeout(gsock.timeout, _ReadTimeout("timed out"), ref=False)
+                         if gsock.timeout is not None else None)
 
     @classmethod
     def of(cls, conn: Any) -> Optional["Wire"]:
@@ -130,18 +136,18 @@ class Wire:
         value = self._gets()
         if value is not False:
             return value
-        gsock, raw, buffer = self.gsock, self.raw, self.buffer
+        raw, buffer = self.raw, self.buffer
         wait_first = just_written
         while True:
             try:
                 if wait_first:
                     wait_first = False
-                    gsock._wait(gsock._read_event)
+                    self._wait_readable()
                 count = raw.recv_into(buffer)
             except BlockingIOError:
                 wait_first = True
                 continue
-            except _socket.timeout:
+            except (_ReadTimeout, _socket.timeout):
                 raise redis.TimeoutError("Timeout reading from socket") from None
             except OSError as exc:
                 raise redis.ConnectionError(
@@ -154,6 +160,27 @@ class Wire:
             value = self._gets()
             if value is not False:
                 return value
+
+
+    def _wait_readable(self) -> None:
+        """Wait for the socket to be readable, for at most the socket's timeout (then
+        raises _ReadTimeout). gevent's own wait makes a new timer for every wait."""
+        event = self.gsock._read_event
+        if event is None:  # closed by another greenlet
+            raise redis.ConnectionError("Error while reading from socket: the socket was closed")
+        timeout = self._timeout
+        if timeout is None:
+            self._hub_wait(event)
+            return
+        timeout.start()
+        try:
+            self._hub_wait(event)
+        finally:
+            timeout.cancel()
+
+
+class _ReadTimeout(Exception):
+    """A wait to read outlasted the socket's timeout."""
 
 
 def _write_error(exc: OSError) -> redis.ConnectionError:

@@ -21,6 +21,7 @@ import gevent
 from .connection import clone_client
 from .errors import EchoMQError, ScriptError, WorkerStateError
 from .job import Job
+from .job_options import compact_json
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
 from .scripts import Scripts
 from .clock import now_ms
@@ -119,7 +120,7 @@ class ManualProcessing:
         take the next job in the same call and return it."""
         _check_token(token, "move_to_completed")
         try:
-            value = json.dumps(returnvalue, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            value = compact_json(returnvalue)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"move_to_completed: job {job.id}'s returnvalue is not JSON-serialisable ({exc})") from None
         finished = now_ms()

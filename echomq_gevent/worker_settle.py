@@ -41,7 +41,7 @@ from .errors import (
 )
 from .hookspecs import FailureDecision
 from .job import Job, job_state
-from .job_options import keep_jobs
+from .job_options import compact_json, keep_jobs
 from .kept_connection import AmbiguousCallError
 from .scripts import ScriptCall, Scripts
 from .clock import now_ms
@@ -225,7 +225,7 @@ class Settling:
     def _complete(self, slot: Slot, result: Any) -> Optional[Job]:
         job = slot.job
         try:
-            value = json.dumps(result, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+            value = compact_json(result)
         except (TypeError, ValueError) as exc:
             return self._fail(slot, InvalidJobDataError(
                 f"job {job.id} ({job.name!r}) on queue {self.queue_name!r}: the processor's return value is "

@@ -211,16 +211,30 @@ def test_a_caller_killed_before_its_call_is_written_never_sends_it(make_pipe, r,
     assert r.delete(big_key) == 1
 
 
-def test_with_few_calls_in_flight_each_is_written_at_once(make_pipe, prefix):
+def test_with_few_calls_in_flight_the_first_of_a_turn_goes_at_once_and_the_rest_at_its_end(make_pipe, prefix):
     pipe = make_pipe()
     slow = f"{prefix}:slow"
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "200", "slow", resend=False)
     _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    # ten greenlets that run in one hub turn: the first call is written as it is made,
+    # the other nine together when the turn is over, all while the slow call still runs
+    written = []
+    real_send = pipe._send
+
+    def recording_send(batch):
+        written.append(len(batch))
+        real_send(batch)
+
+    pipe._send = recording_send
     calls = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"c{i}", resend=False) for i in range(10)]
     _wait_until(lambda: pipe.in_flight == 11, "every call is written while the slow one runs")
-    assert pipe.writes == 11 and not first.ready()  # one write each, as they were made
+    assert written == [1, 9] and not first.ready()
+    # later turns again: one call alone in its turn is written at once
+    late = gevent.spawn(pipe.call, "EVAL", _ECHO, 0, "late", resend=False)
+    _wait_until(lambda: pipe.in_flight == 12, "a call of a later turn is written")
+    assert written == [1, 9, 1] and not first.ready()
     assert first.get() == "slow"
-    assert [g.get() for g in calls] == [f"c{i}" for i in range(10)]
+    assert [g.get() for g in calls] == [f"c{i}" for i in range(10)] and late.get() == "late"
 
 
 def test_with_many_in_flight_small_writes_wait_and_large_ones_overlap(make_pipe, prefix):

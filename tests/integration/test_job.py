@@ -192,3 +192,26 @@ def test_json_edge_cases(q, raw, data, error):
         assert job.decode_error is None
     else:
         assert error in job.decode_error
+
+
+def test_options_checked_once_per_text_and_bad_ones_every_time(q, monkeypatch):
+    from echomq_gevent import job as job_module
+
+    calls = []
+    real = job_module.stored_options_problems
+    monkeypatch.setattr(job_module, "stored_options_problems", lambda opts: calls.append(opts) or real(opts))
+    monkeypatch.setattr(job_module, "_CHECKED_OPTS", set())
+    good = '{"attempts":3,"backoff":{"type":"fixed","delay":5}}'
+    bad = '{"attempts":"three"}'
+    jobs = [Job.from_fields(q.scripts, str(i), {"name": "a", "opts": text})
+            for i, text in enumerate([good, bad, good, bad, good])]
+    assert [j.decode_error is None for j in jobs] == [True, False, True, False, True]
+    assert all("invalid stored options" in j.decode_error and "attempts" in j.decode_error
+               for j in jobs if j.decode_error)
+    assert jobs[4].opts == {"attempts": 3, "backoff": {"type": "fixed", "delay": 5}}
+    assert jobs[2].opts is not jobs[0].opts  # every job its own options
+    assert len(calls) == 3  # the good text once, the bad one each time
+    monkeypatch.setattr(job_module, "_CHECKED_OPTS_MAX", 2)
+    for i in range(5):  # the remembered set stays bounded
+        Job.from_fields(q.scripts, "x", {"name": "a", "opts": '{"attempts":%d}' % (i + 1)})
+    assert len(job_module._CHECKED_OPTS) <= 2

@@ -1,6 +1,7 @@
 """Job options: validation messages, the stored short-key form, keepJobs maps."""
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -184,3 +185,19 @@ def test_stored_options_are_checked_with_the_add_rules_but_run_what_node_writes(
     }) == {}
     assert "keepLastIfActive" in stored_options_problems(
         {"deduplication": {"id": "d", "keepLastIfActive": "yes"}})["deduplication"]
+
+
+@pytest.mark.parametrize("value", [None, True, 0, -1.5, "", "é ✓ \u2028", [1, {"a": None}], {"b": [], "c": "x"}])
+def test_compact_json_writes_what_json_dumps_writes(value):
+    from echomq_gevent.job_options import compact_json
+
+    assert compact_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@pytest.mark.parametrize("value,error", [(float("nan"), ValueError), ({"x": float("inf")}, ValueError),
+                                         ({1, 2}, TypeError), (object(), TypeError)])
+def test_compact_json_refuses_what_node_cannot_read(value, error):
+    from echomq_gevent.job_options import compact_json
+
+    with pytest.raises(error):
+        compact_json(value)
