@@ -7,22 +7,16 @@ wait, and while the worker handles the answers Redis waits. :class:`PipelinedCon
 takes the calls of every greenlet of one hub on one connection and keeps writing while
 answers are outstanding:
 
-* **Writing.** While fewer than :data:`WRITE_AT_ONCE_BELOW` calls are in flight (and have
-  been lately: a peak that decays by one every 100 calls), the first call of a hub turn
-  is written at once by the calling greenlet, as ioredis does: Redis starts on it while
-  the worker is still finishing the other jobs of the same turn. The calls the other
-  greenlets woken in that turn make are gathered and written together when the turn's
-  callbacks are done (one send instead of one each; Redis then reads and answers them
-  together too). With more in flight, calls gather: a writer greenlet runs after every
-  greenlet already woken in the hub turn and writes the queued calls in one send; at most
-  :data:`MAX_WRITES_IN_FLIGHT` such writes await answers at once, and one goes while
-  another is in flight only when it carries at least :data:`MIN_OVERLAPPING_WRITE`
-  calls, otherwise it waits for those answers and gathers more calls meanwhile. So with
-  few jobs in flight Redis and the worker overlap call by call, and with many they
-  overlap batch by batch while the batches stay large (each write and each read is a
-  system call on both sides). Calls are written in the order they were made, and Redis
-  runs them in that order: one connection orders the calls of all greenlets, never less
-  than the separate connections it replaces did.
+* **Writing.** The first call of a hub turn is written at once by the calling greenlet,
+  as ioredis does: Redis starts on it while the worker is still busy with the other jobs
+  woken in the same turn. The calls those other greenlets make are gathered and written
+  together when the turn's callbacks are done: one send for all of them, which Redis
+  reads and answers together too (each write and each read is a system call on both
+  sides). Any number of writes may await answers: with few jobs in flight Redis and the
+  worker overlap call by call, with many they overlap batch by batch, each batch as large
+  as the number of callers one read of answers wakes. Calls are written in the order
+  they were made, and Redis runs them in that order: one connection orders the calls of
+  all greenlets, never less than the separate connections it replaces did.
 * **Reading.** Answers come back in the order the calls were written. A lone caller
   reads its own answer; otherwise one reader greenlet reads them as they arrive and
   wakes each caller as soon as its own answers are in, while the rest are still being
@@ -64,19 +58,6 @@ __all__ = ["PipelinedConnection", "pipelining_available"]
 
 _QUEUED, _SENT, _DONE = 0, 1, 2
 
-#: Most writes whose answers are outstanding at once. Calls made while that many are in
-#: flight gather into the next write, sent as soon as the oldest write is fully answered:
-#: Redis works on one batch while the worker handles the answers of the other, and the
-#: batches stay large (each write and each read is a system call on both sides).
-MAX_WRITES_IN_FLIGHT = 2
-#: Fewest calls a write must carry to go while another write is in flight. Smaller ones
-#: wait for the answers in flight (and gather more calls meanwhile): two small batches
-#: in flight cost a write and a read each for little overlap, and once split they stay
-#: split (each batch's answers wake the callers of the next one).
-MIN_OVERLAPPING_WRITE = 32
-#: Fewer calls than this awaiting answers: a new call is written at once by its caller.
-WRITE_AT_ONCE_BELOW = 32
-
 
 def pipelining_available() -> bool:
     """Sockets are monkey-patched (answers can be awaited without blocking the thread)
@@ -102,15 +83,13 @@ class _Request:
 class _Link:
     """One connection and the requests written on it whose answers are outstanding."""
 
-    __slots__ = ("conn", "wire", "inflight", "sends", "dead", "reader", "idle_since", "release_when_idle")
+    __slots__ = ("conn", "wire", "inflight", "dead", "reader", "idle_since", "release_when_idle")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         #: raw reads and writes on the connection's socket (None: through redis-py)
         self.wire: Optional[Wire] = None
         self.inflight: Deque[_Request] = collections.deque()
-        #: the writes not fully answered: how many of their requests are still unanswered
-        self.sends: Deque[int] = collections.deque()
         self.dead = False
         #: the greenlet reading answers (the reader, or a lone caller reading its own)
         self.reader: Any = None
@@ -141,9 +120,9 @@ class PipelinedConnection:
         self._queue: List[_Request] = []
         self._link: Optional[_Link] = None
         self._writing = False
+        #: a call was written at once in this hub turn; the turn's later calls are queued
+        #: and written together by :meth:`_end_turn`
         self._turn_open = False
-        #: recent peak of calls in flight or queued (decays by 0.01 per call)
-        self._peak = 0.0
         self._pid = os.getpid()
         self._held: List[Any] = []  # the connection in use, for the finalizer
         #: sends made, requests written, and the most requests ever outstanding at once
@@ -193,22 +172,16 @@ class PipelinedConnection:
             self._held.clear()
         req = _Request(commands)
         self._queue.append(req)
-        link = self._link
-        busy = len(self._queue) + (len(link.inflight) if link is not None else 0)
-        self._peak = busy if busy > self._peak else self._peak - 0.01
-        if not self._writing:
-            if self._peak < WRITE_AT_ONCE_BELOW:
-                # the first call of a hub turn is written at once, on this greenlet, so Redis
-                # starts on it while the worker goes on; the calls the other greenlets of the
-                # same turn make are gathered and written together when the turn ends
-                if not self._turn_open:
-                    self._turn_open = True
-                    self._hub.loop.run_callback(self._end_turn)
-                    self._write(req, at_once=True)
-            elif self._can_send():
-                self._writing = True
-                gevent.spawn(self._write)  # after the greenlets woken in this turn
-        # else: written when a write in flight is fully answered (_answered)
+        if not self._turn_open:
+            # the first call of a hub turn is written at once, on this greenlet, so Redis
+            # starts on it while the worker goes on; the calls the other greenlets of the
+            # same turn make are gathered and written together when the turn ends
+            self._turn_open = True
+            self._hub.loop.run_callback(self._end_turn)
+            if not self._writing:
+                self._write(req)
+        # else: written at the end of the turn (or by the write under way, which takes
+        # everything queued before it returns)
         self._wait(req)
         return req
 
@@ -270,7 +243,7 @@ class PipelinedConnection:
         self._turn_open = False
         if self._queue and not self._writing:
             self._writing = True
-            gevent.spawn(self._write, None, True)
+            gevent.spawn(self._write)
 
     # -- writing ----------------------------------------------------------------------------
     def _new_link(self) -> _Link:
@@ -278,14 +251,14 @@ class PipelinedConnection:
         self._held.append(link.conn)
         return link
 
-    def _write(self, own: Optional[_Request] = None, at_once: bool = False) -> None:
-        """Write the queued requests, one send per round: ``at_once`` on the caller whose
-        request ``own`` found few calls in flight, else on the writer greenlet as far as
-        :meth:`_can_send` allows. Then make sure the answers are read: by the reader, or
-        by ``own``'s caller when its request is first."""
+    def _write(self, own: Optional[_Request] = None) -> None:
+        """Write the queued requests, one send per round (more calls may be queued while
+        a send waits for room): on the caller of ``own``, the first call of a hub turn,
+        or on a writer greenlet at the end of the turn. Then make sure the answers are
+        read: by the reader, or by ``own``'s caller when its request is first."""
         self._writing = True
         try:
-            while self._queue and (at_once or self._can_send()):
+            while self._queue:
                 batch = [r for r in self._queue if not r.cancelled]
                 self._queue = []
                 if batch:
@@ -323,7 +296,6 @@ class PipelinedConnection:
         for req in batch:
             req.state = _SENT
         link.inflight.extend(batch)
-        link.sends.append(len(batch))
         if len(link.inflight) > self.max_in_flight:
             self.max_in_flight = len(link.inflight)
         self.writes += 1
@@ -344,25 +316,10 @@ class PipelinedConnection:
                 raise
             return
 
-    def _can_send(self) -> bool:
-        """Fewer than :data:`MAX_WRITES_IN_FLIGHT` writes await answers (calls made meanwhile
-        gather into the next write)."""
-        link = self._link
-        if link is None or link.dead or not link.sends:
-            return True
-        return len(link.sends) < MAX_WRITES_IN_FLIGHT and len(self._queue) >= MIN_OVERLAPPING_WRITE
-
-    def _answered(self, link: _Link) -> None:
-        """The first request in flight is answered; when that completes its write, the
-        calls queued meanwhile may go."""
+    @staticmethod
+    def _answered(link: _Link) -> None:
+        """The first request in flight is answered."""
         link.inflight.popleft()
-        sends = link.sends
-        sends[0] -= 1
-        if sends[0] == 0:
-            sends.popleft()
-            if self._queue and not self._writing:
-                self._writing = True
-                gevent.spawn(self._write)  # after the callers just woken have made their calls
 
     # -- reading ----------------------------------------------------------------------------
     def _start_reader(self, link: _Link) -> None:
@@ -430,7 +387,6 @@ class PipelinedConnection:
         except Exception:  # pragma: no cover - best effort
             pass
         pending, link.inflight = list(link.inflight), collections.deque()
-        link.sends.clear()
         for req in pending:
             self._fail(req, "sent", exc)
         if self._queue and not self._writing:  # calls not written yet: on a new connection

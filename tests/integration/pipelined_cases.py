@@ -55,14 +55,6 @@ def make_pipe(redis_url):
         client.close()
 
 
-@pytest.fixture
-def deep(monkeypatch):
-    """Any number of writes in flight, whatever their size (the default allows two, the
-    second only with 32 calls or more)."""
-    monkeypatch.setattr(pipelined, "MAX_WRITES_IN_FLIGHT", 1000)
-    monkeypatch.setattr(pipelined, "MIN_OVERLAPPING_WRITE", 1)
-
-
 def _created(pipe: PipelinedConnection) -> int:
     return pipe.client.connection_pool._created_connections
 
@@ -108,7 +100,7 @@ def test_answers_reach_their_callers_with_many_in_flight(make_pipe):
     assert _created(pipe) == 1  # all on one connection
 
 
-def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix, deep):
+def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix):
     pipe = make_pipe()
     slow, log = f"{prefix}:slow", f"{prefix}:log"
     order = []
@@ -130,7 +122,7 @@ def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pi
     assert sorted(g.value for g in waves) == list(range(1, 51))
 
 
-def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pipe, r, prefix, deep):
+def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pipe, r, prefix):
     pipe = make_pipe(socket_timeout=0.25)
     slow = f"{prefix}:slow"
     outcome = {}
@@ -166,7 +158,7 @@ def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pi
     assert pipe.in_flight == 0
 
 
-def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r, prefix, deep):
+def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r, prefix):
     pipe = make_pipe()
     slow = f"{prefix}:slow"
     victim = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "lost", resend=False)
@@ -181,7 +173,7 @@ def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r
     assert _created(pipe) == 1
 
 
-def test_a_killed_waiter_behind_others_drops_only_its_answer(make_pipe, prefix, deep):
+def test_a_killed_waiter_behind_others_drops_only_its_answer(make_pipe, prefix):
     pipe = make_pipe()
     slow = f"{prefix}:slow"
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "first", resend=False)
@@ -237,32 +229,27 @@ def test_with_few_calls_in_flight_the_first_of_a_turn_goes_at_once_and_the_rest_
     assert [g.get() for g in calls] == [f"c{i}" for i in range(10)] and late.get() == "late"
 
 
-def test_with_many_in_flight_small_writes_wait_and_large_ones_overlap(make_pipe, prefix):
+def test_every_turn_writes_while_earlier_writes_await_their_answers(make_pipe, prefix):
     pipe = make_pipe()
-    pipe._peak = 1000.0  # as after a while with hundreds of calls in flight
     slow = f"{prefix}:slow"
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "300", "slow", resend=False)
     _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
-    small = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"s{i}", resend=False) for i in range(10)]
-    _wait_until(lambda: len(pipe._queue) == 10, "the small calls are queued")
-    gevent.sleep(0.02)
-    assert pipe.in_flight == 1 and len(pipe._queue) == 10  # 10 < 32: they wait
-    big = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"b{i}", resend=False) for i in range(30)]
-    _wait_until(lambda: pipe.in_flight == 41, "40 calls go while the slow one runs")
-    more = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"m{i}", resend=False) for i in range(40)]
-    _wait_until(lambda: len(pipe._queue) == 40, "a third write waits (two in flight at most)")
-    gevent.sleep(0.02)
-    assert pipe.in_flight == 41 and len(pipe._queue) == 40 and not first.ready()
+    turns = []
+    for size, total in ((1, 2), (10, 12), (40, 52)):  # three hub turns of callers, written while the slow call runs
+        turns.append([gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"{size}:{i}", resend=False)
+                      for i in range(size)])
+        _wait_until(lambda: pipe.in_flight == total, "the turn's calls are written")
+    assert pipe.in_flight == 52 and not first.ready() and not pipe._queue
     assert first.get() == "slow"
-    assert [g.get() for g in small] == [f"s{i}" for i in range(10)]
-    assert [g.get() for g in big] == [f"b{i}" for i in range(30)]
-    assert [g.get() for g in more] == [f"m{i}" for i in range(40)]
-    assert pipe.writes == 3 and _created(pipe) == 1
+    for size, greenlets in zip((1, 10, 40), turns):
+        assert [g.get() for g in greenlets] == [f"{size}:{i}" for i in range(size)]
+    # the slow call, then per turn its first call alone and the rest together (none for a turn of 1)
+    assert pipe.writes == 1 + 1 + 2 + 2 and pipe.requests == 52 and _created(pipe) == 1
+    assert pipe.max_in_flight == 52
 
 
 def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_pipe, r, prefix):
-    pipe = make_pipe(socket_timeout=0.25)
-    pipe._peak = 1000.0  # calls gather (many in flight lately)
+    pipe = make_pipe()
     slow = f"{prefix}:slow"
     outcome = {}
 
@@ -275,15 +262,18 @@ def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_p
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "400", "x", resend=False)
     _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
     written = [gevent.spawn(incr, f"w{i}") for i in range(40)]
-    _wait_until(lambda: pipe.in_flight == 41, "a second write is in flight")
+    _wait_until(lambda: pipe.in_flight == 41, "40 more calls are written")
+    # one hub turn: q0 is written at once and q1..q39 wait for the turn's end, but the
+    # connection is found dead first (what a read or write that fails does)
     queued = [gevent.spawn(incr, f"q{i}") for i in range(40)]
-    _wait_until(lambda: len(pipe._queue) == 40, "a third write waits")
+    gevent.spawn(lambda: pipe._kill(pipe._link, redis.ConnectionError("the connection was lost")))
     with pytest.raises(AmbiguousCallError):
         first.get()
     gevent.joinall(written + queued, raise_error=True)
     assert all(isinstance(outcome[f"w{i}"], AmbiguousCallError) for i in range(40))
-    assert [outcome[f"q{i}"] for i in range(40)] == [1] * 40  # never written before: sent once
-    assert [r.get(f"{prefix}:q{i}") for i in range(40)] == ["1"] * 40
+    assert isinstance(outcome["q0"], AmbiguousCallError)
+    assert [outcome[f"q{i}"] for i in range(1, 40)] == [1] * 39  # never written before: sent once
+    assert [r.get(f"{prefix}:q{i}") for i in range(1, 40)] == ["1"] * 39
     assert all(r.get(f"{prefix}:w{i}") in (None, "1") for i in range(40))
 
 
