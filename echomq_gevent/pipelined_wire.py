@@ -31,8 +31,8 @@ import _socket
 import errno
 from typing import Any, Optional
 
-import gevent
 import redis
+from gevent import getcurrent
 from redis.exceptions import InvalidResponse
 
 try:
@@ -72,7 +72,7 @@ def _reader_for(conn: Any) -> Any:
 class Wire:
     """Raw reads and writes on one gevent socket of a redis-py connection."""
 
-    __slots__ = ("gsock", "raw", "reader", "buffer", "_gets", "_hub_wait", "_timeout")
+    __slots__ = ("gsock", "raw", "reader", "buffer", "_gets", "_hub_wait", "_timer")
 
     def __init__(self, gsock: Any, reader: Any) -> None:
         self.gsock = gsock
@@ -82,9 +82,8 @@ class Wire:
         self._gets = reader.gets
         self.buffer = bytearray(_READ_SIZE)
         self._hub_wait = gsock.hub.wait
-        #: the socket's timeout for a wait to read, one timer reused by every wait
-        self._timeout = (gevent.Timeout(gsock.timeout, _ReadTimeout("timed out"), ref=False)
-                         if gsock.timeout is not None else None)
+        #: the socket's timeout for a wait to read: one event-loop timer reused by every wait
+        self._timer = gsock.hub.loop.timer(gsock.timeout, ref=False) if gsock.timeout is not None else None
 
     @classmethod
     def of(cls, conn: Any) -> Optional["Wire"]:
@@ -168,15 +167,15 @@ class Wire:
         event = self.gsock._read_event
         if event is None:  # closed by another greenlet
             raise redis.ConnectionError("Error while reading from socket: the socket was closed")
-        timeout = self._timeout
-        if timeout is None:
+        timer = self._timer
+        if timer is None:
             self._hub_wait(event)
             return
-        timeout.start()
+        timer.start(getcurrent().throw, _ReadTimeout)
         try:
             self._hub_wait(event)
         finally:
-            timeout.cancel()
+            timer.stop()
 
 
 class _ReadTimeout(Exception):
