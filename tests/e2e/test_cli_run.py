@@ -18,6 +18,7 @@ import pytest
 
 from echomq_gevent.queue import Queue
 
+from running_command import RunningCommand
 from target import BIN, PYTHON
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,7 +46,7 @@ def example_plugin_path(tmp_path_factory):
     return target
 
 
-class Cli:
+class Cli(RunningCommand):
     """A running ``python -m echomq_gevent`` (or ``command``, e.g. the console script) with
     its output collected."""
 
@@ -55,44 +56,7 @@ class Cli:
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, extra_path) if p)
         full_env.pop("ECHOMQ_CONFIG", None)
         full_env.update(env or {})
-        command = command or [PYTHON, "-m", "echomq_gevent"]
-        self.proc = subprocess.Popen([*command, *args], cwd=cwd, env=full_env,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        self.lines: List[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip("\n"))
-
-    def output(self) -> str:
-        return "\n".join(self.lines[-60:])
-
-    def exited(self) -> Optional[str]:
-        """Why waiting on this command is pointless: it has exited (else None)."""
-        code = self.proc.poll()
-        return None if code is None else f"the command exited ({code})"
-
-    def saw(self, text: str) -> bool:
-        return any(text in line for line in list(self.lines))
-
-    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
-        self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-            raise AssertionError(f"the command did not exit within {timeout} s of {sig!r}:\n{self.output()}")
-        self._reader.join(5)
-        return code
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        super().__init__([*(command or [PYTHON, "-m", "echomq_gevent"]), *args], cwd, full_env)
 
 
 def node_add_bulk(redis_url: str, prefix: str, queue: str, jobs: List[Dict[str, Any]]) -> List[str]:

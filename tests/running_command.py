@@ -1,0 +1,64 @@
+"""A command run by a test in a subprocess, its output collected line by line as it
+runs: the end-to-end tests of the command line and the framework tests share it."""
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+from typing import Dict, List, Optional
+
+
+class RunningCommand:
+    """``argv`` started in ``cwd`` with ``env`` (the whole environment), stdout and stderr
+    merged and read on a thread; ``saw``, ``output`` and ``exited`` look at what it printed
+    so far, ``stop`` and ``finish`` end it."""
+
+    #: lines of output an error message shows
+    SHOWN = 80
+
+    def __init__(self, argv: List[str], cwd: str, env: Dict[str, str]) -> None:
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True)
+        self.lines: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def output(self) -> str:
+        return "\n".join(self.lines[-self.SHOWN:])
+
+    def exited(self) -> Optional[str]:
+        """Why waiting on this command is pointless: it has exited (else None)."""
+        code = self.proc.poll()
+        return None if code is None else f"the command exited ({code})"
+
+    def saw(self, text: str) -> bool:
+        return any(text in line for line in list(self.lines))
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
+        """Send ``sig`` (unless it has exited) and wait for the exit; its status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self._wait(timeout, f"exit within {timeout} s of {sig!r}")
+
+    def finish(self, timeout: float = 60.0) -> int:
+        """Wait for it to end by itself; its status."""
+        return self._wait(timeout, f"finish within {timeout} s")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def _wait(self, timeout: float, what: str) -> int:
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"the command did not {what}:\n{self.output()}") from None
+        self._reader.join(5)
+        return code
