@@ -238,7 +238,8 @@ class Job(JobControl, JobFlowMixin):
             job.opts = {}
             job.decode_error = job.decode_error or _json_problem(job.id, "opts", exc)
         else:
-            bad = stored_options_problems(opts) if opts and raw not in _CHECKED_OPTS else None
+            checked = not opts or raw in _CHECKED_OPTS
+            bad = None if checked else stored_options_problems(opts)
             if bad:
                 # keep the good ones, so settling the failure uses defaults for the bad
                 job.opts = {k: v for k, v in opts.items() if k not in bad}
@@ -246,7 +247,7 @@ class Job(JobControl, JobFlowMixin):
                     f"job {job.id}: invalid stored options: " + "; ".join(bad.values()))
             else:
                 job.opts = opts
-                if opts and raw not in _CHECKED_OPTS:
+                if not checked:
                     if len(_CHECKED_OPTS) >= _CHECKED_OPTS_MAX:
                         _CHECKED_OPTS.clear()
                     _CHECKED_OPTS.add(raw)

@@ -8,8 +8,9 @@ client's pool checked out between its own calls and talks on it directly
 (:class:`KeptConnection`). It sends the same bytes and reads the same answers (or
 errors) as the client would; everything else goes through the pool as usual.
 
-This is the one module that touches redis-py below its public client API. What it relies
-on, all present from redis-py 4.5 (the lowest the package allows) to the newest release,
+This module and :mod:`.pipelined_wire` (which also reads ``Connection._parser.parse_error``
+and ``Connection.encoder`` to build its hiredis reader) are the ones that touch redis-py
+below its public client API. What this one relies on, all present from redis-py 4.5 (the lowest the package allows) to the newest release,
 is named once in :class:`_RedisPy`:
 
 * ``ConnectionPool.get_connection`` (its ``command_name`` argument is required before

@@ -301,13 +301,8 @@ class PipelinedConnection:
         self.writes += 1
         self.requests += len(batch)
         try:
-            wire = link.wire
-            if wire is not None:
-                pack = _hiredis_pack
-                if len(batch) == 1 and len(batch[0].commands) == 1:
-                    wire.send(pack(batch[0].commands[0]))
-                else:
-                    wire.send(b"".join([pack(c) for req in batch for c in req.commands]))
+            if link.wire is not None:
+                link.wire.send(b"".join([_hiredis_pack(c) for req in batch for c in req.commands]))
             else:
                 _RedisPy.send(link.conn, [c for req in batch for c in req.commands])
         except BaseException as exc:  # maybe partly written: all of it is ambiguous

@@ -95,7 +95,7 @@ class Wire:
         if type(gsock) is not _GEVENT_SOCKET or not isinstance(getattr(gsock, "_sock", None),
                                                                _socket.socket):
             return None
-        if not hasattr(gsock, "_wait") or getattr(gsock, "_read_event", None) is None:
+        if getattr(gsock, "_read_event", None) is None or not callable(getattr(gsock.hub, "wait", None)):
             return None
         parser = getattr(conn, "_parser", None)
         if parser is None or not callable(getattr(parser, "parse_error", None)):
@@ -159,7 +159,6 @@ class Wire:
             value = self._gets()
             if value is not False:
                 return value
-
 
     def _wait_readable(self) -> None:
         """Wait for the socket to be readable, for at most the socket's timeout (then
