@@ -13,16 +13,18 @@
 
   Checks, in this order: the job exists (-1); to complete, no pending children (-4) and
   no failed children (-9); the lock (-6 other token, -2 none); the job is in active (-3).
-  Then: events trimmed, deduplication id released (and a job stored for it meanwhile
+  Then: deduplication id released (and a job stored for it meanwhile
   created), the parent told, attempts made + 1, the job kept in its set or deleted as
   keepJobs says (count 0 deletes, -1 or absent keeps all, n keeps the newest n; age in
-  seconds with limit per call), events "completed"/"failed" and "retries-exhausted",
+  seconds with limit per call), events "completed"/"failed" (its XADD caps the stream at
+  meta's opts.maxLenEvents) and "retries-exhausted",
   metrics, and finally the next job fetched when asked.
   Returns the next job's 4-tuple (or {0,0,ttl,0} / {0,0,0,0} / {0,0,0,nextDue}) when
   fetching found anything to say; otherwise 0, with a "drained" event when wait, active
   and prioritized are all empty.
 ]]
 --- @include "includes/collectMetrics"
+--- @include "includes/counterAfterOne"
 --- @include "includes/fetchNextJob"
 --- @include "includes/incrementJobCounter"
 --- @include "includes/finishDeduplication"
@@ -30,7 +32,6 @@
 --- @include "includes/removeFinishedJobs"
 --- @include "includes/removeJobKeys"
 --- @include "includes/removeLock"
---- @include "includes/trimEvents"
 --- @include "includes/updateJobFields"
 
 local waitKey = KEYS[1]
@@ -66,17 +67,23 @@ if lockResult < 0 then
 end
 updateJobFields(jobKey, ARGV[9])
 
-local attrs = redis.call("HMGET", jobKey, "parentKey", "parent", "deid")
+local attrs = redis.call("HMGET", jobKey, "parentKey", "parent", "deid", "atm")
 local parentKey = attrs[1]
 local parentJson = attrs[2]
 local dedupId = attrs[3]
 
-if redis.call("LREM", activeKey, -1, jobId) < 1 then
+if redis.call("LREM", activeKey, "-1", jobId) < 1 then
   return -3
 end
 
--- trim first, so the events written below survive the trim
-trimEvents(metaKey, eventsKey)
+-- the events cap and what the fetch below needs of meta, in one read; the stream is
+-- trimmed by the XADD of this job's event (the oldest entries go, never the new ones)
+local meta = redis.call("HMGET", metaKey, "paused", "concurrency", "max", "duration", "opts.maxLenEvents")
+local maxEvents = meta[5]
+if not maxEvents then
+  maxEvents = "10000"
+  redis.call("HSET", metaKey, "opts.maxLenEvents", maxEvents)
+end
 
 if dedupId then
   releaseDeduplicationKey(keyPrefix, dedupId, jobId)
@@ -110,7 +117,13 @@ if parentJson or (parentKey and parentKey ~= "") then
   end
 end
 
-local attemptsMade = incrementJobCounter(jobKey, "atm")
+-- attempts made + 1: written with the result below (or by HINCRBY when the stored value
+-- is not a plain integer)
+local attemptsMade, attemptsText = counterAfterOne(attrs[4])
+if not attemptsMade then
+  attemptsMade = incrementJobCounter(jobKey, "atm")
+  attemptsText = string.format("%d", attemptsMade)
+end
 
 local keepJobs = opts["keepJobs"] or {}
 local keepCount = tonumber(keepJobs["count"])
@@ -121,7 +134,7 @@ if keepCount == 0 then
   end
 else
   redis.call("ZADD", finishedKey, now, jobId)
-  redis.call("HSET", jobKey, resultField, resultValue, "finishedOn", now)
+  redis.call("HSET", jobKey, resultField, resultValue, "finishedOn", now, "atm", attemptsText)
   if target == "failed" then
     redis.call("HDEL", jobKey, "defa")
   end
@@ -134,8 +147,8 @@ else
   end
 end
 
-redis.call("XADD", eventsKey, "*", "event", target, "jobId", jobId, resultField, resultValue,
-           "prev", "active")
+redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", target, "jobId", jobId,
+           resultField, resultValue, "prev", "active")
 if target == "failed" and attemptsMade >= (tonumber(opts["attempts"]) or 0) then
   redis.call("XADD", eventsKey, "*", "event", "retries-exhausted", "jobId", jobId,
              "attemptsMade", attemptsMade)
@@ -148,7 +161,7 @@ end
 
 if ARGV[6] == "1" then
   local fetched = fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, KEYS[6], KEYS[7],
-                               metaKey, KEYS[10], KEYS[14], keyPrefix, now, opts)
+                               metaKey, KEYS[10], KEYS[14], keyPrefix, now, opts, meta)
   if fetched then
     return fetched
   end

@@ -1,15 +1,13 @@
--- The first write of a pick-up: processedOn (and "pb", the worker's name, when given) on
--- the job hash. Made under pcall, it is also the check that the id names a job: a key that
--- is not a hash (a foreign producer wrote a string, list... under the job's name) refuses
--- it with WRONGTYPE, and the caller drops the id. A key that does not exist becomes a hash
--- (the job fails later for having none of a job's fields).
--- Returns true when the write was made.
-local function claimJobHash(jobKey, now, name)
-  local res
-  if name then
-    res = redis.pcall("HSET", jobKey, "processedOn", now, "pb", name)
-  else
-    res = redis.pcall("HSET", jobKey, "processedOn", now)
+-- The first read of a pick-up: the job hash, flat, as HGETALL gives it. Made under pcall,
+-- it is also the check that the id names a job: a key that is not a hash (a foreign
+-- producer wrote a string, list... under the job's name) refuses it with WRONGTYPE, and the
+-- caller drops the id. A key that does not exist reads as an empty hash; the pick-up's
+-- write makes it one (the job fails later for having none of a job's fields).
+-- Returns the flat fields, or nil for a key that is not a hash.
+local function claimJobHash(jobKey)
+  local res = redis.pcall("HGETALL", jobKey)
+  if res["err"] ~= nil then
+    return nil
   end
-  return type(res) ~= "table" or res["err"] == nil
+  return res
 end

@@ -6,7 +6,8 @@
 --- @include "includes/prepareJobForProcessing"
 --- @include "includes/promoteDelayedJobs"
 -- The fetch step shared by moveToActive, moveToFinished and moveToDelayed.
--- opts is the worker's unpacked map {token, lockDuration, limiter = {max, duration}?, name?}.
+-- opts is the worker's unpacked map {token, lockDuration, limiter = {max, duration}?, name?};
+-- metaFields, when the caller already read them, meta's paused, concurrency, max, duration.
 -- Order: promote due delayed jobs; rate limit (meta "max" wins over limiter.max, the
 -- worker's limiter.duration wins over meta "duration"); paused or maxed; then the right
 -- end of wait (skipping legacy "0:..." markers and ids whose key is not a hash), then the
@@ -18,8 +19,9 @@
 --   {0, 0, 0, nextDue}           nothing ready; the earliest delayed job is due at nextDue
 --   nil                          nothing ready and nothing delayed
 local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limiterKey,
-                            delayedKey, metaKey, pcKey, markerKey, keyPrefix, now, opts)
-  local pausedOrMaxed, globalMax, globalWindow = getQueueMetadata(metaKey, activeKey)
+                            delayedKey, metaKey, pcKey, markerKey, keyPrefix, now, opts,
+                            metaFields)
+  local pausedOrMaxed, globalMax, globalWindow = getQueueMetadata(metaKey, activeKey, metaFields)
 
   promoteDelayedJobs(delayedKey, markerKey, waitKey, prioritizedKey, eventsKey, keyPrefix,
                      now, pcKey, pausedOrMaxed)
@@ -37,21 +39,29 @@ local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limit
 
   local windowMs = (workerLimiter and workerLimiter["duration"]) or globalWindow
 
-  local jobName = opts["name"]
   local jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
+  local fields
   -- entries starting with "0:" are markers written by BullMQ before v6, and ids whose key
-  -- is not a job hash (a foreign producer's; claimJobHash's write is refused): drop them
-  while jobId and (string.sub(jobId, 1, 2) == "0:" or not claimJobHash(keyPrefix .. jobId, now, jobName)) do
-    redis.call("LREM", activeKey, 1, jobId)
+  -- is not a job hash (a foreign producer's; claimJobHash refuses them): drop them
+  while jobId do
     if string.sub(jobId, 1, 2) ~= "0:" then
+      fields = claimJobHash(keyPrefix .. jobId)
+      if fields then
+        break
+      end
       redis.log(redis.LOG_WARNING, "queue " .. keyPrefix .. ": job id " .. jobId ..
                 " dropped from wait: its key is not a job hash")
     end
+    redis.call("LREM", activeKey, 1, jobId)
     jobId = redis.call("RPOPLPUSH", waitKey, activeKey)
   end
   if not jobId then
     jobId = moveJobFromPrioritizedToActive(prioritizedKey, activeKey, pcKey)
-    while jobId and not claimJobHash(keyPrefix .. jobId, now, jobName) do
+    while jobId do
+      fields = claimJobHash(keyPrefix .. jobId)
+      if fields then
+        break
+      end
       redis.call("LREM", activeKey, 1, jobId)
       redis.log(redis.LOG_WARNING, "queue " .. keyPrefix .. ": job id " .. jobId ..
                 " dropped from prioritized: its key is not a job hash")
@@ -59,7 +69,7 @@ local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limit
     end
   end
   if jobId then
-    return prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, now, maxJobs,
+    return prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, fields, now, maxJobs,
                                    windowMs, markerKey, opts)
   end
 

@@ -1,7 +1,9 @@
--- Paused-or-maxed, plus the global rate limit from meta ("max", "duration"), in one HMGET.
+-- Paused-or-maxed, plus the global rate limit from meta ("max", "duration"), in one HMGET,
+-- or from fields the caller already read with others (paused, concurrency, max, duration
+-- first, in that order).
 -- Returns pausedOrMaxed (bool), max (string or false), duration (string or false).
-local function getQueueMetadata(metaKey, activeKey)
-  local fields = redis.call("HMGET", metaKey, "paused", "concurrency", "max", "duration")
+local function getQueueMetadata(metaKey, activeKey, fields)
+  fields = fields or redis.call("HMGET", metaKey, "paused", "concurrency", "max", "duration")
   local pausedOrMaxed = false
   if fields[1] then
     pausedOrMaxed = true

@@ -8,8 +8,9 @@
 -- whether a base marker wakes a worker afterwards.
 local function promoteDelayedJobs(delayedKey, markerKey, waitKey, prioritizedKey,
                                   eventsKey, keyPrefix, now, pcKey, pausedOrMaxed)
-  local cutoff = (tonumber(now) + 1) * 0x1000 - 1
-  local ready = redis.call("ZRANGEBYSCORE", delayedKey, 0, cutoff, "LIMIT", 0, 1000)
+  -- numbers go to redis.call as text made here: Redis 6.2 would format each with "%.17g"
+  local cutoff = string.format("%d", (tonumber(now) + 1) * 0x1000 - 1)
+  local ready = redis.call("ZRANGEBYSCORE", delayedKey, "0", cutoff, "LIMIT", "0", "1000")
   if #ready == 0 then
     return
   end

@@ -143,7 +143,7 @@ def test_default_attempts_zero_always_reports_exhaustion(r, keys, scripts, event
     assert events(keys)[2] == {"event": "retries-exhausted", "jobId": "1", "attemptsMade": "3"}
 
 
-def test_events_are_trimmed_to_the_meta_cap_before_writing(r, keys, scripts, events):
+def test_events_are_capped_to_the_meta_limit_by_the_finish_event(r, keys, scripts, events):
     r.hset(keys.meta, "opts.maxLenEvents", 10)
     pipe = r.pipeline()
     for i in range(1000):
@@ -154,6 +154,26 @@ def test_events_are_trimmed_to_the_meta_cap_before_writing(r, keys, scripts, eve
     length = r.xlen(keys.events)
     assert 10 <= length < 500  # approximate trim (whole stream nodes)
     assert events.names(keys)[-2:] == ["completed", "drained"]
+
+
+@pytest.mark.parametrize("stored, after", [
+    (None, "1"), ("0", "1"), ("41", "42"), ("-2", "-1"),
+    ("99999999999999", "100000000000000"),  # past what the script counts itself: Redis counts it
+])
+def test_attempts_made_is_written_with_the_result(r, keys, scripts, stored, after):
+    running(r, keys, scripts, "1")
+    if stored is not None:
+        r.hset(keys.job("1"), "atm", stored)
+    complete(scripts, "1")
+    assert r.hget(keys.job("1"), "atm") == after
+
+
+def test_a_garbage_attempts_made_restarts_at_one(r, keys, scripts):
+    running(r, keys, scripts, "1")
+    r.hset(keys.job("1"), "atm", "007")  # Redis does not read leading zeros as an integer
+    fail(scripts, "1")
+    assert r.hget(keys.job("1"), "atm") == "1"
+    assert r.zscore(keys.failed, "1") is not None
 
 
 def test_missing_max_events_is_initialised(r, keys, scripts):

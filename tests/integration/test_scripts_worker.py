@@ -41,6 +41,49 @@ def test_without_worker_name_no_pb_and_ats_counts_every_start(r, keys, scripts):
     assert fields["ats"] == "5"
 
 
+def _flat_hash(r, key):
+    """The hash as one HGETALL reads it, flat and in Redis' order."""
+    return [part for pair in r.hgetall(key).items() for part in pair]
+
+
+@pytest.mark.parametrize("stored, name", [
+    ({}, None),                                                    # a fresh job
+    ({}, "w1"),
+    ({"processedOn": "1", "ats": "4", "pb": "old", "x": "y"}, "w2"),  # a job started before
+    ({"ats": "0", "defa": "pending"}, None),
+])
+def test_the_pickup_reply_is_the_hash_as_written(r, keys, scripts, stored, name):
+    # the fields come from the read made before the pick-up's write, patched: they must
+    # equal a read made after it, field for field and in the same order
+    add_waiting(r, keys, "1")
+    if stored:
+        r.hset(keys.job("1"), mapping=stored)
+    flat = fetch(scripts, name=name)[0]
+    assert flat == _flat_hash(r, keys.job("1"))
+    assert as_dict(flat)["ats"] == str(int(stored.get("ats", 0)) + 1)
+
+
+@pytest.mark.parametrize("stored, after", [
+    ("1234567890123", "1234567890124"),   # past what the script counts itself: Redis counts it
+    ("-3", "-2"),
+])
+def test_an_integer_ats_of_any_size_is_counted_as_redis_counts(r, keys, scripts, stored, after):
+    add_waiting(r, keys, "1")
+    r.hset(keys.job("1"), "ats", stored)
+    flat = fetch(scripts)[0]
+    assert as_dict(flat)["ats"] == after
+    assert r.hget(keys.job("1"), "ats") == after
+    assert not r.hexists(keys.job("1"), "defa")
+    assert flat == _flat_hash(r, keys.job("1"))
+
+
+def test_a_missing_job_hash_is_created_by_the_pickup(r, keys, scripts):
+    r.lpush(keys.wait, "ghost")
+    flat = fetch(scripts)[0]
+    assert as_dict(flat) == {"processedOn": as_dict(flat)["processedOn"], "ats": "1"}
+    assert flat == _flat_hash(r, keys.job("ghost"))
+
+
 def test_token_zero_takes_no_lock(r, keys, scripts):
     add_waiting(r, keys, "1")
     activate(scripts, "1", token="0")
