@@ -58,6 +58,23 @@ STALE_AFTER_S = 1.0
 _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
+#: How many times this process is a fork's child; compared instead of os.getpid(), a system
+#: call on every connection use (glibc no longer caches the pid).
+_forks = [0]
+
+
+def _count_fork() -> None:
+    _forks[0] += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
+
+def fork_generation() -> int:
+    """A number that changes in a forked child: connections taken before it are the parent's."""
+    return _forks[0]
+
+
 class AmbiguousCallError(redis.ConnectionError):
     """The connection failed after a command was sent and before its answer arrived, and
     the command is not safe to send again: Redis may or may not have run it. The caller
@@ -102,15 +119,19 @@ class _RedisPy:
         (its socket is readable: EOF, or an answer nobody asked for); then run the client's
         health check (a PING on a connection idle longer than ``health_check_interval``).
         All before anything of the call is written: a failure here is unambiguous."""
-        if poll and getattr(conn, "_sock", None) is not None:
+        connected = getattr(conn, "_sock", None) is not None
+        if poll and connected:
             try:
                 stale = conn.can_read(timeout=0)
             except (redis.ConnectionError, redis.TimeoutError, OSError):
                 stale = True
             if stale:
                 conn.disconnect()
-        conn.connect()
-        conn.check_health()
+                connected = False
+        if not connected:  # (connect() returns at once when connected, through several frames)
+            conn.connect()
+        if getattr(conn, "health_check_interval", 1):
+            conn.check_health()
 
     @staticmethod
     def send(conn: Any, commands: Sequence[Sequence[Any]]) -> None:
@@ -187,7 +208,7 @@ class KeptConnection:
         self.client = client
         self._idle: List[Any] = []
         self._idle_since = 0.0
-        self._pid = os.getpid()
+        self._forked = _forks[0]
         # not at interpreter exit: the process' sockets close with it anyway
         weakref.finalize(self, _give_back, client.connection_pool, self._idle).atexit = False
 
@@ -206,9 +227,9 @@ class KeptConnection:
 
     def _take(self) -> Tuple[Any, bool]:
         """A connection for one call, and whether it sat idle long enough to be polled."""
-        if self._pid != os.getpid():  # forked: the kept sockets belong to the parent
+        if self._forked != _forks[0]:  # forked: the kept sockets belong to the parent
             self._idle.clear()
-            self._pid = os.getpid()
+            self._forked = _forks[0]
         try:
             conn = self._idle.pop()
         except IndexError:  # the pool checks out a connection as it checks any other

@@ -39,7 +39,6 @@ other threads use the kept connection's one-call-at-a-time path.
 from __future__ import annotations
 
 import collections
-import os
 import time
 import weakref
 from typing import Any, Deque, List, Optional, Sequence, Tuple
@@ -50,7 +49,7 @@ import redis
 from gevent.hub import Waiter
 from redis.exceptions import ResponseError
 
-from .kept_connection import (_CONNECTION_ERRORS, STALE_AFTER_S, AmbiguousCallError, KeptConnection, _give_back,
+from .kept_connection import (_CONNECTION_ERRORS, _forks, STALE_AFTER_S, AmbiguousCallError, KeptConnection, _give_back,
                               _hiredis_pack, _RedisPy, resend_through_client)
 from .pipelined_wire import Wire
 
@@ -123,7 +122,7 @@ class PipelinedConnection:
         #: a call was written at once in this hub turn; the turn's later calls are queued
         #: and written together by :meth:`_end_turn`
         self._turn_open = False
-        self._pid = os.getpid()
+        self._forked = _forks[0]
         self._held: List[Any] = []  # the connection in use, for the finalizer
         #: sends made, requests written, and the most requests ever outstanding at once
         self.writes = 0
@@ -166,8 +165,8 @@ class PipelinedConnection:
 
     # -- the caller's side --------------------------------------------------------------------
     def _run(self, commands: Sequence[Sequence[Any]]) -> _Request:
-        if self._pid != os.getpid():  # forked: the connection belongs to the parent
-            self._pid = os.getpid()
+        if self._forked != _forks[0]:  # forked: the connection belongs to the parent
+            self._forked = _forks[0]
             self._link, self._queue, self._writing, self._turn_open = None, [], False, False
             self._held.clear()
         req = _Request(commands)

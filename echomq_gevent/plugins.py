@@ -210,6 +210,8 @@ class PluginHost:
         """
         hook = getattr(self.pm.hook, hook_name)
         impls = hook.get_hookimpls()
+        if not impls:
+            return
         if not any(_wraps(impl) for impl in impls):
             for impl in reversed(impls):
                 try:

@@ -322,23 +322,24 @@ class Scripts(AdminScripts, FlowScripts, SchedulerScripts):
             for t in tokens])
 
     def move_to_finished_args(self, job_id: str, now_ms: int, field: str, value: str, target: str,
-                              fetch_next: bool, finish_opts: Dict[str, Any],
+                              fetch_next: bool, finish_opts: Union[Dict[str, Any], bytes],
                               fields_to_update: Optional[Sequence[Any]] = None) -> Tuple[List[str], List[Any]]:
         k = self.keys
         keys = [k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed,
                 k.paused, k.meta, k.pc, k.completed if target == "completed" else k.failed,
                 k.job(job_id), k.metrics(target), k.marker]
         args: List[Any] = [job_id, now_ms, field, value, target, "1" if fetch_next else "0",
-                           k.base, pack(finish_opts)]
+                           k.base, finish_opts if isinstance(finish_opts, bytes) else pack(finish_opts)]
         if fields_to_update:
             args.append(pack(list(fields_to_update)))
         return keys, args
 
     def move_to_finished_call(self, job_id: str, now_ms: int, field: str, value: str, target: str,
-                              fetch_next: bool, finish_opts: Dict[str, Any],
+                              fetch_next: bool, finish_opts: Union[Dict[str, Any], bytes],
                               fields_to_update: Optional[Sequence[Any]] = None) -> ScriptCall:
         """The ``moveToFinished-14`` call :meth:`move_to_finished` makes, for :meth:`run`
-        or :meth:`run_many` (the worker sends the finishes of one hub turn together)."""
+        or :meth:`run_many` (the worker sends the finishes of one hub turn together).
+        ``finish_opts`` may come packed already (the bytes of ARGV[8])."""
         keys, args = self.move_to_finished_args(job_id, now_ms, field, value, target, fetch_next,
                                                 finish_opts, fields_to_update)
         return ScriptCall("moveToFinished-14", keys, args, job_id)

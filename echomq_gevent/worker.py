@@ -137,6 +137,8 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         self._timeout_s: Optional[float] = opts["job_timeout"] / 1000.0 if opts["job_timeout"] else None
         #: maxMetricsSize of moveToFinished: "" records no metrics (as Node without opts.metrics)
         self._max_metrics: Any = opts["metrics"]["maxDataPoints"] if opts["metrics"] else ""
+        #: ARGV[8] of moveToFinished, packed, by what it is made of (Settling._packed_finish_opts)
+        self._packed_finish: Dict[Any, bytes] = {}
 
         self._active: Dict[str, Slot] = {}
         #: read-only ``job id -> Job`` of the jobs in flight

@@ -43,6 +43,7 @@ from .hookspecs import FailureDecision
 from .job import Job, job_state
 from .job_options import compact_json, keep_jobs
 from .kept_connection import AmbiguousCallError
+from .script_library import pack
 from .scripts import ScriptCall, Scripts
 from .clock import now_ms
 from .worker_slots import CONNECTION_ERRORS, Slot
@@ -222,6 +223,27 @@ class Settling:
             "name": self.name,
         }
 
+    def _packed_finish_opts(self, job: Job, token: str, target: str) -> bytes:
+        """:meth:`_finish_opts`, packed once per kind: a job without its own removeOn*
+        option, whose attempts is absent or an int, gets the bytes packed for the same
+        token, target, attempts and worker settings before (a token stays with its slot
+        across fetch-next)."""
+        opts = job.opts if isinstance(job.opts, dict) else {}
+        attempts = opts.get("attempts")
+        if opts.get("removeOnComplete" if target == "completed" else "removeOnFail") is not None or \
+                (attempts is not None and type(attempts) is not int):
+            return pack(self._finish_opts(job, token, target))
+        limiter = self.limiter
+        key = (token, target, attempts, self.lock_duration, self.name, self._max_metrics,
+               None if limiter is None else tuple(limiter.items()))
+        cache = self._packed_finish
+        packed = cache.get(key)
+        if packed is None:
+            if len(cache) >= 256:
+                cache.clear()
+            packed = cache[key] = pack(self._finish_opts(job, token, target))
+        return packed
+
     def _complete(self, slot: Slot, result: Any) -> Optional[Job]:
         job = slot.job
         try:
@@ -237,7 +259,7 @@ class Settling:
             finished[0] = now_ms()
             return self._finish(self.scripts.move_to_finished_call(
                 job.id, finished[0], "returnvalue", value, "completed", fetch,
-                self._finish_opts(job, slot.token, "completed")))
+                self._packed_finish_opts(job, slot.token, "completed")))
         try:
             res = self._settle(slot, call, ("completed", "unknown"))
         except _Gone:
@@ -363,7 +385,7 @@ class Settling:
         def call_failed() -> Any:
             return self._finish(self.scripts.move_to_finished_call(
                 job.id, now_ms(), "failedReason", reason, "failed", fetch,
-                self._finish_opts(job, token, "failed"), fields))
+                self._packed_finish_opts(job, token, "failed"), fields))
         try:
             res = self._settle(slot, call_failed, ("failed", "unknown"))
         except _Gone:

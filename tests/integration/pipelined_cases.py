@@ -395,3 +395,31 @@ def test_a_server_closing_the_connection_fails_the_call_on_the_wire(make_pipe, r
     assert isinstance(info.value.__cause__, redis.ConnectionError)
     assert r.get(f"{prefix}:never") is None
     assert pipe.call("INCR", f"{prefix}:next") == 1
+
+
+def _in_forked_child(body) -> bytes:
+    """Run ``body()`` (returning at most 64 bytes) in a forked child; what it returned."""
+    import os
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write_end, body())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    try:
+        return os.read(read_end, 64)
+    finally:
+        os.close(read_end)
+
+
+def test_a_forked_child_never_writes_on_the_parents_connection(make_pipe):
+    pipe = make_pipe()
+    parent_id = pipe.call("CLIENT", "ID")
+    # the child's calls go on a connection of its own (the parent's socket is shared by
+    # both processes after the fork: answers would reach either)
+    child = _in_forked_child(lambda: str(pipe.call("CLIENT", "ID")).encode())
+    assert child and int(child) != parent_id
+    assert pipe.call("CLIENT", "ID") == parent_id

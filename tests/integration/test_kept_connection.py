@@ -6,6 +6,7 @@ and the newest redis-py the package allows."""
 from __future__ import annotations
 
 import gc
+import os
 from urllib.parse import urlsplit
 
 import msgpack
@@ -279,3 +280,22 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_call(l
     # an unsafe call: the closed connection is noticed before anything is written
     assert lane.call("addLog-2", [lane.keys.job("nope"), lane.keys.logs("nope")], ["nope", "x", ""],
                      resend=False) == -1
+
+
+def test_a_forked_child_never_uses_the_parents_kept_connection(lane):
+    kept = lane.kept_connection
+    parent_id = kept.call("CLIENT", "ID")
+    assert kept.idle  # the parent's connection, kept for its next call
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.write(write_end, str(kept.call("CLIENT", "ID")).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    child = os.read(read_end, 64)
+    os.close(read_end)
+    assert child and int(child) != parent_id
+    assert kept.call("CLIENT", "ID") == parent_id

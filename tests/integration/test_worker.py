@@ -248,3 +248,38 @@ def test_a_worker_still_setting_up_is_not_reported_as_fetching(redis_url, prefix
         (during,) = seen
         assert during.running and not during.fetch_loop_alive
     assert not w.health().fetch_loop_alive
+
+
+def test_the_packed_finish_options_follow_the_job_and_the_worker(redis_url, prefix, qname):
+    # ARGV[8] of moveToFinished is packed once per kind and reused; what is reused must
+    # always equal what packing the options afresh gives
+    import msgpack
+
+    from echomq_gevent.job import Job
+    from echomq_gevent.script_library import pack
+
+    w = make_worker(redis_url, prefix, qname, lambda job: None, limiter={"max": 5, "duration": 1000})
+    cases = [({}, "t:1", "completed"), ({"attempts": 3}, "t:1", "completed"), ({}, "t:2", "failed"),
+             ({"attempts": 3}, "t:1", "failed"), ({"removeOnComplete": 5}, "t:1", "completed"),
+             ({"removeOnFail": {"age": 10}}, "t:1", "failed"), ({"attempts": True}, "t:1", "failed")]
+
+    def check():
+        for opts, token, target in cases:
+            packed = w._packed_finish_opts(Job(w.scripts, "1", "n", {}, dict(opts)), token, target)
+            assert packed == pack(w._finish_opts(Job(w.scripts, "1", "n", {}, dict(opts)), token, target))
+        return msgpack.unpackb(packed)
+
+    try:
+        check()
+        check()  # from the cache
+        # each setting a worker exposes, changed on its own, reaches the packed options
+        w.name = "renamed"
+        assert check()["name"] == "renamed"
+        w.lock_duration = 1234
+        assert check()["lockDuration"] == 1234
+        w.limiter["max"] = 9  # changed in place
+        assert check()["limiter"] == {"max": 9, "duration": 1000}
+        w.limiter = None
+        assert check()["limiter"] is None
+    finally:
+        w.close()
