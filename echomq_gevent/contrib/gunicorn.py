@@ -195,6 +195,12 @@ def _on_starting(server: Any) -> None:
     installed = process.settings
     prom_dir = os.environ.get(PROM_DIR_ENV)
     if installed is not None and installed.metrics and prom_dir:
+        # child_exit (below) runs inside gunicorn's SIGCHLD handler. Were its import of
+        # prometheus_client the first, the next worker's SIGCHLD could interrupt it and the
+        # nested child_exit would find the package half imported (ImportError): import it
+        # here, once, outside any signal handler.
+        from prometheus_client import multiprocess  # noqa: F401
+
         # prometheus_client's rule: the directory is wiped between runs of the server.
         for f in glob.glob(os.path.join(prom_dir, "*.db")):
             try:

@@ -132,6 +132,30 @@ def test_install_turns_on_prometheus_multiprocess_mode(tmp_path, redis_url, pref
     assert not os.path.exists(prom_dir)
 
 
+def test_the_master_imports_the_prometheus_cleanup_before_any_worker_exits(tmp_path, redis_url, prefix):
+    # child_exit runs in gunicorn's SIGCHLD handler: its import of prometheus_client must
+    # not be the first (a second worker's SIGCHLD arriving during that import re-entered
+    # child_exit, which found the package half imported). In a fresh interpreter, as the
+    # master starts: the module is there once on_starting has run.
+    script = textwrap.dedent(f"""\
+        import sys
+        from types import SimpleNamespace
+        from echomq_gevent.contrib import gunicorn as gu
+        ns = {{}}
+        gu.install(ns, config={str(_yaml(tmp_path, redis_url, prefix))!r})
+        assert "prometheus_client.multiprocess" not in sys.modules
+        ns["on_starting"](SimpleNamespace())
+        print("prometheus_client.multiprocess" in sys.modules)
+        ns["on_exit"](SimpleNamespace())
+        """)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop(gu.PROM_DIR_ENV, None)
+    out = subprocess.run([PYTHON, "-c", script], cwd=str(REPO), env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
 @pytest.mark.parametrize("graceful,timeout,margin,budget", [
     (30, 30, None, 28.0),   # default margin 2 s
     (6, 30, None, 4.5),     # margin at most a quarter
