@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .config_yaml import Marks, Path, suggest
 from .connection_settings import DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError, ConnectionSettings
@@ -112,6 +112,34 @@ def parse_redis(value: Any, error: ErrorFactory, marks: Marks) -> RedisSettings:
     return settings
 
 
+def _check_host_ports(error: ErrorFactory, path: Path, items: List[Any]) -> None:
+    """Every item of a sentinels or nodes list is ``host:port``."""
+    for i, item in enumerate(items):
+        if not isinstance(item, str) or not re.fullmatch(r"[^\s,/@]+:\d{1,5}", item):
+            raise error(path + (i,), f"must be host:port, got {item!r}")
+
+
+def _quoted_secrets(error: ErrorFactory, path: Path, value: Dict[str, Any],
+                    keys: Sequence[str]) -> Dict[str, str]:
+    """The credentials ``keys`` of a mapping, each a string, quoted for a URL ("" when absent)."""
+    from urllib.parse import quote
+
+    secrets = {}
+    for key in keys:
+        v = value.get(key)
+        if v is not None and not isinstance(v, str):
+            raise error(path + (key,), "must be a string")
+        secrets[key] = quote(v, safe="") if v else ""
+    return secrets
+
+
+def _userinfo(secrets: Dict[str, str]) -> str:
+    """``user:password@`` (either part may be missing) for a URL, or "" without credentials."""
+    if not (secrets["username"] or secrets["password"]):
+        return ""
+    return secrets["username"] + (":" + secrets["password"] if secrets["password"] else "") + "@"
+
+
 def _sentinel_mapping_url(error: ErrorFactory, value: Any) -> str:
     """The ``redis+sentinel://`` URL a ``redis.sentinel`` mapping stands for."""
     from urllib.parse import quote
@@ -125,9 +153,7 @@ def _sentinel_mapping_url(error: ErrorFactory, value: Any) -> str:
     if not isinstance(hosts, list) or not hosts:
         raise error(("redis", "sentinel", "sentinels"),
                         f"must be a list of host:port strings (the sentinels), got {hosts!r}")
-    for i, item in enumerate(hosts):
-        if not isinstance(item, str) or not re.fullmatch(r"[^\s,/@]+:\d{1,5}", item):
-            raise error(("redis", "sentinel", "sentinels", i), f"must be host:port, got {item!r}")
+    _check_host_ports(error, ("redis", "sentinel", "sentinels"), hosts)
     service = value.get("service")
     if not isinstance(service, str) or not service.strip():
         raise error(("redis", "sentinel", "service"),
@@ -135,15 +161,9 @@ def _sentinel_mapping_url(error: ErrorFactory, value: Any) -> str:
     db = value.get("db", 0)
     if isinstance(db, bool) or not isinstance(db, int) or db < 0:
         raise error(("redis", "sentinel", "db"), f"must be a database number 0.., got {db!r}")
-    secrets = {}
-    for key in ("username", "password", "sentinel_username", "sentinel_password"):
-        v = value.get(key)
-        if v is not None and not isinstance(v, str):
-            raise error(("redis", "sentinel", key), "must be a string")
-        secrets[key] = quote(v, safe="") if v else ""
-    auth = ""
-    if secrets["username"] or secrets["password"]:
-        auth = secrets["username"] + (":" + secrets["password"] if secrets["password"] else "") + "@"
+    secrets = _quoted_secrets(error, ("redis", "sentinel"), value,
+                              ("username", "password", "sentinel_username", "sentinel_password"))
+    auth = _userinfo(secrets)
     query = "&".join(f"{k}={secrets[k]}" for k in ("sentinel_username", "sentinel_password") if secrets[k])
     return (f"redis+sentinel://{auth}{','.join(hosts)}/{quote(service.strip(), safe='')}/{db}"
             + (f"?{query}" if query else ""))
@@ -152,8 +172,6 @@ def _sentinel_mapping_url(error: ErrorFactory, value: Any) -> str:
 def _cluster_mapping_url(error: ErrorFactory, value: Any) -> str:
     """The ``redis+cluster://`` URL a ``redis.cluster`` list of nodes (or mapping with
     ``nodes`` and credentials) stands for."""
-    from urllib.parse import quote
-
     path: Path = ("redis", "cluster")
     if isinstance(value, list):
         value = {"nodes": value}
@@ -168,19 +186,9 @@ def _cluster_mapping_url(error: ErrorFactory, value: Any) -> str:
     nodes = value.get("nodes")
     if not isinstance(nodes, list) or not nodes:
         raise error(path, f"must be a list of host:port strings (some nodes of the cluster), got {nodes!r}")
-    for i, item in enumerate(nodes):
-        if not isinstance(item, str) or not re.fullmatch(r"[^\s,/@]+:\d{1,5}", item):
-            raise error(path + (i,), f"must be host:port, got {item!r}")
-    secrets = {}
-    for key in ("username", "password"):
-        v = value.get(key)
-        if v is not None and not isinstance(v, str):
-            raise error(("redis", "cluster", key), "must be a string")
-        secrets[key] = quote(v, safe="") if v else ""
+    _check_host_ports(error, path, nodes)
+    secrets = _quoted_secrets(error, ("redis", "cluster"), value, ("username", "password"))
     tls = value.get("tls", False)
     if not isinstance(tls, bool):
         raise error(("redis", "cluster", "tls"), f"must be true or false, got {tls!r}")
-    auth = ""
-    if secrets["username"] or secrets["password"]:
-        auth = secrets["username"] + (":" + secrets["password"] if secrets["password"] else "") + "@"
-    return f"{'rediss' if tls else 'redis'}+cluster://{auth}{','.join(nodes)}/"
+    return f"{'rediss' if tls else 'redis'}+cluster://{_userinfo(secrets)}{','.join(nodes)}/"
