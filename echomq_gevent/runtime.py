@@ -184,6 +184,11 @@ class MarkerWaiter:
         self.connection_id: Optional[int] = None  # set by the blocking client's connect hook
         self._pending: Any = None
 
+    @property
+    def pending(self) -> bool:
+        """A wait is in flight (its answer not yet taken)."""
+        return self._pending is not None
+
     def _pop(self, timeout: float) -> Any:
         try:
             return self.client.bzpopmin(self.key, timeout)

@@ -68,9 +68,12 @@ class FetchLoop:
 
     def _loop_once(self) -> None:
         if self._paused or len(self._active) >= self.concurrency:
-            if self._paused and self._marker is not None:
+            if self._paused and self._marker is not None and self._marker.pending:
                 # a marker wait left pending would pop a wake-up meant for other workers
                 self._marker.cancel(self._unblock_client())
+                # look again before waiting: the cancel yields, and a resume (or a freed
+                # slot) meanwhile set the wake-up that the wait below would clear first
+                return
             self._wait_kick(None)
             return
         now = now_ms()

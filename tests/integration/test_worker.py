@@ -199,6 +199,28 @@ def test_local_pause_and_resume(redis_url, prefix, qname, queue, r, wait_for):
         wait_for(lambda: w.completed_count == 1, what="completion after resume")
 
 
+def test_a_resume_while_the_pause_cancels_the_marker_wait_is_not_lost(redis_url, prefix, qname, queue, r, wait_for):
+    # the paused loop cancels its marker wait (a call that yields); a resume in that window
+    # sets the wake-up event, which the loop must see rather than clear before it waits
+    w = make_worker(redis_url, prefix, qname, lambda j: j.id, drain_delay=5)
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        marker = w._marker
+        cancel = marker.cancel
+
+        def slow_cancel(*args, **kw):
+            cancel(*args, **kw)
+            gevent.spawn(w.resume)  # runs during the sleep below, inside the cancel
+            gevent.sleep(0.1)
+
+        marker.cancel = slow_cancel
+        w.pause()
+        wait_for(lambda: not w.paused, timeout=3, what="the resume")
+        job = queue.add("p", {})
+        wait_for(lambda: w.completed_count == 1, timeout=5, what="the job after the resume")
+        assert queue.get_job_state(job.id) == "completed"
+
+
 def test_worker_name_is_visible_as_blocking_client_name(redis_url, prefix, qname, queue, r, wait_for):
     w = make_worker(redis_url, prefix, qname, lambda j: 1, name="alpha")
     with running(w):
