@@ -70,11 +70,6 @@ def _count_fork() -> None:
 os.register_at_fork(after_in_child=_count_fork)
 
 
-def fork_generation() -> int:
-    """A number that changes in a forked child: connections taken before it are the parent's."""
-    return _forks[0]
-
-
 class AmbiguousCallError(redis.ConnectionError):
     """The connection failed after a command was sent and before its answer arrived, and
     the command is not safe to send again: Redis may or may not have run it. The caller

@@ -26,6 +26,7 @@
 --- @include "includes/collectMetrics"
 --- @include "includes/counterAfterOne"
 --- @include "includes/fetchNextJob"
+--- @include "includes/getOrSetMaxEvents"
 --- @include "includes/incrementJobCounter"
 --- @include "includes/finishDeduplication"
 --- @include "includes/moveParentToWait"
@@ -79,11 +80,7 @@ end
 -- the events cap and what the fetch below needs of meta, in one read; the stream is
 -- trimmed by the XADD of this job's event (the oldest entries go, never the new ones)
 local meta = redis.call("HMGET", metaKey, "paused", "concurrency", "max", "duration", "opts.maxLenEvents")
-local maxEvents = meta[5]
-if not maxEvents then
-  maxEvents = "10000"
-  redis.call("HSET", metaKey, "opts.maxLenEvents", maxEvents)
-end
+local maxEvents = getOrSetMaxEvents(metaKey, meta[5])
 
 if dedupId then
   releaseDeduplicationKey(keyPrefix, dedupId, jobId)
@@ -151,7 +148,7 @@ redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", target, "j
            resultField, resultValue, "prev", "active")
 if target == "failed" and attemptsMade >= (tonumber(opts["attempts"]) or 0) then
   redis.call("XADD", eventsKey, "*", "event", "retries-exhausted", "jobId", jobId,
-             "attemptsMade", attemptsMade)
+             "attemptsMade", attemptsText)
 end
 
 local maxMetrics = opts["maxMetricsSize"]
