@@ -10,13 +10,24 @@ answers are outstanding:
 * **Writing.** The first call of a hub turn is written at once by the calling greenlet,
   as ioredis does: Redis starts on it while the worker is still busy with the other jobs
   woken in the same turn. The calls those other greenlets make are gathered and written
-  together when the turn's callbacks are done: one send for all of them, which Redis
-  reads and answers together too (each write and each read is a system call on both
-  sides). Any number of writes may await answers: with few jobs in flight Redis and the
-  worker overlap call by call, with many they overlap batch by batch, each batch as large
-  as the number of callers one read of answers wakes. Calls are written in the order
-  they were made, and Redis runs them in that order: one connection orders the calls of
-  all greenlets, never less than the separate connections it replaces did.
+  together when the turn's callbacks are done: one send for all of them (each write and
+  each read is a system call on both sides). Calls are written in the order they were
+  made, and Redis runs them in that order: one connection orders the calls of all
+  greenlets, never less than the separate connections it replaces did.
+* **A burst after a quiet moment goes through a window.** Redis runs every command that
+  one read of a client's socket brings (up to 16 KB, some 25 finishes) before it writes
+  any of their answers: the first call of a large batch waits for the last. Jobs that
+  sleep on I/O end in waves, and a wave's finishes reach an idle connection together.
+  So when the connection has had nothing in flight for :data:`QUIET_S` or more, the
+  first :data:`BURST` requests written from then on go at most :data:`WINDOW` commands
+  in flight at a time. The calls beyond wait in order on this side, and once the
+  answers of half the window are read the next ones are written while Redis still runs
+  the other half. Redis reads the burst in small pieces and answers each piece at once,
+  instead of answering the whole wave late. Under steady load (the connection never
+  quiet, or a burst past :data:`BURST` requests) there is no window: every turn's calls
+  go at once. There a window would hold calls back while Redis could run them, and
+  cost more wake-ups on a worker whose CPU is busy. See ``docs/performance.md`` for the
+  measurements.
 * **Reading.** Answers come back in the order the calls were written. A lone caller
   reads its own answer; otherwise one reader greenlet reads them as they arrive and
   wakes each caller as soon as its own answers are in, while the rest are still being
@@ -57,6 +68,14 @@ __all__ = ["PipelinedConnection", "pipelining_available"]
 
 _QUEUED, _SENT, _DONE = 0, 1, 2
 
+#: commands written and not yet answered, at most, in a burst after a quiet moment
+WINDOW = 16
+#: the connection had nothing in flight this long (seconds): the next calls are a burst
+QUIET_S = 0.001
+#: requests of a burst written through the window; the rest go as they come
+BURST = 64
+_UNBOUNDED = 1 << 30
+
 
 def pipelining_available() -> bool:
     """Sockets are monkey-patched (answers can be awaited without blocking the thread)
@@ -82,18 +101,25 @@ class _Request:
 class _Link:
     """One connection and the requests written on it whose answers are outstanding."""
 
-    __slots__ = ("conn", "wire", "inflight", "dead", "reader", "idle_since", "release_when_idle")
+    __slots__ = ("conn", "wire", "inflight", "commands", "dead", "reader", "idle_since", "release_when_idle",
+                 "windowed", "burst_sent")
 
     def __init__(self, conn: Any) -> None:
         self.conn = conn
         #: raw reads and writes on the connection's socket (None: through redis-py)
         self.wire: Optional[Wire] = None
         self.inflight: Deque[_Request] = collections.deque()
+        #: the commands of the requests in ``inflight``
+        self.commands = 0
         self.dead = False
         #: the greenlet reading answers (the reader, or a lone caller reading its own)
         self.reader: Any = None
         self.idle_since = time.monotonic()
         self.release_when_idle = False
+        #: this period of calls (since the connection was last idle) is a windowed burst
+        self.windowed = False
+        #: requests written in the burst
+        self.burst_sent = 0
 
 
 def _as_connection_error(exc: BaseException) -> BaseException:
@@ -110,9 +136,19 @@ class PipelinedConnection:
 
     :meth:`call` and :meth:`call_many` have the contract of
     :meth:`KeptConnection.call <echomq_gevent.kept_connection.KeptConnection.call>` and
-    :meth:`~echomq_gevent.kept_connection.KeptConnection.call_many`."""
+    :meth:`~echomq_gevent.kept_connection.KeptConnection.call_many`. ``window``, ``quiet``
+    and ``burst``: see "A burst after a quiet moment goes through a window" (``window=None``:
+    never)."""
 
-    def __init__(self, kept: KeptConnection) -> None:
+    def __init__(self, kept: KeptConnection, window: Optional[int] = WINDOW, quiet: float = QUIET_S,
+                 burst: int = BURST) -> None:
+        if window is not None and window < 2:
+            raise ValueError(f"window must be at least 2 commands, not {window!r}")
+        self.window = window
+        self.quiet = quiet
+        self.burst = burst
+        #: in flight at or below this, the reader writes the calls waiting for the window
+        self._refill_at = (window or 0) // 2
         self.client = kept.client
         self._pool = kept.client.connection_pool
         self._hub = gevent.get_hub()
@@ -128,6 +164,8 @@ class PipelinedConnection:
         self.writes = 0
         self.requests = 0
         self.max_in_flight = 0
+        #: bursts after a quiet moment written through the window
+        self.bursts = 0
         weakref.finalize(self, _give_back, self._pool, self._held).atexit = False
 
     # -- public -----------------------------------------------------------------------------
@@ -220,6 +258,7 @@ class PipelinedConnection:
         link.reader = None
         self._answered(link)
         req.state = _DONE
+        self._refill(link)
         self._start_reader(link)
 
     def _after_failure(self, req: _Request, resend: bool) -> List[Any]:
@@ -240,7 +279,7 @@ class PipelinedConnection:
         """In the hub, after the callbacks of the turn in which a call was written at once:
         the calls made since go in one write (on a new greenlet: a write may wait)."""
         self._turn_open = False
-        if self._queue and not self._writing:
+        if self._queue and not self._writing and self._room() > 0:
             self._writing = True
             gevent.spawn(self._write)
 
@@ -250,16 +289,44 @@ class PipelinedConnection:
         self._held.append(link.conn)
         return link
 
+    def _room(self) -> int:
+        """Commands that may be written now: the window less the commands in flight in a
+        burst after a quiet moment, else no limit."""
+        link = self._link
+        if link is None or link.dead:
+            return _UNBOUNDED  # a new connection: no quiet moment to speak of
+        if not link.inflight:  # idle: what is written now starts a new period of calls
+            link.windowed = self.window is not None and time.monotonic() - link.idle_since >= self.quiet
+            link.burst_sent = 0
+        window = self.window
+        if not link.windowed or window is None:
+            return _UNBOUNDED
+        return window - link.commands
+
     def _write(self, own: Optional[_Request] = None) -> None:
-        """Write the queued requests, one send per round (more calls may be queued while
-        a send waits for room): on the caller of ``own``, the first call of a hub turn,
-        or on a writer greenlet at the end of the turn. Then make sure the answers are
-        read: by the reader, or by ``own``'s caller when its request is first."""
+        """Write the queued requests (in a burst, those that fit in the window), one send
+        per round: more calls may be queued, and answers read, while a send waits for
+        room in the socket. It runs on the caller of ``own`` (the first call of a hub
+        turn), on a writer greenlet at the end of the turn, or on the greenlet that read
+        answers once they free half the window. A request is written whole: one larger
+        than the room left goes when the window has any room. Then make sure the answers
+        are read: by the reader, or by ``own``'s caller when its request is first."""
         self._writing = True
         try:
             while self._queue:
-                batch = [r for r in self._queue if not r.cancelled]
-                self._queue = []
+                room = self._room()
+                if room <= 0:
+                    break  # written as answers free the window (_refill)
+                queue, batch, taken, used = self._queue, [], 0, 0
+                for req in queue:
+                    taken += 1
+                    if req.cancelled:
+                        continue
+                    batch.append(req)
+                    used += len(req.commands)
+                    if used >= room:
+                        break
+                self._queue = queue[taken:]
                 if batch:
                     self._send(batch)
         except BaseException as exc:  # this greenlet is interrupted: the rest was not written
@@ -294,7 +361,14 @@ class PipelinedConnection:
             return
         for req in batch:
             req.state = _SENT
+            link.commands += len(req.commands)
         link.inflight.extend(batch)
+        if link.windowed:
+            if not link.burst_sent:
+                self.bursts += 1
+            link.burst_sent += len(batch)
+            if link.burst_sent >= self.burst:
+                link.windowed = False  # not a burst: a steady flow
         if len(link.inflight) > self.max_in_flight:
             self.max_in_flight = len(link.inflight)
         self.writes += 1
@@ -313,7 +387,14 @@ class PipelinedConnection:
     @staticmethod
     def _answered(link: _Link) -> None:
         """The first request in flight is answered."""
-        link.inflight.popleft()
+        link.commands -= len(link.inflight.popleft().commands)
+
+    def _refill(self, link: _Link) -> None:
+        """After an answer: once half the window is answered (or the window is lifted),
+        write the calls waiting for it, here, on the greenlet that read the answer."""
+        if self._queue and not self._writing and link is self._link and (
+                link.commands <= self._refill_at or not link.windowed):
+            self._write()
 
     # -- reading ----------------------------------------------------------------------------
     def _start_reader(self, link: _Link) -> None:
@@ -350,6 +431,8 @@ class PipelinedConnection:
                 req.state = _DONE
                 wake(req.waiter.switch, None)
                 self._answered(link)
+                if self._queue:
+                    self._refill(link)
         except BaseException as exc:
             link.reader = None
             self._kill(link, exc if isinstance(exc, _CONNECTION_ERRORS) else
@@ -380,7 +463,7 @@ class PipelinedConnection:
             _RedisPy.drop(self._pool, link.conn)
         except Exception:  # pragma: no cover - best effort
             pass
-        pending, link.inflight = list(link.inflight), collections.deque()
+        pending, link.inflight, link.commands = list(link.inflight), collections.deque(), 0
         for req in pending:
             self._fail(req, "sent", exc)
         if self._queue and not self._writing:  # calls not written yet: on a new connection

@@ -41,11 +41,11 @@ def _client(redis_url: str, **kw) -> redis.Redis:
 def make_pipe(redis_url):
     made = []
 
-    def make(**kw):
+    def make(window=pipelined.WINDOW, quiet=pipelined.QUIET_S, burst=pipelined.BURST, **kw):
         client = _client(redis_url, **kw)
         kept = KeptConnection.for_client(client)
         assert kept is not None
-        pipe = PipelinedConnection(kept)
+        pipe = PipelinedConnection(kept, window=window, quiet=quiet, burst=burst)
         made.append((client, pipe))
         return pipe
 
@@ -101,7 +101,7 @@ def test_answers_reach_their_callers_with_many_in_flight(make_pipe):
 
 
 def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix):
-    pipe = make_pipe()
+    pipe = make_pipe(window=None)  # many writes in flight at once
     slow, log = f"{prefix}:slow", f"{prefix}:log"
     order = []
 
@@ -123,7 +123,7 @@ def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pi
 
 
 def test_a_death_with_several_batches_outstanding_replays_nothing_unsafe(make_pipe, r, prefix):
-    pipe = make_pipe(socket_timeout=0.25)
+    pipe = make_pipe(window=None, socket_timeout=0.25)
     slow = f"{prefix}:slow"
     outcome = {}
 
@@ -230,7 +230,7 @@ def test_with_few_calls_in_flight_the_first_of_a_turn_goes_at_once_and_the_rest_
 
 
 def test_every_turn_writes_while_earlier_writes_await_their_answers(make_pipe, prefix):
-    pipe = make_pipe()
+    pipe = make_pipe(window=None)  # many writes in flight at once
     slow = f"{prefix}:slow"
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "300", "slow", resend=False)
     _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
@@ -249,7 +249,7 @@ def test_every_turn_writes_while_earlier_writes_await_their_answers(make_pipe, p
 
 
 def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_pipe, r, prefix):
-    pipe = make_pipe()
+    pipe = make_pipe(window=None)  # many writes in flight at once
     slow = f"{prefix}:slow"
     outcome = {}
 
@@ -342,6 +342,151 @@ def test_a_worker_finishes_everything_with_many_in_flight(redis_url, prefix, qna
         _wait_until(lambda: queue.get_job_counts("completed")["completed"] == 600, "600 jobs completed")
         assert len(set(done)) == 600
         assert worker.scripts.pipelined and worker.scripts._pipe.max_in_flight > 1
+    finally:
+        worker.close()
+        queue.close()
+
+
+# --------------------------------------------------------------------------- the window of a burst
+def _quiet_pipe(make_pipe, **kw):
+    """A pipe whose connection exists and has been idle longer than its ``quiet``."""
+    pipe = make_pipe(**kw)
+    assert pipe.call("PING") in (True, "PONG")
+    gevent.sleep(0.02)
+    return pipe
+
+
+def _record_sends(pipe):
+    sizes = []
+    real_send = pipe._send
+
+    def recording_send(batch):
+        sizes.append(sum(len(req.commands) for req in batch))
+        real_send(batch)
+
+    pipe._send = recording_send
+    return sizes
+
+
+def test_a_burst_after_a_quiet_moment_goes_through_the_window_in_call_order(make_pipe, r, prefix):
+    pipe = _quiet_pipe(make_pipe, window=4)
+    slow, log = f"{prefix}:slow", f"{prefix}:log"
+    sizes = _record_sends(pipe)
+    order = []
+
+    def push(i):
+        order.append(i)
+        return pipe.call("EVAL", _PUSH, 1, log, str(i), resend=False)
+
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "200", "slow", resend=False)
+    pushes = [gevent.spawn(push, i) for i in range(20)]  # the same hub turn as the slow call
+    _wait_until(lambda: len(order) == 20 and not pipe._writing, "every call is made")
+    gevent.sleep(0.02)
+    # while Redis runs the slow call: the window is full, the other 17 calls wait here
+    assert pipe.in_flight == 4 and len(pipe._queue) == 17 and not first.ready()
+    assert first.get() == "slow"
+    gevent.joinall(pushes, raise_error=True)
+    assert sorted(g.value for g in pushes) == list(range(1, 21))
+    assert [int(x) for x in r.lrange(log, 0, -1)] == order  # Redis ran them in call order
+    assert pipe.max_in_flight == 4 and max(sizes) <= 4 and sum(sizes) == 21
+    assert pipe.bursts == 1 and _created(pipe) == 1
+
+
+def test_without_a_quiet_moment_every_turn_goes_at_once(make_pipe, prefix):
+    pipe = _quiet_pipe(make_pipe, window=4, quiet=3600.0)  # never quiet long enough
+    slow = f"{prefix}:slow"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "200", "slow", resend=False)
+    calls = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"c{i}", resend=False) for i in range(20)]
+    _wait_until(lambda: pipe.in_flight == 21, "every call is written while the slow one runs")
+    assert not first.ready() and not pipe._queue
+    assert first.get() == "slow" and [g.get() for g in calls] == [f"c{i}" for i in range(20)]
+    assert pipe.bursts == 0
+
+
+def test_a_burst_longer_than_its_limit_goes_at_once_past_it(make_pipe, prefix):
+    pipe = _quiet_pipe(make_pipe, window=4, burst=6)
+    slow = f"{prefix}:slow"
+    sizes = _record_sends(pipe)
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "100", "slow", resend=False)
+    calls = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"c{i}", resend=False) for i in range(30)]
+    _wait_until(lambda: pipe.in_flight == 4, "the window is full")
+    assert first.get() == "slow"
+    assert [g.get() for g in calls] == [f"c{i}" for i in range(30)]
+    # the burst: 4, then refills up to 6 requests; what waited then goes in one write
+    assert sizes[0] == 1 and sum(sizes[:2]) == 4 and max(sizes) >= 20, sizes
+    assert pipe.bursts == 1
+
+
+def test_a_lone_caller_reading_its_own_answer_writes_what_waits_behind_the_window(make_pipe, prefix):
+    pipe = _quiet_pipe(make_pipe, window=2)
+    slow = f"{prefix}:slow"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "100", "slow", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    assert pipe._link.reader is first  # it reads its own answer: no reader greenlet
+    calls = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"c{i}", resend=False) for i in range(5)]
+    _wait_until(lambda: len(pipe._queue) == 4, "one call is written, four wait")
+    assert first.get() == "slow"
+    assert [g.get() for g in calls] == [f"c{i}" for i in range(5)]
+    assert pipe.max_in_flight == 2 and pipe.in_flight == 0 and not pipe._queue
+
+
+def test_a_death_sends_the_calls_waiting_behind_the_window_once_on_a_new_connection(make_pipe, r, prefix):
+    pipe = _quiet_pipe(make_pipe, window=4)
+    slow = f"{prefix}:slow"
+    outcome = {}
+
+    def incr(i):
+        try:
+            outcome[i] = pipe.call("INCR", f"{prefix}:n{i}", resend=False)
+        except AmbiguousCallError as exc:
+            outcome[i] = exc
+
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "300", "x", resend=False)
+    callers = [gevent.spawn(incr, i) for i in range(10)]
+    _wait_until(lambda: pipe.in_flight == 4 and len(pipe._queue) == 7, "3 calls are written, 7 wait")
+    gevent.spawn(lambda: pipe._kill(pipe._link, redis.ConnectionError("the connection was lost")))
+    with pytest.raises(AmbiguousCallError):
+        first.get()
+    gevent.joinall(callers, raise_error=True)
+    assert all(isinstance(outcome[i], AmbiguousCallError) for i in range(3))  # written: may have run
+    assert [outcome[i] for i in range(3, 10)] == [1] * 7  # never written before: sent once
+    assert [r.get(f"{prefix}:n{i}") for i in range(3, 10)] == ["1"] * 7
+    assert all(r.get(f"{prefix}:n{i}") in (None, "1") for i in range(3))
+
+
+def test_a_caller_killed_while_waiting_behind_the_window_never_sends_its_call(make_pipe, r, prefix):
+    pipe = _quiet_pipe(make_pipe, window=4)
+    slow = f"{prefix}:slow"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "150", "x", resend=False)
+    callers = [gevent.spawn(pipe.call, "INCR", f"{prefix}:n{i}", resend=False) for i in range(8)]
+    _wait_until(lambda: pipe.in_flight == 4 and len(pipe._queue) == 5, "3 calls are written, 5 wait")
+    callers[5].kill()
+    assert first.get() == "x"
+    assert [callers[i].get() for i in (0, 1, 2, 3, 4, 6, 7)] == [1] * 7
+    assert r.get(f"{prefix}:n5") is None  # never written
+    assert pipe.call("INCR", f"{prefix}:after", resend=False) == 1 and _created(pipe) == 1
+
+
+def test_a_worker_with_jobs_ending_in_waves_finishes_each_once(redis_url, prefix, qname, r):
+    from echomq_gevent import Queue, Worker
+
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    runs = []
+
+    def sleeper(job):
+        runs.append(job.id)
+        gevent.sleep(0.005)
+        return job.data["i"]
+
+    worker = Worker(qname, sleeper, connection=redis_url, prefix=prefix, concurrency=50)
+    try:
+        queue.add_bulk([{"name": "n", "data": {"i": i}} for i in range(1500)])
+        worker.start()
+        _wait_until(lambda: queue.get_job_counts("completed")["completed"] == 1500, "1,500 jobs completed")
+        assert len(runs) == 1500 and len(set(runs)) == 1500
+        pipe = worker.scripts._pipe
+        assert worker.scripts.pipelined and pipe.bursts > 0  # the waves went through the window
+        assert queue.get_job_counts("active", "wait", "failed") == {"active": 0, "wait": 0, "failed": 0}
     finally:
         worker.close()
         queue.close()
