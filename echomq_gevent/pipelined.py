@@ -218,7 +218,7 @@ class PipelinedConnection:
             if not self._writing:
                 self._write(req)
         # else: written at the end of the turn (or by the write under way, which takes
-        # everything queued before it returns)
+        # what is queued before it returns); in a burst, as answers free the window
         self._wait(req)
         return req
 
@@ -277,7 +277,8 @@ class PipelinedConnection:
 
     def _end_turn(self) -> None:
         """In the hub, after the callbacks of the turn in which a call was written at once:
-        the calls made since go in one write (on a new greenlet: a write may wait)."""
+        the calls made since go in one write (on a new greenlet: a write may wait), or in
+        a burst as many as the window takes."""
         self._turn_open = False
         if self._queue and not self._writing and self._room() > 0:
             self._writing = True

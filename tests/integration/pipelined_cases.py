@@ -248,17 +248,22 @@ def test_every_turn_writes_while_earlier_writes_await_their_answers(make_pipe, p
     assert pipe.max_in_flight == 52
 
 
-def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_pipe, r, prefix):
-    pipe = make_pipe(window=None)  # many writes in flight at once
-    slow = f"{prefix}:slow"
-    outcome = {}
-
+def _incr_into(pipe, prefix, outcome):
+    """A caller that increments ``<prefix>:<name>`` (never sent again) and records the count,
+    or the AmbiguousCallError, under ``name``."""
     def incr(name):
         try:
             outcome[name] = pipe.call("INCR", f"{prefix}:{name}", resend=False)
         except AmbiguousCallError as exc:
             outcome[name] = exc
+    return incr
 
+
+def test_a_death_sends_the_calls_not_yet_written_on_a_new_connection_once(make_pipe, r, prefix):
+    pipe = make_pipe(window=None)  # many writes in flight at once
+    slow = f"{prefix}:slow"
+    outcome = {}
+    incr = _incr_into(pipe, prefix, outcome)
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "400", "x", resend=False)
     _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
     written = [gevent.spawn(incr, f"w{i}") for i in range(40)]
@@ -434,22 +439,16 @@ def test_a_death_sends_the_calls_waiting_behind_the_window_once_on_a_new_connect
     pipe = _quiet_pipe(make_pipe, window=4)
     slow = f"{prefix}:slow"
     outcome = {}
-
-    def incr(i):
-        try:
-            outcome[i] = pipe.call("INCR", f"{prefix}:n{i}", resend=False)
-        except AmbiguousCallError as exc:
-            outcome[i] = exc
-
+    incr = _incr_into(pipe, prefix, outcome)
     first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "300", "x", resend=False)
-    callers = [gevent.spawn(incr, i) for i in range(10)]
+    callers = [gevent.spawn(incr, f"n{i}") for i in range(10)]
     _wait_until(lambda: pipe.in_flight == 4 and len(pipe._queue) == 7, "3 calls are written, 7 wait")
     gevent.spawn(lambda: pipe._kill(pipe._link, redis.ConnectionError("the connection was lost")))
     with pytest.raises(AmbiguousCallError):
         first.get()
     gevent.joinall(callers, raise_error=True)
-    assert all(isinstance(outcome[i], AmbiguousCallError) for i in range(3))  # written: may have run
-    assert [outcome[i] for i in range(3, 10)] == [1] * 7  # never written before: sent once
+    assert all(isinstance(outcome[f"n{i}"], AmbiguousCallError) for i in range(3))  # written: may have run
+    assert [outcome[f"n{i}"] for i in range(3, 10)] == [1] * 7  # never written before: sent once
     assert [r.get(f"{prefix}:n{i}") for i in range(3, 10)] == ["1"] * 7
     assert all(r.get(f"{prefix}:n{i}") in (None, "1") for i in range(3))
 
