@@ -122,6 +122,22 @@ class _Link:
         self.burst_sent = 0
 
 
+def _fit(queue: List[_Request], room: int) -> Tuple[List[_Request], int]:
+    """The requests at the head of ``queue`` that fill ``room`` commands (the last one may
+    go past it; cancelled ones are skipped), and how many of the queue that took."""
+    batch: List[_Request] = []
+    taken = used = 0
+    for req in queue:
+        taken += 1
+        if req.cancelled:
+            continue
+        batch.append(req)
+        used += len(req.commands)
+        if used >= room:
+            break
+    return batch, taken
+
+
 def _as_connection_error(exc: BaseException) -> BaseException:
     """What other callers see when a write was interrupted by something that is not an
     error (the writing greenlet was killed or timed out)."""
@@ -318,15 +334,11 @@ class PipelinedConnection:
                 room = self._room()
                 if room <= 0:
                     break  # written as answers free the window (_refill)
-                queue, batch, taken, used = self._queue, [], 0, 0
-                for req in queue:
-                    taken += 1
-                    if req.cancelled:
-                        continue
-                    batch.append(req)
-                    used += len(req.commands)
-                    if used >= room:
-                        break
+                queue = self._queue
+                if room >= _UNBOUNDED:  # steady load: everything queued
+                    batch, taken = [r for r in queue if not r.cancelled], len(queue)
+                else:
+                    batch, taken = _fit(queue, room)
                 self._queue = queue[taken:]
                 if batch:
                     self._send(batch)
