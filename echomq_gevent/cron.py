@@ -31,8 +31,6 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Optional, Tuple
 
-from croniter import croniter
-from croniter.croniter import CroniterError
 
 try:  # Python >= 3.9
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -40,6 +38,15 @@ except ImportError:  # pragma: no cover - Python < 3.9 is not supported
     raise
 
 from .errors import EchoMQError
+
+
+def _croniter() -> Tuple[Any, Any]:
+    """``(croniter, CroniterError)``, imported on first use: only a process that handles a
+    cron schedule pays for croniter and dateutil (about 2 MB of a worker's memory)."""
+    from croniter import croniter
+    from croniter.croniter import CroniterError
+
+    return croniter, CroniterError
 
 __all__ = ["CronError", "ALIASES", "validate_pattern", "validate_tz", "next_run", "local_zone"]
 
@@ -157,6 +164,7 @@ def _prepare(pattern: Any, what: str) -> Tuple[str, bool]:
     fields[-1] = ",".join(dow_atoms)
     expr = " ".join(fields)
     seconds = len(fields) == 6
+    croniter, CroniterError = _croniter()
     try:
         # a day that never comes (30 February) is refused here, as cron-parser refuses it
         croniter(expr, datetime(2000, 1, 1), second_at_beginning=seconds).get_next(datetime)
@@ -210,6 +218,7 @@ def next_run(pattern: str, after_ms: int, tz: Optional[str] = None, start_date: 
     if end_date is not None and current > int(end_date):
         current = int(end_date)
     wall = _wall(current, zone)
+    croniter, CroniterError = _croniter()
     it = croniter(expr, wall, second_at_beginning=seconds)
     found: Optional[int] = None
     for _ in range(_MAX_CANDIDATES):
@@ -258,6 +267,7 @@ def _second_occurrence(expr: str, seconds: bool, zone: Any, current: int, found:
             after = mid
     wall = datetime.fromtimestamp(after, zone).replace(tzinfo=None, fold=0)
     start = wall - timedelta(seconds=1)
+    croniter, CroniterError = _croniter()
     try:
         candidate = croniter(expr, start, second_at_beginning=seconds).get_next(datetime)
     except CroniterError:

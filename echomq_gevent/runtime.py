@@ -7,18 +7,18 @@ per question when it starts, never ``if gevent`` in its body:
   on the job's greenlet (cooperative code, the default); :class:`ThreadRuntime`
   (``offload="thread"``) runs it in a gevent native thread pool, so blocking C calls
   and CPU-heavy code leave the hub free.
-* **where the idle worker blocks on the marker** (:class:`MarkerWaiter`): when the
-  process is monkey-patched, ``BZPOPMIN`` runs on a greenlet (its socket yields to the
-  hub); when it is not, it runs in a pool thread, so an unpatched process (a test,
-  a script) still keeps its hub free while idle.
+* **where the idle worker blocks on the marker** (:class:`~.marker_wait.MarkerWaiter`,
+  in its own module): when the process is monkey-patched, ``BZPOPMIN`` runs on a
+  greenlet (its socket yields to the hub); when it is not, it runs in a pool thread, so
+  an unpatched process (a test, a script) still keeps its hub free while idle
+  (:func:`sockets_patched` tells which).
 
 Also the native-thread primitives the lock renewal thread and the hub watchdog use:
 the *original* ``_thread`` functions, which stay OS-level after ``patch_all()``.
 """
 from __future__ import annotations
 
-import logging
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
 import gevent
 import gevent.monkey
@@ -26,11 +26,9 @@ from gevent.threadpool import ThreadPool
 
 from .errors import EchoMQError
 
-log = logging.getLogger("echomq_gevent.worker")
-
 __all__ = [
     "JobTimeoutError", "GreenletRuntime", "ThreadRuntime", "make_runtime", "sockets_patched",
-    "MarkerWaiter", "start_native_thread", "native_lock", "MAX_BLOCK_S", "MIN_BLOCK_S",
+    "start_native_thread", "native_lock", "MAX_BLOCK_S", "MIN_BLOCK_S",
 ]
 
 #: Longest single BZPOPMIN; the loop re-issues it (as BullMQ caps its block at 10 s).
@@ -156,91 +154,3 @@ def make_runtime(offload: Optional[str], concurrency: int, scripts: Any = None) 
     if offload is None:
         return GreenletRuntime()
     raise ValueError(f"offload must be 'thread' or None, got {offload!r}")
-
-
-class _PopFailed:
-    """The error of a BZPOPMIN, returned by the greenlet or thread that ran it."""
-
-    __slots__ = ("error",)
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-
-
-class MarkerWaiter:
-    """Blocks on the queue's marker ZSET (``BZPOPMIN``) for the fetch loop.
-
-    One ``BZPOPMIN`` is in flight at a time, on the worker's dedicated blocking
-    client. The fetch loop waits for it *or* for its own wake-up event, whichever
-    comes first; a command still pending when the loop was woken is reused by the
-    next wait instead of issuing another. Only the fetch-loop greenlet calls
-    :meth:`wait`; :meth:`cancel` is called by ``close``.
-    """
-
-    def __init__(self, client: Any, marker_key: str, use_thread: Optional[bool] = None) -> None:
-        self.client = client
-        self.key = marker_key
-        self.use_thread = (not sockets_patched()) if use_thread is None else use_thread
-        self.connection_id: Optional[int] = None  # set by the blocking client's connect hook
-        self._pending: Any = None
-
-    @property
-    def pending(self) -> bool:
-        """A wait is in flight (its answer not yet taken)."""
-        return self._pending is not None
-
-    def _pop(self, timeout: float) -> Any:
-        try:
-            return self.client.bzpopmin(self.key, timeout)
-        except Exception as exc:
-            # Handed to wait(), which raises it in the fetch loop (which logs and retries).
-            # Raised here, gevent would also print it as a crashed greenlet, with a
-            # traceback, for every failed wait while Redis is away.
-            return _PopFailed(exc)
-
-    def _spawn(self, timeout: float) -> Any:
-        if self.use_thread:
-            return gevent.get_hub().threadpool.spawn(self._pop, timeout)
-        return gevent.spawn(self._pop, timeout)
-
-    def wait(self, timeout: float, wake: Any) -> Tuple[str, float]:
-        """Wait up to ``timeout`` s. Returns ``("marker", score)`` when a marker was
-        popped, ``("timeout", 0)`` when the time ran out (or BZPOPMIN timed out), and
-        ``("woken", 0)`` when ``wake`` (a gevent Event) was set first. Redis errors
-        of the BZPOPMIN are raised here."""
-        timeout = min(max(timeout, MIN_BLOCK_S), MAX_BLOCK_S)
-        if self._pending is None:
-            self._pending = self._spawn(timeout)
-        pending = self._pending
-        gevent.wait([pending, wake], timeout=timeout, count=1)
-        if self._pending is not pending:  # cancelled meanwhile (close)
-            return "woken", 0.0
-        if pending.ready():
-            self._pending = None
-            res = pending.get()
-            if isinstance(res, _PopFailed):
-                raise res.error
-            if not res:
-                return "timeout", 0.0
-            return "marker", float(res[2])
-        if wake.is_set():
-            return "woken", 0.0
-        return "timeout", 0.0
-
-    def cancel(self, unblock_client: Any = None) -> None:
-        """Abandon the pending BZPOPMIN so it pops no marker meant for other workers:
-        ``CLIENT UNBLOCK`` it (through ``unblock_client``) and, on a greenlet, kill it."""
-        pending, self._pending = self._pending, None
-        if pending is None or pending.ready():
-            return
-        if unblock_client is not None and self.connection_id is not None:
-            try:
-                unblock_client.execute_command("CLIENT", "UNBLOCK", self.connection_id)
-            except Exception:
-                log.debug("CLIENT UNBLOCK of the marker wait failed", exc_info=True)
-        try:
-            gevent.wait([pending], timeout=1.0)
-        except Exception:  # pragma: no cover
-            pass
-        if not pending.ready() and not self.use_thread:
-            pending.kill(block=False)

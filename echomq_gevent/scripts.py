@@ -310,6 +310,15 @@ class Scripts(AdminScripts, FlowScripts, SchedulerScripts):
         return self.call("moveToActive-11", self._fetch_keys(),
                          [self.keys.base, now_ms, packed_opts], client=client)
 
+    def move_to_active_command(self, token: str, lock_duration: int, limiter: Optional[Dict[str, int]] = None,
+                               name: Optional[str] = None) -> Tuple[Any, ...]:
+        """The ``EVALSHA`` of a ``moveToActive-11`` pick-up that reads the time on the server
+        (an empty ``now``): the command the worker writes behind its marker wait
+        (:mod:`.marker_wait`), which Redis runs only when the wait ends."""
+        return self._evalsha(ScriptCall("moveToActive-11", self._fetch_keys(),
+                                        [self.keys.base, "", pack(self.fetch_opts(token, lock_duration, limiter,
+                                                                                  name))]))
+
     def move_to_active_many(self, tokens: Sequence[str], lock_duration: int, now_ms: int,
                             limiter: Optional[Dict[str, int]] = None,
                             name: Optional[str] = None) -> List[Any]:

@@ -39,7 +39,7 @@ from .job_options import keep_jobs
 from .keys import QueueKeys
 from .locks import LockRenewer
 from .plugins import PluginHost
-from .runtime import MarkerWaiter
+from .marker_wait import MarkerWaiter
 from .scripts import Scripts
 from .signals import ShutdownSignals
 from .stalled import StalledChecker

@@ -28,6 +28,7 @@ import gevent
 from .errors import UnrecoverableError
 from .job import Job
 from .kept_connection import AmbiguousCallError
+from .marker_wait import Fetched
 from .runtime import MAX_BLOCK_S, MIN_BLOCK_S
 from .schedulers import schedule_next_run
 from .clock import now_ms
@@ -67,10 +68,16 @@ class FetchLoop:
         self._kick.wait(timeout)
 
     def _loop_once(self) -> None:
+        marker = self._marker
+        if marker is not None and marker.answered:  # a pick-up behind a wait the loop left
+            self._take_fetched(marker.take())
+            return
         if self._paused or len(self._active) >= self.concurrency:
-            if self._paused and self._marker is not None and self._marker.pending:
+            if self._paused and marker is not None and marker.pending:
                 # a marker wait left pending would pop a wake-up meant for other workers
-                self._marker.cancel(self._unblock_client())
+                fetched = marker.cancel(self._unblock_client())
+                if fetched is not None:  # a job it took is handed straight back (paused)
+                    self._take_fetched(fetched)
                 # look again before waiting: the cancel yields, and a resume (or a freed
                 # slot) meanwhile set the wake-up that the wait below would clear first
                 return
@@ -170,8 +177,18 @@ class FetchLoop:
             timeout = min(max(self.drain_delay, MIN_BLOCK_S), MAX_BLOCK_S)
         assert self._marker is not None
         self._kick.clear()
-        outcome, score = self._marker.wait(timeout, self._kick)
+        fetch = None
+        if not self._active and self._marker.can_fetch:
+            # nothing in flight: the pick-up goes behind the wait and runs as it ends
+            # (marker_wait.py); a pick-up never waits there while jobs of this worker run
+            token = f"{self.id}:{next(self._tokens)}"
+            fetch = (token, self.scripts.move_to_active_command(token, self.lock_duration, self.limiter,
+                                                                 self.name))
+        outcome, score = self._marker.wait(timeout, self._kick, fetch)
         self.last_fetch_at = time.time()
+        if outcome == "fetched":
+            self._take_fetched(score)
+            return False
         if outcome == "woken":
             return False
         if outcome == "marker":
@@ -183,6 +200,33 @@ class FetchLoop:
                 return False
         self._block_until = 0
         return True
+
+    def _take_fetched(self, fetched: Fetched) -> None:
+        """Start the job a pick-up written behind the marker wait took (handed straight back
+        when closing, see :meth:`_start`); on an answer that is an error, pick up the
+        ordinary way next (``_drained`` off), or find an ambiguous pick-up's job by its
+        token. The wait's own error, if it had one, is raised after."""
+        answer = fetched.answer
+        if isinstance(answer, AmbiguousCallError):
+            if self.closing:
+                log.warning("queue %r: %s; a job it took stays active until the stalled check of any worker "
+                            "moves it back to wait", self.queue_name, answer)
+            else:
+                self._unknown_pickups.append(fetched.token)
+                self._kick.set()
+        elif isinstance(answer, BaseException):
+            # it did not run (NOSCRIPT, a redirection) or failed: the script connection
+            # loads a missing script, and raises a failure again for the loop to report
+            log.debug("queue %r: the pick-up behind the marker wait answered %s: %s", self.queue_name,
+                      type(answer).__name__, answer)
+            self._block_until = 0
+            self._drained = False
+        else:
+            job = self._next_from(answer, fetched.token)
+            if job is not None:
+                self._start(job, fetched.token)
+        if fetched.pop_error is not None:
+            raise fetched.pop_error
 
     def _next_from(self, res: Any, token: str) -> Optional[Job]:
         """Read a fetch answer (``[fields|0, id|0, ttl, due]``, or 0/None for nothing),
@@ -211,7 +255,7 @@ class FetchLoop:
         self._active[job.id] = slot
         assert self._locks is not None and self._pool is not None
         self._locks.track(job.id, token)
-        if self.closing:  # fetched while closing began: give it straight back
+        if self.closing or self._paused:  # fetched as a close or a pause began: give it straight back
             self._hand_back(slot)
             self._release(slot)
             return

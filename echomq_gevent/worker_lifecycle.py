@@ -30,7 +30,8 @@ from .connection import clone_client, close_client
 from .errors import JobLockMismatch, JobLockNotExist
 from .hub import HubMonitor
 from .locks import LockRenewer
-from .runtime import MAX_BLOCK_S, MarkerWaiter, make_runtime
+from .marker_wait import MarkerWaiter
+from .runtime import MAX_BLOCK_S, make_runtime
 from .scripts import Scripts
 from .stalled import StalledChecker
 from .worker_options import lock_renew_interval
@@ -68,7 +69,9 @@ class Lifecycle:
         self._pool = gevent.pool.Group()
         self._runtime = make_runtime(opts["offload"], self.concurrency, self.scripts)
 
-        marker = MarkerWaiter(None, self.keys.marker)
+        # on a cluster, script calls follow redirections through the worker's router: no
+        # pick-up is written behind the marker wait there
+        marker = MarkerWaiter(None, self.keys.marker, fetch_behind=not is_cluster(self.client))
 
         def on_connect(conn: Any) -> None:
             conn.on_connect()
@@ -90,6 +93,7 @@ class Lifecycle:
                                           socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
                                           redis_connect_func=on_connect)
         marker.client = self._blocking
+        marker.answer_slack = settings.socket_timeout
         self._marker = marker
         try:  # connect now: the worker shows up in getWorkers() from the start
             self._blocking.ping()
@@ -145,7 +149,12 @@ class Lifecycle:
             if self._stalled is not None:
                 self._stalled.stop()
             if self._marker is not None:
-                self._marker.cancel(self._unblock_client())
+                fetched = self._marker.cancel(self._unblock_client())
+                if fetched is not None:  # a job it took is handed straight back (closing)
+                    try:
+                        self._take_fetched(fetched)
+                    except Exception as exc:  # the wait's own error: nothing more to do with it
+                        log.debug("%s: the cancelled marker wait failed: %s", label, exc)
             if self.running:  # the loop ends at its next step (at most one Redis call away)
                 gevent.wait([self._loop_done, self._force], timeout=max(deadline - time.monotonic(), 1.0),
                             count=1)

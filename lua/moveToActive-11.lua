@@ -3,7 +3,11 @@
 
   KEYS  1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 limiter, 7 delayed,
         8 paused (unused in v6, kept for the key count), 9 meta, 10 pc, 11 marker
-  ARGV  1 key prefix ("bull:q:"), 2 now (ms), 3 msgpack {token, lockDuration, limiter?, name?}
+  ARGV  1 key prefix ("bull:q:"), 2 now (ms; empty: the server's clock, read here),
+        3 msgpack {token, lockDuration, limiter?, name?}
+
+  An empty ARGV[2] is for a call written behind the worker's BZPOPMIN, which Redis runs
+  only when the marker wait ends: the time of the call's writing would be stale by then.
 
   Returns {flat job hash, jobId, 0, 0} when a job was moved to active, {0, 0, ttl, 0} when
   rate limited, {0, 0, 0, nextDue} when only delayed jobs remain, else {0, 0, 0, 0}
@@ -11,9 +15,14 @@
 ]]
 --- @include "includes/fetchNextJob"
 
+local now = ARGV[2]
+if now == "" then
+  local t = redis.call("TIME")
+  now = string.format("%d", tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+end
 local workerOpts = cmsgpack.unpack(ARGV[3])
 local fetched = fetchNextJob(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[9],
-                             KEYS[10], KEYS[11], ARGV[1], ARGV[2], workerOpts)
+                             KEYS[10], KEYS[11], ARGV[1], now, workerOpts)
 if fetched then
   return fetched
 end

@@ -8,7 +8,7 @@ import gevent.event
 import pytest
 import redis
 
-from echomq_gevent.runtime import MarkerWaiter
+from echomq_gevent.marker_wait import MarkerWaiter
 
 
 class _Down:

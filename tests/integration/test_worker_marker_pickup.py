@@ -1,0 +1,167 @@
+"""The idle worker's pick-up written behind its marker wait (``marker_wait.py``): the job
+comes with the wait's answer, stamped with the server's time; a close or a pause that
+ends the wait hands a job the pick-up took straight back; a flushed script falls back to
+the ordinary pick-up; an answer that arrives after the loop left the wait is taken."""
+from __future__ import annotations
+
+import time
+
+import gevent
+import gevent.event
+import redis
+
+from echomq_gevent.marker_wait import Fetched, MarkerWaiter
+from echomq_gevent.runtime import MAX_BLOCK_S
+from integration.worker_helpers import Recorder, host_with, make_worker, marker_wait_blocked, running
+
+
+def _blocking_entry(worker, r):
+    name = worker._blocking_client_name()
+    return next(c for c in r.client_list() if c.get("name") == name)
+
+
+def _add_unannounced(queue, r, name="quiet"):
+    """A job in ``wait`` with no wake-up marker: added while the queue is paused, then the
+    paused flag dropped by hand (a resume would add the marker). A blocked worker keeps
+    waiting; only a pick-up that runs anyway takes it."""
+    queue.pause()
+    job = queue.add(name, {})
+    r.hdel(queue.keys.meta, "paused")
+    r.delete(queue.keys.marker)
+    return job
+
+
+def test_the_pickup_waits_behind_the_marker_wait_and_stamps_the_servers_time(redis_url, prefix, qname, queue, r,
+                                                                             wait_for):
+    running_now = gevent.event.Event()
+    release = gevent.event.Event()
+
+    def proc(job):
+        running_now.set()
+        release.wait(5)
+        return "ok"
+
+    w = make_worker(redis_url, prefix, qname, proc, drain_delay=5)
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        # the pick-up is already in Redis, unread behind the blocked BZPOPMIN
+        assert int(_blocking_entry(w, r)["qbuf"]) > 0
+        gevent.sleep(0.5)  # the pick-up was written half a second before the job exists
+        job = queue.add("stamped", {})
+        assert running_now.wait(3)
+        # it ran on the blocking connection, right after the pop (the slot is full now:
+        # the loop sends nothing more there while the job runs)
+        assert _blocking_entry(w, r)["cmd"] == "evalsha"
+        fields = r.hgetall(queue.keys.job(job.id))
+        created, processed = int(fields["timestamp"]), int(fields["processedOn"])
+        # the server's time when it ran, not the time the pick-up was written
+        assert created <= processed < created + 2000, (created, processed)
+        release.set()
+        wait_for(lambda: w.completed_count == 1, what="the job's completion")
+
+
+def test_a_close_that_ends_the_wait_hands_the_job_it_took_straight_back(redis_url, prefix, qname, queue, r,
+                                                                         wait_for, events):
+    recorder = Recorder()
+    ran = []
+    w = make_worker(redis_url, prefix, qname, ran.append, drain_delay=5, plugins=host_with(recorder))
+    w.start()
+    try:
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        job = _add_unannounced(queue, r)
+        gevent.sleep(0.2)
+        assert marker_wait_blocked(w, r)  # nothing woke it
+    finally:
+        w.close(timeout=5)
+    # the close's CLIENT UNBLOCK let the pick-up run: it took the job and gave it back
+    assert ran == []
+    assert recorder.names("handed_back") == [job.id]
+    assert queue.get_job_state(job.id) == "waiting"
+    assert r.lrange(queue.keys.active, 0, -1) == [] and not r.exists(queue.keys.lock(job.id))
+    assert [e["event"] for e in events() if e.get("jobId") == job.id][-2:] == ["active", "waiting"]
+    # and it runs in the next worker
+    w2 = make_worker(redis_url, prefix, qname, lambda j: "done")
+    with running(w2):
+        wait_for(lambda: w2.completed_count == 1, what="the handed-back job in a new worker")
+
+
+def test_a_pause_that_ends_the_wait_hands_the_job_back_and_resume_runs_it(redis_url, prefix, qname, queue, r,
+                                                                           wait_for):
+    recorder = Recorder()
+    ran = []
+    w = make_worker(redis_url, prefix, qname, lambda j: ran.append(j.id), drain_delay=5,
+                    plugins=host_with(recorder))
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        job = _add_unannounced(queue, r)
+        w.pause()
+        wait_for(lambda: recorder.names("handed_back") == [job.id], timeout=3, what="the hand-back at the pause")
+        gevent.sleep(0.2)
+        assert ran == [] and queue.get_job_state(job.id) == "waiting"
+        w.resume()
+        wait_for(lambda: ran == [job.id], timeout=5, what="the job after the resume")
+
+
+def test_a_flushed_script_behind_the_wait_falls_back_to_the_ordinary_pickup(redis_url, prefix, qname, queue, r,
+                                                                             wait_for):
+    w = make_worker(redis_url, prefix, qname, lambda j: j.name, drain_delay=5)
+    with running(w):
+        queue.add("first", {})
+        wait_for(lambda: w.completed_count == 1, what="a first job (the scripts loaded)")
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        r.script_flush()  # the EVALSHA waiting behind the BZPOPMIN now meets NOSCRIPT
+        queue.add("second", {})
+        wait_for(lambda: w.completed_count == 2, timeout=5, what="the job after the flush")
+        wait_for(lambda: marker_wait_blocked(w, r), what="the worker idle again")
+        queue.add("third", {})
+        wait_for(lambda: w.completed_count == 3, timeout=5, what="the next job")
+
+
+def _waiter(redis_url):
+    """A MarkerWaiter on a blocking client of its own, set up as the worker sets up its."""
+    waiter = MarkerWaiter(None, "")  # on a pool thread in this unpatched process
+
+    def on_connect(conn):
+        conn.on_connect()
+        conn.send_command("CLIENT", "ID")
+        waiter.connection_id = int(conn.read_response())
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=MAX_BLOCK_S + 5, redis_connect_func=on_connect)
+    client.ping()
+    waiter.client = client
+    return waiter, client
+
+
+def test_an_answer_that_comes_after_the_loop_left_the_wait_is_kept_and_announced(redis_url, prefix, qname, queue,
+                                                                                scripts, r):
+    waiter, client = _waiter(redis_url)
+    waiter.key = queue.keys.marker
+    try:
+        scripts.move_to_active("warm-up", 1000, int(time.time() * 1000))  # loads the script
+        wake = gevent.event.Event()
+        fetch = ("tok-1", scripts.move_to_active_command("tok-1", 30000))
+        gevent.spawn_later(0.2, wake.set)
+        assert waiter.wait(5, wake, fetch) == ("woken", 0.0)
+        assert waiter.pending and not waiter.answered and not waiter.can_fetch
+        wake.clear()
+        job = queue.add("late", {})
+        assert wake.wait(3), "the answer did not set the wake-up event"
+        assert waiter.answered
+        fetched = waiter.take()
+        assert isinstance(fetched, Fetched) and fetched.token == "tok-1" and fetched.pop_error is None
+        assert fetched.answer[1] == job.id.encode()
+        assert r.get(queue.keys.lock(job.id)) == "tok-1"
+        assert not waiter.pending and waiter.can_fetch
+        # a cancel of a wait with a pick-up behind it returns the pick-up's answer
+        gevent.spawn_later(0.2, wake.set)
+        wake.clear()
+        r.delete(queue.keys.marker)  # the pick-up's marker for other workers (as BullMQ's)
+        assert waiter.wait(5, wake, ("tok-2", scripts.move_to_active_command("tok-2", 30000)))[0] == "woken"
+        t0 = time.monotonic()
+        cancelled = waiter.cancel(r)
+        assert time.monotonic() - t0 < 0.9
+        assert cancelled is not None and cancelled.token == "tok-2"
+        assert [int(x) for x in cancelled.answer] == [0, 0, 0, 0]
+        assert not waiter.pending
+    finally:
+        client.close()
