@@ -192,9 +192,10 @@ class MarkerWaiter:
             else:
                 self._pending = self._spawn(self._pop, timeout)
         pending = self._pending
-        # a pick-up behind the wait answers just after the BZPOPMIN's own timeout: wait
-        # for it rather than give up first and leave its answer to the next turn
-        limit = timeout + 1.0 if self._pending_token is not None else timeout
+        # a pick-up behind the wait answers just after the BZPOPMIN's own timeout, or its
+        # read fails within answer_slack after that: wait for either rather than give up
+        # first (the loop would pick up the ordinary way beside it)
+        limit = timeout + self.answer_slack + 0.5 if self._pending_token is not None else timeout
         gevent.wait([pending, wake], timeout=limit, count=1)
         if self._pending is not pending:  # cancelled meanwhile (close): the cancel has it
             return "woken", 0.0
