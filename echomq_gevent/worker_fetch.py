@@ -203,9 +203,10 @@ class FetchLoop:
 
     def _take_fetched(self, fetched: Fetched) -> None:
         """Start the job a pick-up written behind the marker wait took (handed straight back
-        when closing, see :meth:`_start`); on an answer that is an error, pick up the
-        ordinary way next (``_drained`` off), or find an ambiguous pick-up's job by its
-        token. The wait's own error, if it had one, is raised after."""
+        when closing or paused, see :meth:`_start`); on an answer that is an error, pick up
+        the ordinary way next (``_drained`` off), or find an ambiguous pick-up's job by its
+        token (at a close, left to the stalled check). The wait's own error, if it had one,
+        is raised after."""
         answer = fetched.answer
         if isinstance(answer, AmbiguousCallError):
             if self.closing:
