@@ -132,18 +132,24 @@ def _waiter(redis_url):
     return waiter, client
 
 
+def _blocked(r, waiter):
+    """Redis reports the waiter's connection blocked (CLIENT LIST flag ``b``)."""
+    return any(int(c["id"]) == waiter.connection_id and "b" in c.get("flags", "") for c in r.client_list())
+
+
 def test_an_answer_that_comes_after_the_loop_left_the_wait_is_kept_and_announced(redis_url, prefix, qname, queue,
-                                                                                scripts, r):
+                                                                                scripts, r, wait_for):
     waiter, client = _waiter(redis_url)
     waiter.key = queue.keys.marker
     try:
         scripts.move_to_active("warm-up", 1000, int(time.time() * 1000))  # loads the script
         wake = gevent.event.Event()
         fetch = ("tok-1", scripts.move_to_active_command("tok-1", 30000))
-        gevent.spawn_later(0.2, wake.set)
+        wake.set()  # the loop is woken at once: the wait and its pick-up go on without it
         assert waiter.wait(5, wake, fetch) == ("woken", 0.0)
         assert waiter.pending and not waiter.answered and not waiter.can_fetch
         wake.clear()
+        wait_for(lambda: _blocked(r, waiter), what="the abandoned wait blocked in Redis")
         job = queue.add("late", {})
         assert wake.wait(3), "the answer did not set the wake-up event"
         assert waiter.answered
@@ -153,10 +159,10 @@ def test_an_answer_that_comes_after_the_loop_left_the_wait_is_kept_and_announced
         assert r.get(queue.keys.lock(job.id)) == "tok-1"
         assert not waiter.pending and waiter.can_fetch
         # a cancel of a wait with a pick-up behind it returns the pick-up's answer
-        gevent.spawn_later(0.2, wake.set)
-        wake.clear()
         r.delete(queue.keys.marker)  # the pick-up's marker for other workers (as BullMQ's)
+        wake.set()
         assert waiter.wait(5, wake, ("tok-2", scripts.move_to_active_command("tok-2", 30000)))[0] == "woken"
+        wait_for(lambda: _blocked(r, waiter), what="the second wait blocked in Redis")
         t0 = time.monotonic()
         cancelled = waiter.cancel(r)
         assert time.monotonic() - t0 < 0.9
