@@ -3,6 +3,7 @@ forwarding, swallow replies or reset connections (the chaos tests, and the kept
 connection's no-replay tests, which need a reply that is surely lost)."""
 from __future__ import annotations
 
+import collections
 import itertools
 import select
 import socket
@@ -22,7 +23,8 @@ class ControlledProxy:
     * :meth:`hold_replies`: every open connection still carries commands to Redis but
       no reply back: a command runs and its caller never learns it did.
     * :meth:`reset`: every open connection is closed with RST.
-    * :attr:`latency`: seconds added before each chunk is forwarded.
+    * :attr:`latency`: seconds each chunk is held before it is forwarded (chunks that follow
+      are not held back by it).
     """
 
     def __init__(self, target_host: str, target_port: int) -> None:
@@ -39,6 +41,7 @@ class ControlledProxy:
         self._ids = itertools.count()
         self._closed = False
         self.accepted = 0
+        self.delayed = 0  # chunks held by the latency
         threading.Thread(target=self._accept_loop, name="chaos-proxy-accept", daemon=True).start()
 
     @property
@@ -67,12 +70,19 @@ class ControlledProxy:
 
     def _pump(self, pid: int, a: socket.socket, b: socket.socket, muted: threading.Event) -> None:
         peers = {a: b, b: a}
+        # chunks read but not yet due: (due time, destination, data), in the order read; a link
+        # with latency delays every chunk by it without holding back the ones that follow (a
+        # slow link, not a narrow one)
+        pending: collections.deque = collections.deque()
         try:
             while not self._closed and pid in self._pairs:
                 if muted.is_set():  # hold everything: read nothing, send nothing, close nothing
                     time.sleep(0.05)
                     continue
-                readable, _, _ = select.select([a, b], [], [], 0.1)
+                wait = 0.1
+                if pending:
+                    wait = min(wait, max(0.0, pending[0][0] - time.monotonic()))
+                readable, _, _ = select.select([a, b], [], [], wait)
                 if muted.is_set():
                     continue
                 for s in readable:
@@ -81,9 +91,15 @@ class ControlledProxy:
                         return
                     if s is b and pid in self._held:
                         continue  # a reply of a held connection: swallowed
-                    if self.latency:
-                        time.sleep(self.latency)
-                    peers[s].sendall(data)
+                    if self.latency or pending:
+                        pending.append((time.monotonic() + self.latency, peers[s], data))
+                        self.delayed += 1
+                    else:
+                        peers[s].sendall(data)
+                now = time.monotonic()
+                while pending and pending[0][0] <= now:
+                    _due, dest, data = pending.popleft()
+                    dest.sendall(data)
         except (OSError, ValueError):
             pass
         finally:

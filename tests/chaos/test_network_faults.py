@@ -70,6 +70,7 @@ def test_latency_slows_but_loses_nothing(proxy, own_redis, own_r, r, workers, pr
     proxy.latency = 0.05
     workers.start(proxy.url, SETTINGS, **OPTIONS)
     wait_for(lambda: own_r.zcard(keys.completed) >= len(ids), timeout=60, what="every job through a slow link")
+    assert proxy.delayed > 100  # the link was slow all along
     check(own_r, r, keys, prefix, ids)
     assert "lost its lock" not in workers.log_text()
 
