@@ -23,7 +23,6 @@ from .errors import (  # noqa: E402
     WaitingChildrenError,
     WorkerStateError,
 )
-from .hookspecs import FailureDecision, hookimpl  # noqa: E402
 from .keys import QueueKeys  # noqa: E402
 
 # Names whose modules import redis (and with it socket/ssl) load on first use, so
@@ -41,6 +40,9 @@ _LAZY = {
     "JobScheduler": ".schedulers",
     "CronError": ".cron",
     "ConnectionSettings": ".connection",
+    # pluggy is imported by the first plugin or worker, not by a process that only enqueues
+    "hookimpl": ".hookspecs",
+    "FailureDecision": ".hookspecs",
 }
 
 

@@ -3,13 +3,12 @@ values with the line of every key and value, ``${VAR}`` expansion in scalars, an
 error text that names file, line and dotted key (:mod:`echomq_gevent.config` uses it)."""
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import yaml
 
-from .errors import ConfigError
+from .errors import ConfigError, close_matches
 
 __all__ = ["Path", "Marks", "Builder", "dotted", "format_error", "suggest"]
 
@@ -136,7 +135,7 @@ def format_error(filename: str, line: Optional[int], path: Path, message: str) -
 
 def suggest(key: str, valid: Any) -> str:
     valid = list(valid)
-    near = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    near = close_matches(key, valid)
     if near:
         return f"unknown key {key!r}; did you mean {near[0]!r}?"
     return f"unknown key {key!r}; valid keys here: {', '.join(valid)}"

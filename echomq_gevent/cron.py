@@ -31,12 +31,6 @@ import threading
 from datetime import datetime, timedelta, timezone
 from typing import Any, Dict, Optional, Tuple
 
-
-try:  # Python >= 3.9
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-except ImportError:  # pragma: no cover - Python < 3.9 is not supported
-    raise
-
 from .errors import EchoMQError
 
 
@@ -85,8 +79,13 @@ _zone_lock = threading.Lock()
 
 
 def _zone(name: str) -> Any:
+    """The ``ZoneInfo`` of an IANA name; raises ``zoneinfo.ZoneInfoNotFoundError`` (a
+    ``KeyError``), ``ValueError`` or ``OSError``. ``zoneinfo`` (and the ``sysconfig`` it
+    reads the zone path from, about 0.8 MB) is imported on first use."""
     zone = _zone_cache.get(name)
     if zone is None:
+        from zoneinfo import ZoneInfo
+
         zone = ZoneInfo(name)
         with _zone_lock:
             _zone_cache[name] = zone
@@ -100,7 +99,7 @@ def local_zone() -> Any:
     if name:
         try:
             return _zone(name)
-        except (ZoneInfoNotFoundError, ValueError, OSError):
+        except (KeyError, ValueError, OSError):  # KeyError: ZoneInfoNotFoundError
             return timezone.utc
     cached = _zone_cache.get("\0localtime")
     if cached is not None:
@@ -108,6 +107,8 @@ def local_zone() -> Any:
     zone: Any = timezone.utc
     try:
         with open("/etc/localtime", "rb") as fh:
+            from zoneinfo import ZoneInfo
+
             zone = ZoneInfo.from_file(fh, key="localtime")
     except (OSError, ValueError):
         pass
@@ -122,7 +123,7 @@ def validate_tz(tz: Any, what: str = "repeat.tz") -> Any:
         raise CronError(f"{what} must be an IANA time zone name such as 'Europe/Paris', got {tz!r}")
     try:
         return _zone(tz)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
+    except (KeyError, ValueError, OSError):  # KeyError: ZoneInfoNotFoundError
         raise CronError(f"{what}: unknown time zone {tz!r}; use an IANA name such as 'Europe/Paris' "
                         f"or 'America/New_York'") from None
 

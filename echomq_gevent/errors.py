@@ -5,7 +5,7 @@ and the script, so a log line says what went wrong and where.
 """
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
+from typing import Dict, Iterable, List, Optional, Type
 
 __all__ = [
     "EchoMQError", "ScriptError", "JobNotExist", "JobLockNotExist", "JobNotInState",
@@ -158,3 +158,12 @@ class WorkerStateError(EchoMQError, RuntimeError):
 
 class ConfigError(EchoMQError, ValueError):
     """The YAML configuration (or a worker option) is invalid; the message names file, line and key."""
+
+
+def close_matches(word: str, choices: Iterable[str]) -> List[str]:
+    """The choice nearest ``word`` (a list of at most one), for "did you mean ...?" in an
+    error message. ``difflib`` is imported here, when a message needs it, not by every
+    process that imports the package."""
+    import difflib
+
+    return difflib.get_close_matches(word, list(choices), n=1)

@@ -17,7 +17,6 @@ the cut and the reconnection is skipped (as far as the server kept them).
 from __future__ import annotations
 
 import base64
-import difflib
 import json
 import logging
 import time
@@ -31,7 +30,7 @@ import redis
 from .cluster import disconnect as cluster_disconnect
 from .cluster import is_cluster
 from .connection import DEFAULT_URL, ConnectionLike, clone_client, close_client, make_client
-from .errors import EchoMQError
+from .errors import EchoMQError, close_matches
 from .keys import DEFAULT_PREFIX, QueueKeys
 from .runtime import sockets_patched
 
@@ -172,7 +171,7 @@ class QueueEvents:
             return event
         base = event.split(":", 1)[0]
         if base not in EVENT_NAMES:
-            near = difflib.get_close_matches(base, EVENT_NAMES, n=1)
+            near = close_matches(base, EVENT_NAMES)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(f"unknown event {event!r}{hint}; BullMQ's events are {', '.join(EVENT_NAMES)} "
                              f"(or '<event>:<jobId>'); pass custom=True for a custom published event")

@@ -16,13 +16,12 @@ the hash field ``rjk``).
 """
 from __future__ import annotations
 
-import difflib
 import json
 import math
 import re
 from typing import Any, Callable, Dict, Mapping, Optional
 
-from .errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError
+from .errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError, close_matches
 
 __all__ = [
     "PRIORITY_LIMIT", "SHORT_KEYS", "stored_form", "LONG_KEYS", "JOB_OPTION_NAMES",
@@ -89,7 +88,7 @@ def _check_keys(name: str, value: Mapping, allowed: tuple, job_name: Optional[st
 def _suggest(word: Any, choices: Any) -> str:
     if not isinstance(word, str):
         return ""
-    near = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    near = close_matches(word, list(choices))
     if not near:
         lowered = {c.lower(): c for c in choices}
         if word.lower() in lowered:

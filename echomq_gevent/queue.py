@@ -10,13 +10,12 @@ Redis once gevent has patched the socket module.
 from __future__ import annotations
 
 import base64
-import difflib
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .clock import now_ms
 from .cluster import client_list_all, is_cluster
 from .connection import DEFAULT_URL, ConnectionLike, ConnectionSettings, close_client, make_client
-from .errors import InvalidOptionError, ScriptError, error_for_code
+from .errors import InvalidOptionError, ScriptError, error_for_code, close_matches
 from .job import Job, job_state
 from .job_options import decode_job_options, encode_job_data, encode_job_options, validate_job_options
 from .keys import DEFAULT_PREFIX, QueueKeys
@@ -285,7 +284,7 @@ class Queue(QueueGetters, QueueAdmin, SchedulerMixin):
         seen: List[str] = []
         for t in flat:
             if t not in JOB_TYPES:
-                near = difflib.get_close_matches(str(t), JOB_TYPES, n=1)
+                near = close_matches(str(t), JOB_TYPES)
                 hint = f" (did you mean {near[0]!r}?)" if near else ""
                 raise ValueError(f"unknown job type {t!r}{hint}; use one of {', '.join(JOB_TYPES)}")
             if t not in seen:

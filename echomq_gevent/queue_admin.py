@@ -6,11 +6,10 @@ A mixin of :class:`~echomq_gevent.queue.Queue`: it uses the queue's ``scripts``,
 """
 from __future__ import annotations
 
-import difflib
 from typing import Any, Dict, List, Optional
 
 from .clock import now_ms
-from .errors import EchoMQError
+from .errors import EchoMQError, close_matches
 
 __all__ = ["QueueAdmin", "CLEAN_TYPES"]
 
@@ -93,7 +92,7 @@ class QueueAdmin:
         self._check_count("clean: grace_ms", grace_ms, 0)
         self._check_count("clean: limit", limit, 0)
         if type not in CLEAN_TYPES:
-            near = difflib.get_close_matches(str(type), CLEAN_TYPES, n=1)
+            near = close_matches(str(type), CLEAN_TYPES)
             hint = f" (did you mean {near[0]!r}?)" if near else ""
             raise ValueError(f"clean: cannot clean jobs of type {type!r}{hint}; "
                              f"use one of {', '.join(CLEAN_TYPES)}")

@@ -22,7 +22,6 @@ from typing import Any, Callable, Optional
 
 import gevent
 import gevent.monkey
-from gevent.threadpool import ThreadPool
 
 from .errors import EchoMQError
 
@@ -105,6 +104,8 @@ class ThreadRuntime:
     name = "thread"
 
     def __init__(self, size: int, scripts: Any = None) -> None:
+        from gevent.threadpool import ThreadPool  # only a worker that offloads pays for it
+
         self.pool = ThreadPool(max(1, size))
         self.scripts = scripts
 
