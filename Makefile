@@ -80,11 +80,15 @@ SOAK_JOBS ?= 1000000
 soak: $(VENV)/.installed
 	ECHOMQ_SOAK_JOBS=$(SOAK_JOBS) $(PY) -m pytest -q -p no:cacheprovider tests/chaos/test_soak.py $(PYTEST_ARGS)
 
-## bench: the side-by-side benchmarks (results under bench/results/)
+## bench: the side-by-side benchmarks (results under bench/results/); echomq-gevent runs as a
+## user installs it: from a wheel, with its core dependencies only, in bench/.venv-ours
+BENCH_OURS_VENV := bench/.venv-ours
 bench: $(VENV)/.installed tests/node_modules/.installed
 	$(PIP) install --quiet -e '.[bench]'
 	$(PIP) install --quiet --no-deps 'bullmq==3.4.4'
-	$(PY) -m bench.run $(BENCH_ARGS)
+	rm -rf $(BENCH_OURS_VENV) && $(PYTHON) -m venv $(BENCH_OURS_VENV)
+	$(BENCH_OURS_VENV)/bin/pip install --quiet .
+	ECHOMQ_BENCH_OURS_PYTHON=$(BENCH_OURS_VENV)/bin/python $(PY) -m bench.run $(BENCH_ARGS)
 
 ## bench-smoke: the benchmarks with tiny N and one round, to see that they run
 bench-smoke:

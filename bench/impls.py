@@ -23,6 +23,13 @@ def node_binary() -> str:
     return os.environ.get("NODE", "") or shutil.which("node") or "node"
 
 
+def ours_python() -> str:
+    """The interpreter that runs ``ours``'s drivers: ``$ECHOMQ_BENCH_OURS_PYTHON`` (``make
+    bench`` points it at a virtual environment where the package is installed from a wheel
+    with its core dependencies only, as a user installs it), else this one."""
+    return os.environ.get("ECHOMQ_BENCH_OURS_PYTHON", "") or sys.executable
+
+
 def node_producer_cmd() -> List[str]:
     """Node's ``Queue`` driver: used by every run to pre-load jobs and feed the latency probe."""
     return [node_binary(), os.path.join(DRIVERS, "node_producer.js")]
@@ -43,7 +50,7 @@ class Impl:
         path = os.path.join(DRIVERS, script)
         if script.endswith(".js"):
             return [node_binary(), path]
-        return [sys.executable, path]
+        return [ours_python() if self.key == "ours" else sys.executable, path]
 
     def worker_cmd(self) -> List[str]:
         return self._cmd(self.worker_script)
@@ -63,6 +70,8 @@ class Impl:
             if importlib.util.find_spec("bullmq") is None:
                 return "PyPI bullmq is not installed (pip install -e '.[bench]')"
         elif self.key == "ours":
+            if not os.access(ours_python(), os.X_OK):
+                return f"ECHOMQ_BENCH_OURS_PYTHON={ours_python()} is not an executable"
             module = "worker.py" if role == "worker" else "queue.py"
             if not os.path.exists(os.path.join(ROOT, "echomq_gevent", module)):
                 return f"echomq_gevent/{module} does not exist yet"

@@ -101,7 +101,8 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         f"{meta.get('rounds', '?')} round(s) per case, implementations alternating"
         + (" (quick mode: tiny N, not representative)" if meta.get("quick") else "") + "."
         + (f" Load average (1 min) {meta['load1_min']:.1f}–{meta['load1_max']:.1f} during the runs "
-           "(other work on the machine makes the spread wider)." if meta.get("load1_max") is not None else ""),
+           "(other work on the machine makes the spread wider)." if meta.get("load1_max") is not None else "")
+        + (f" echomq-gevent ran as: {meta['ours_environment']}." if meta.get("ours_environment") else ""),
         "",
         "Jobs/s: N / (last `finishedOn` − first `processedOn`). Ratios: this row's median over the "
         "reference's median from the same run. Redis commands count every call, including those "

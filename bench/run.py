@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from . import report
 from .harness import Bench, BenchError
-from .impls import IMPLS, Impl, node_binary
+from .impls import IMPLS, Impl, node_binary, ours_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -143,6 +143,35 @@ def redis_binary(name: str) -> Tuple[Optional[str], str]:
     return (name, "") if os.path.exists(name) else (None, f"{name} does not exist")
 
 
+_OURS_ENV = r"""
+import importlib.metadata as md, importlib.util as iu, os, sys
+import echomq_gevent
+where = os.path.dirname(echomq_gevent.__file__)
+how = "installed" if "site-packages" in where else "checkout"
+try:
+    direct = md.distribution("echomq-gevent").read_text("direct_url.json") or ""
+except md.PackageNotFoundError:
+    direct = ""
+if how == "checkout" and "editable" in direct:
+    how = "editable install of the checkout"
+deps = []
+for name in ("gevent", "greenlet", "redis", "hiredis"):
+    try:
+        deps.append(f"{name} {md.version(name)}")
+    except md.PackageNotFoundError:
+        pass
+extra = [n for n in ("opentelemetry.sdk", "psutil") if iu.find_spec(n.split(".")[0]) and iu.find_spec(n)]
+print(f"{how}, {', '.join(deps)}" + (f"; also installed: {', '.join(extra)}" if extra else ""))
+"""
+
+
+def ours_environment() -> str:
+    """How ``ours`` runs in this bench: an installed package or the checkout, the versions
+    of gevent, greenlet, redis-py and hiredis, and the optional packages redis-py imports
+    when they are present (they weigh on the worker's memory)."""
+    return _version([ours_python(), "-I", "-c", _OURS_ENV]) or "?"
+
+
 def _version(cmd: List[str]) -> str:
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
@@ -243,6 +272,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
         "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
     }
+    if any(i.key == "ours" for i in impls):
+        meta["ours_environment"] = ours_environment()
     servers = _servers(args.redis)
     versions: List[str] = []
     for binary in servers:

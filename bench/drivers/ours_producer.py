@@ -4,6 +4,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import resource  # noqa: E402
 import os  # noqa: E402
@@ -11,7 +12,8 @@ import sys  # noqa: E402
 import time  # noqa: E402
 from typing import Any, Dict  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if importlib.util.find_spec("echomq_gevent") is None:  # a checkout that is not installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from echomq_gevent import Queue  # noqa: E402
 

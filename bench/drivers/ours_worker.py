@@ -9,6 +9,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
+import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
@@ -19,7 +20,8 @@ from typing import Any, Dict, List  # noqa: E402
 import gevent  # noqa: E402
 from gevent.event import Event  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+if importlib.util.find_spec("echomq_gevent") is None:  # a checkout that is not installed
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from echomq_gevent import Worker  # noqa: E402
 

@@ -55,6 +55,10 @@ def quick_run(tmp_path_factory):
 def test_every_case_ran_for_every_implementation(quick_run):
     _, impls, data = quick_run
     assert data["meta"]["failures"] == []
+    # how our worker ran (an installed wheel in `make bench`, the checkout here) and on what
+    env = data["meta"]["ours_environment"]
+    assert env.split(",")[0] in ("installed", "checkout", "editable install of the checkout"), env
+    assert " redis " in f" {env}" and "gevent " in env, env
     seen = {(r["case"], r["impl"]) for r in data["runs"]}
     expected = {(c.name, i) for c in cases(quick=True) for i in impls
                 if not ((c.metrics or c.mode == "mix") and i == "pyref")}
