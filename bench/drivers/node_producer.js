@@ -9,9 +9,20 @@
 //   feed     add n jobs one at a time, cfg.interval_ms apart, each carrying data.t = enqueue
 //            time in epoch milliseconds (the latency probe); "READY"/"GO" as above.
 'use strict';
+const fs = require('fs');
 const path = require('path');
 const readline = require('readline');
 const { Queue } = require(path.join(__dirname, '..', '..', 'tests', 'node_modules', 'bullmq'));
+
+// This process's own peak RSS (VmHWM): resourceUsage().maxRSS would also count the
+// harness's size at the spawn, which Linux hands down through exec (see peak_rss.py).
+function peakRssMb() {
+  try {
+    const m = /VmHWM:\s+(\d+) kB/.exec(fs.readFileSync('/proc/self/status', 'utf8'));
+    if (m) return Number(m[1]) / 1024;
+  } catch (e) { /* no /proc: fall back */ }
+  return process.resourceUsage().maxRSS / 1024;
+}
 
 const cfg = JSON.parse(process.argv[2]);
 const url = new URL(cfg.url);
@@ -88,7 +99,7 @@ async function main() {
   const cpu = process.cpuUsage(cpu0);
   process.stdout.write(JSON.stringify({
     n, elapsed_s: elapsed, cpu_s: (cpu.user + cpu.system) / 1e6,
-    maxrss_mb: process.resourceUsage().maxRSS / 1024,
+    maxrss_mb: peakRssMb(),
   }) + '\n');
   await queue.close();
 }

@@ -6,7 +6,6 @@ monkey.patch_all()
 
 import importlib.util  # noqa: E402
 import json  # noqa: E402
-import resource  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -16,6 +15,7 @@ if importlib.util.find_spec("echomq_gevent") is None:  # a checkout that is not 
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from echomq_gevent import Queue  # noqa: E402
+from peak_rss import peak_rss_mb  # noqa: E402  (bench/drivers, the script's folder)
 
 
 def main(cfg: Dict[str, Any]) -> None:
@@ -44,7 +44,7 @@ def main(cfg: Dict[str, Any]) -> None:
     elapsed = time.perf_counter() - t0
     cpu1 = os.times()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    maxrss_mb = peak_rss_mb()
     sys.stdout.write(json.dumps({"n": n, "elapsed_s": elapsed, "cpu_s": cpu_s, "maxrss_mb": maxrss_mb}) + "\n")
     sys.stdout.flush()
     queue.close()

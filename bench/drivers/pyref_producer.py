@@ -9,10 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import resource
 import sys
 import time
 from typing import Any, Dict
+
+from peak_rss import peak_rss_mb  # bench/drivers, the script's folder
 
 
 async def main(cfg: Dict[str, Any]) -> None:
@@ -45,7 +46,7 @@ async def main(cfg: Dict[str, Any]) -> None:
     elapsed = time.perf_counter() - t0
     cpu1 = os.times()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
-    maxrss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    maxrss_mb = peak_rss_mb()
     sys.stdout.write(json.dumps({"n": n, "elapsed_s": elapsed, "cpu_s": cpu_s, "maxrss_mb": maxrss_mb}) + "\n")
     sys.stdout.flush()
     await queue.close()
