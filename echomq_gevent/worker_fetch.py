@@ -260,7 +260,10 @@ class FetchLoop:
             self._hand_back(slot)
             self._release(slot)
             return
-        self._pool.spawn(self._run_slot, slot)
+        # the slot goes in a list the greenlet empties: a greenlet keeps its arguments for
+        # life, and this one runs job after job (fetch-next), so the first slot and its job
+        # (data and all) would stay in memory until the slot goes idle
+        self._pool.spawn(self._run_slot, [slot])
 
     def _can_fetch_next(self) -> bool:
         # the finishing job still holds its slot: refill it only within the concurrency
@@ -269,9 +272,11 @@ class FetchLoop:
                 and len(self._active) <= self.concurrency)
 
     # ------------------------------------------------------------------ one slot
-    def _run_slot(self, slot: Slot) -> None:
+    def _run_slot(self, first: List[Slot]) -> None:
         """A job greenlet: run the job, write its result, and go on with the job that
-        fetch-next returned, in the same slot."""
+        fetch-next returned, in the same slot. ``first`` holds the first slot; it is
+        emptied, so the greenlet's arguments do not keep finished jobs alive."""
+        slot = first.pop()
         current = [slot]
         me = gevent.getcurrent()
         monitor = self._hub_monitor
