@@ -13,6 +13,7 @@ import random
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple
@@ -273,9 +274,14 @@ class ClusterGroup:
             extra += ["--requirepass", password, "--masterauth", password]
         self.user = user
         self._cli_auth = ["--pass", password] if password else []
-        self.nodes = [RedisServer(self.binary, extra=extra, pick_port=cluster_free_port)
-                      for _ in range(primaries * (1 + replicas))]
+        self._extra = extra
+        self.nodes = self._new_nodes(primaries * (1 + replicas))
         self.count = primaries
+        #: why :meth:`healthy` last said no (for the error when the cluster never forms)
+        self.unhealthy_reason = ""
+
+    def _new_nodes(self, n: int) -> List[RedisServer]:
+        return [RedisServer(self.binary, extra=self._extra, pick_port=cluster_free_port) for _ in range(n)]
 
     @property
     def url(self) -> str:
@@ -307,6 +313,24 @@ class ClusterGroup:
             raise
 
     def _start(self) -> "ClusterGroup":
+        # a cluster that does not form within a minute (seen once in CI on a loaded machine)
+        # is made again from fresh nodes on other ports, once; the error says what was wrong
+        for attempt in (1, 2):
+            self._create()
+            try:
+                _poll_until(self.healthy, "every node to see the cluster ok, with its replicas linked",
+                            timeout=60, why=lambda: self.unhealthy_reason)
+                return self
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+                sys.stderr.write(f"cluster set-up: not formed after 60 s ({self.unhealthy_reason}); "
+                                 "making it again on other ports\n")
+                self.stop()
+                self.nodes = self._new_nodes(len(self.nodes))
+        raise AssertionError("unreachable")
+
+    def _create(self) -> None:
         for node in self.nodes:
             node.start()
             if self.user:
@@ -317,8 +341,6 @@ class ClusterGroup:
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         if out.returncode != 0:
             raise RuntimeError(f"redis-cli --cluster create failed: {out.stdout[-2000:]}")
-        _poll_until(self.healthy, "every node to see the cluster ok, with its replicas linked", timeout=60)
-        return self
 
     def live_ports(self) -> List[int]:
         return [n.port for n in self.nodes if n.proc is not None and n.proc.poll() is None]
@@ -326,26 +348,30 @@ class ClusterGroup:
     def healthy(self) -> bool:
         """Every live node says cluster_state:ok, every slot is covered by a primary
         with a linked replica (when replicas were asked for), and they agree on it."""
+        def no(reason: str) -> bool:
+            self.unhealthy_reason = reason
+            return False
+
         try:
             views = set()
             for port in self.live_ports():
                 info = self.ask(port, "CLUSTER", "INFO")
                 if "cluster_state:ok" not in info:
-                    return False
+                    return no(f"node {port}: cluster_state is not ok")
                 view = self.nodes_view(port)
                 slaves = [f for f in view if "slave" in f[2].split(",") and "fail" not in f[2]]
                 if len(slaves) != self.count * self.replicas_each:
-                    return False
+                    return no(f"node {port} sees {len(slaves)} live replicas of {self.count * self.replicas_each}")
                 views.add(tuple(sorted(self.primary_ports(port))))
             if len(views) != 1:
-                return False
+                return no(f"the nodes disagree on the primaries: {sorted(views)}")
             if self.replicas_each:
                 for port in views.pop():
                     if not self.ask(port, "INFO", "replication").get("connected_slaves"):
-                        return False
+                        return no(f"primary {port} has no replica connected")
             return True
-        except Exception:
-            return False
+        except Exception as exc:
+            return no(f"{type(exc).__name__}: {exc}")
 
     def nodes_view(self, port: Optional[int] = None) -> List[List[str]]:
         """``CLUSTER NODES`` of one live node, split into fields."""
@@ -421,9 +447,10 @@ class ClusterGroup:
         self.stop()
 
 
-def _poll_until(predicate, what: str, timeout: float = 30.0) -> None:
+def _poll_until(predicate, what: str, timeout: float = 30.0, why: Optional[Callable[[], str]] = None) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out after {timeout} s waiting for {what}")
+            detail = f" (last: {why()})" if why is not None else ""
+            raise RuntimeError(f"timed out after {timeout} s waiting for {what}{detail}")
         time.sleep(0.05)
