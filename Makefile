@@ -95,4 +95,4 @@ bench-smoke:
 	$(MAKE) bench BENCH_ARGS="--quick $(BENCH_ARGS)"
 
 clean:
-	rm -rf $(VENV) tests/node_modules build dist *.egg-info var .nox
+	rm -rf $(VENV) $(BENCH_OURS_VENV) tests/node_modules build dist *.egg-info var .nox
