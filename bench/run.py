@@ -144,7 +144,7 @@ def redis_binary(name: str) -> Tuple[Optional[str], str]:
 
 
 _OURS_ENV = r"""
-import importlib.metadata as md, importlib.util as iu, os, sys
+import importlib.metadata as md, importlib.util as iu, os
 import echomq_gevent
 where = os.path.dirname(echomq_gevent.__file__)
 how = "installed" if "site-packages" in where else "checkout"

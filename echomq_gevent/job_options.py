@@ -88,7 +88,7 @@ def _check_keys(name: str, value: Mapping, allowed: tuple, job_name: Optional[st
 def _suggest(word: Any, choices: Any) -> str:
     if not isinstance(word, str):
         return ""
-    near = close_matches(word, list(choices))
+    near = close_matches(word, choices)
     if not near:
         lowered = {c.lower(): c for c in choices}
         if word.lower() in lowered:
