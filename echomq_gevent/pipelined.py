@@ -50,12 +50,14 @@ other threads use the kept connection's one-call-at-a-time path.
 from __future__ import annotations
 
 import collections
+import sys
 import time
 import weakref
 from typing import Any, Deque, List, Optional, Sequence, Tuple
 
 import gevent
 import gevent.monkey
+import greenlet
 import redis
 from gevent.hub import Waiter
 from redis.exceptions import ResponseError
@@ -138,6 +140,36 @@ def _fit(queue: List[_Request], room: int) -> Tuple[List[_Request], int]:
     return batch, taken
 
 
+def _writer_loop(ref: "weakref.ref[PipelinedConnection]") -> None:
+    """The writer greenlet of a :class:`PipelinedConnection`: write what is queued, then
+    park in the hub until :meth:`PipelinedConnection._hand_to_writer` switches to it with
+    the next write. A plain greenlet whose frames hold neither itself nor its connection
+    object: the connection holds it while it is parked, and a connection nobody uses any
+    more takes it along (its deallocation ends the greenlet with ``GreenletExit``). A
+    suspended greenlet in a reference cycle would never be freed."""
+    hub = gevent.get_hub()
+    try:
+        while True:
+            conn = ref()
+            if conn is None:
+                return
+            conn._write()
+            conn._writer_parked = greenlet.getcurrent()
+            del conn
+            hub.switch()
+    except BaseException:
+        conn = ref()
+        if conn is not None:
+            if conn._writer_parked is greenlet.getcurrent():  # killed while parked
+                conn._writer_parked = None  # the next write starts a writer
+            elif conn._writer_parked is None and conn._writing:  # killed once handed a write
+                conn._writing = False
+                conn._hand_to_writer()
+            del conn
+        if not isinstance(sys.exc_info()[1], greenlet.GreenletExit):
+            hub.handle_error(None, *sys.exc_info())
+
+
 def _as_connection_error(exc: BaseException) -> BaseException:
     """What other callers see when a write was interrupted by something that is not an
     error (the writing greenlet was killed or timed out)."""
@@ -171,6 +203,9 @@ class PipelinedConnection:
         self._queue: List[_Request] = []
         self._link: Optional[_Link] = None
         self._writing = False
+        #: the writer greenlet while it is parked between writes (None: no writer yet, or
+        #: it is writing); see :meth:`_hand_to_writer`
+        self._writer_parked: Optional[greenlet.greenlet] = None
         #: a call was written at once in this hub turn; the turn's later calls are queued
         #: and written together by :meth:`_end_turn`
         self._turn_open = False
@@ -222,6 +257,7 @@ class PipelinedConnection:
         if self._forked != _forks[0]:  # forked: the connection belongs to the parent
             self._forked = _forks[0]
             self._link, self._queue, self._writing, self._turn_open = None, [], False, False
+            self._writer_parked = None  # the parent's writer: a new one is started here
             self._held.clear()
         req = _Request(commands)
         self._queue.append(req)
@@ -293,12 +329,28 @@ class PipelinedConnection:
 
     def _end_turn(self) -> None:
         """In the hub, after the callbacks of the turn in which a call was written at once:
-        the calls made since go in one write (on a new greenlet: a write may wait), or in
-        a burst as many as the window takes."""
+        the calls made since go in one write (on the writer greenlet: a write may wait),
+        or in a burst as many as the window takes."""
         self._turn_open = False
         if self._queue and not self._writing and self._room() > 0:
-            self._writing = True
-            gevent.spawn(self._write)
+            self._hand_to_writer()
+
+    def _hand_to_writer(self) -> None:
+        """Have the queued calls written on the writer greenlet. It lives as long as this
+        connection and parks between writes: a greenlet spawned for each write (a hub
+        turn's gathered calls, several times a job at concurrency 10) costs a greenlet
+        start and end each time, and CPython 3.11 maps and unmaps a page of frame stack
+        for each. Switched to at once when this runs in the hub, else at its next turn."""
+        self._writing = True
+        writer, self._writer_parked = self._writer_parked, None
+        args: Tuple[Any, ...] = ()
+        if writer is None or writer.dead:
+            writer = greenlet.greenlet(_writer_loop, self._hub)
+            args = (weakref.ref(self),)
+        if greenlet.getcurrent() is self._hub:
+            writer.switch(*args)
+        else:
+            self._hub.loop.run_callback(writer.switch, *args)
 
     # -- writing ----------------------------------------------------------------------------
     def _new_link(self) -> _Link:
@@ -480,8 +532,7 @@ class PipelinedConnection:
         for req in pending:
             self._fail(req, "sent", exc)
         if self._queue and not self._writing:  # calls not written yet: on a new connection
-            self._writing = True
-            gevent.spawn(self._write)
+            self._hand_to_writer()
         # a reader blocked on the closed socket wakes with an error and stops
         link.reader = None
 

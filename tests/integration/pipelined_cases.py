@@ -248,6 +248,75 @@ def test_every_turn_writes_while_earlier_writes_await_their_answers(make_pipe, p
     assert pipe.max_in_flight == 52
 
 
+def _one_turn_of_callers(pipe, tag, size=10):
+    """``size`` greenlets whose calls are made in one hub turn (the first is written at
+    once, the rest at the end of the turn, by the writer); their answers."""
+    if pipe._link is None:  # connect first: the first call's write would take the turn's calls, connecting
+        assert pipe.call("PING") in (True, "PONG")
+    callers = [gevent.spawn(pipe.call, "EVAL", _ECHO, 0, f"{tag}:{i}", resend=False) for i in range(size)]
+    return [g.get() for g in callers]
+
+
+def test_one_writer_greenlet_writes_turn_after_turn(make_pipe):
+    pipe = make_pipe(window=None)
+    assert _one_turn_of_callers(pipe, "first") == [f"first:{i}" for i in range(10)]
+    writer, before = pipe._writer_parked, pipe.writes
+    assert writer is not None and not writer.dead
+    for turn in range(30):
+        assert _one_turn_of_callers(pipe, turn) == [f"{turn}:{i}" for i in range(10)]
+        assert pipe._writer_parked is writer and not pipe._writing
+    # each turn: its first call alone, the other nine together by the same writer
+    assert pipe.writes - before == 60
+
+
+def test_a_killed_writer_is_replaced_and_nothing_waits(make_pipe):
+    pipe = make_pipe(window=None)
+    hub = gevent.get_hub()
+    assert _one_turn_of_callers(pipe, "a") == [f"a:{i}" for i in range(10)]
+    parked = pipe._writer_parked
+    hub.loop.run_callback(parked.throw)  # killed while parked
+    gevent.sleep(0)
+    assert parked.dead and pipe._writer_parked is None and not pipe._writing
+    assert _one_turn_of_callers(pipe, "b") == [f"b:{i}" for i in range(10)]
+    second = pipe._writer_parked
+    assert second is not None and second is not parked
+    # killed once it was handed a write, before it ran (the switch to it still pending,
+    # as when the hand comes from outside the hub): a new writer does the write
+    real_hand = pipe._hand_to_writer
+
+    def hand_then_kill():
+        pipe._hand_to_writer = real_hand
+        writer = pipe._writer_parked
+        pipe._writing, pipe._writer_parked = True, None
+        hub.loop.run_callback(writer.switch)
+        writer.throw()
+
+    pipe._hand_to_writer = hand_then_kill
+    assert _one_turn_of_callers(pipe, "c") == [f"c:{i}" for i in range(10)]
+    third = pipe._writer_parked
+    assert second.dead and third is not None and third is not second and not third.dead
+
+
+def test_a_connection_nobody_holds_is_collected_with_its_writer(redis_url):
+    import gc
+    import weakref
+
+    client = _client(redis_url)
+    try:
+        pipe = PipelinedConnection(KeptConnection.for_client(client), window=None)
+        assert _one_turn_of_callers(pipe, "x") == [f"x:{i}" for i in range(10)]
+        writer = weakref.ref(pipe._writer_parked)
+        gone = weakref.ref(pipe)
+        pipe.release()
+        del pipe
+        gc.collect()
+        gevent.sleep(0)
+        assert gone() is None, "the parked writer keeps its connection alive"
+        assert writer() is None, "the parked writer outlives its connection"
+    finally:
+        client.close()
+
+
 def _incr_into(pipe, prefix, outcome):
     """A caller that increments ``<prefix>:<name>`` (never sent again) and records the count,
     or the AmbiguousCallError, under ``name``."""
