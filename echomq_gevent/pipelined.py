@@ -50,7 +50,6 @@ other threads use the kept connection's one-call-at-a-time path.
 from __future__ import annotations
 
 import collections
-import sys
 import time
 import weakref
 from typing import Any, Deque, List, Optional, Sequence, Tuple
@@ -157,17 +156,17 @@ def _writer_loop(ref: "weakref.ref[PipelinedConnection]") -> None:
             conn._writer_parked = greenlet.getcurrent()
             del conn
             hub.switch()
-    except BaseException:
+    except BaseException as exc:
         conn = ref()
         if conn is not None:
             if conn._writer_parked is greenlet.getcurrent():  # killed while parked
                 conn._writer_parked = None  # the next write starts a writer
-            elif conn._writer_parked is None and conn._writing:  # killed once handed a write
+            elif conn._writing:  # killed once handed a write (after a write, _write reset it)
                 conn._writing = False
                 conn._hand_to_writer()
             del conn
-        if not isinstance(sys.exc_info()[1], greenlet.GreenletExit):
-            hub.handle_error(None, *sys.exc_info())
+        if not isinstance(exc, greenlet.GreenletExit):
+            hub.handle_error(None, type(exc), exc, exc.__traceback__)
 
 
 def _as_connection_error(exc: BaseException) -> BaseException:
