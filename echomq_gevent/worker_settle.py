@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gevent
@@ -45,6 +44,7 @@ from .job_options import compact_json, keep_jobs
 from .kept_connection import AmbiguousCallError
 from .script_library import pack
 from .scripts import ScriptCall, Scripts
+from .tracebacks import format_failure
 from .clock import now_ms
 from .worker_slots import CONNECTION_ERRORS, Slot
 
@@ -303,7 +303,7 @@ class Settling:
         """The stored stack traces plus this one, cut to ``stackTraceLimit``. Never raises."""
         stack = [s for s in (job.stacktrace if isinstance(job.stacktrace, list) else []) if isinstance(s, str)]
         try:
-            stack.append("".join(traceback.format_exception(type(err), err, err.__traceback__)).rstrip("\n"))
+            stack.append(format_failure(err))
         except Exception:
             stack.append(f"{type(err).__name__}: {_describe(err)} (its traceback could not be formatted)")
         limit = (job.opts if isinstance(job.opts, dict) else {}).get("stackTraceLimit")
