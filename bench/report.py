@@ -38,7 +38,10 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
             cases.append(r["case"])
     out: List[Dict[str, Any]] = []
     for case in cases:
-        rows = [r for r in runs if r["case"] == case]
+        aside = [r for r in runs if r["case"] == case and r.get("set_aside")]
+        rows = [r for r in runs if r["case"] == case and not r.get("set_aside")]
+        if not rows:
+            continue
         kind = rows[0]["kind"]
         by_impl: Dict[str, List[Dict[str, Any]]] = {}
         for r in rows:
@@ -47,7 +50,8 @@ def summarize(runs: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
                    if kind != "latency"}
         for impl in [k for k in ORDER if k in by_impl] + [k for k in by_impl if k not in ORDER]:
             rs = by_impl[impl]
-            s: Dict[str, Any] = {"case": case, "kind": kind, "impl": impl, "rounds": len(rs)}
+            s: Dict[str, Any] = {"case": case, "kind": kind, "impl": impl, "rounds": len(rs),
+                                 "set_aside": sum(1 for r in aside if r["impl"] == impl)}
             for key in ("redis_cmds_per_job", "redis_scripts_per_job", "redis_cpu_us_per_job",
                         "worker_cpu_us_per_job"):
                 if key in rs[0]:
@@ -83,7 +87,10 @@ def _fmt(v: Any, digits: int = 0) -> str:
 def _others(s: Dict[str, Any]) -> str:
     if s.get("other_cpu_pct_max") is None:
         return "–"
-    return f"{_fmt(s['other_cpu_pct_min'])}–{_fmt(s['other_cpu_pct_max'])}"
+    text = f"{_fmt(s['other_cpu_pct_min'])}–{_fmt(s['other_cpu_pct_max'])}"
+    if s.get("set_aside"):
+        text += f" ({s['set_aside']} set aside)"
+    return text
 
 
 def _row(cells: Sequence[str]) -> str:
@@ -110,7 +117,13 @@ def markdown(summary: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
         "the producer (its CPU in the worker CPU column). Other work: the share of the machine's "
         "CPU time (all cores) that went to processes other than the worker, Redis and the harness "
         "while a round ran, min–max over the rounds (Linux `/proc/stat`); a round that competed "
-        "with other work is slower for that reason alone.",
+        "with other work is slower for that reason alone"
+        + (f"; a worker round in which it passed {meta['max_other_pct']:g} % was set aside and run again "
+           f"(at most {meta['reruns']} time{'' if meta['reruns'] == 1 else 's'} a round; the last try counts), "
+           "and how many were is "
+           "in brackets (the set-aside rounds are in results.json, `set_aside`)."
+           if meta.get("max_other_pct") is not None and meta["max_other_pct"] < 100 and meta.get("reruns")
+           else "."),
         "",
         _row(THROUGHPUT_COLUMNS),
         _row(["---"] * len(THROUGHPUT_COLUMNS)),

@@ -11,6 +11,11 @@ Redis command sequence per job of each worker with MONITOR (``trace.md``); ``--p
 samples the Python workers with py-spy (``profile-<impl>.md``); ``--floor`` measures one Redis
 round trip per client stack (``floor.md``).
 
+A worker round during which other processes took more than ``--max-other`` percent of the
+machine's CPU is set aside and run again at once, at most ``--reruns`` times: it measured
+the machine as much as the worker. Set-aside rounds stay in ``results.json`` (``set_aside``)
+and out of the medians; ``results.md`` counts them.
+
 Exit status: 0 when every requested run was measured, 1 when some failed (they are
 reported on stderr and left out of the tables), 2 for bad arguments.
 """
@@ -32,6 +37,12 @@ from .harness import Bench, BenchError
 from .impls import IMPLS, Impl, node_binary, ours_python
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+#: a worker round in which other processes took more of the machine's CPU than this
+#: (percent) is set aside and run again ...
+DEFAULT_MAX_OTHER = 10.0
+#: ... at most this many times
+DEFAULT_RERUNS = 2
 
 
 @dataclass(frozen=True)
@@ -199,6 +210,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="worker concurrency of the --profile run (default 100)")
     p.add_argument("--floor", action="store_true",
                    help="measure one sequential Redis round trip per client stack into floor.md")
+    p.add_argument("--max-other", type=float, default=DEFAULT_MAX_OTHER, metavar="PCT",
+                   help="set aside and run again a worker round during which other processes took more "
+                        f"than PCT %% of the machine's CPU (default {DEFAULT_MAX_OTHER:g}; 100: never)")
+    p.add_argument("--reruns", type=int, default=None, metavar="K",
+                   help=f"run a round again at most K times for --max-other (default {DEFAULT_RERUNS}; "
+                        "0 with --quick)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr")
     args = p.parse_args(argv)
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
@@ -210,6 +227,12 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
     if args.rounds is not None and args.rounds < 1:
         p.error("--rounds must be >= 1")
+    if not 0 <= args.max_other <= 100:
+        p.error("--max-other must be a percentage from 0 to 100")
+    if args.reruns is None:
+        args.reruns = 0 if args.quick else DEFAULT_RERUNS  # a smoke run checks that it runs
+    elif args.reruns < 0:
+        p.error("--reruns must be >= 0")
     return args
 
 
@@ -268,7 +291,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         "cpu": cpu_model(),
         "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
-        "rounds": rounds, "quick": args.quick,
+        "rounds": rounds, "quick": args.quick, "max_other_pct": args.max_other, "reruns": args.reruns,
         "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
         "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
     }
@@ -282,7 +305,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             suffix = f" · Redis {bench.redis_version}" if len(servers) > 1 else ""
             bench.log(f"bench: Redis {bench.redis_version} ({binary or 'default'})")
             for case in selected:
-                _run_case(bench, case, impls, rounds, suffix, runs, failures, args.quiet)
+                _run_case(bench, case, impls, rounds, suffix, runs, failures, args.quiet,
+                          args.max_other, args.reruns)
     meta["redis"] = ", ".join(versions)
     summary = report.summarize(runs)
     meta["failures"] = failures
@@ -321,8 +345,12 @@ def _servers(spec: str) -> List[Optional[str]]:
 
 
 def _run_case(bench: Bench, case: Case, impls: List[Impl], rounds: int, suffix: str,
-              runs: List[Dict[str, Any]], failures: List[str], quiet: bool) -> None:
-    """Every round of ``case``: each implementation once, the order rotating per round."""
+              runs: List[Dict[str, Any]], failures: List[str], quiet: bool,
+              max_other: float = 100.0, reruns: int = 0) -> None:
+    """Every round of ``case``: each implementation once, the order rotating per round. A
+    worker round during which other processes took more than ``max_other`` percent of the
+    machine is kept in ``runs`` marked ``set_aside`` and run again at once, at most
+    ``reruns`` times (the last try counts, whatever it met)."""
     for rnd in range(rounds):
         order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
         for impl in order:
@@ -335,19 +363,26 @@ def _run_case(bench: Bench, case: Case, impls: List[Impl], rounds: int, suffix: 
                 if rnd == 0:
                     sys.stderr.write(f"bench: skipping {impl.key} / {case.name}: {why}\n")
                 continue
-            try:
-                row = measure(bench, impl, case)
-            except Exception as exc:  # one failed run must not lose the others
-                msg = f"{impl.key} / {case.name}{suffix} / round {rnd + 1}: {exc}"
-                failures.append(msg)
-                sys.stderr.write(f"bench: FAILED {msg}\n")
-                if not quiet:
-                    traceback.print_exc()
-                continue
-            row["case"] = case.name + suffix
-            row["round"] = rnd + 1
-            runs.append(row)
-            bench.log(_progress(row))
+            for attempt in range(reruns + 1):
+                try:
+                    row = measure(bench, impl, case)
+                except Exception as exc:  # one failed run must not lose the others
+                    msg = f"{impl.key} / {case.name}{suffix} / round {rnd + 1}: {exc}"
+                    failures.append(msg)
+                    sys.stderr.write(f"bench: FAILED {msg}\n")
+                    if not quiet:
+                        traceback.print_exc()
+                    break
+                row["case"] = case.name + suffix
+                row["round"] = rnd + 1
+                runs.append(row)
+                other = row.get("other_cpu_pct")
+                if other is not None and other > max_other and attempt < reruns:
+                    row["set_aside"] = True
+                    bench.log(_progress(row) + f": set aside (over {max_other:g} %), running it again")
+                    continue
+                bench.log(_progress(row))
+                break
 
 
 def _progress(row: Dict[str, Any]) -> str:

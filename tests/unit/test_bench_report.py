@@ -164,3 +164,77 @@ def test_other_work_shows_as_a_min_max_column_per_implementation():
     assert node_line.endswith("| 5–5 |")
     old = report.markdown(report.summarize([_row("ours", "W1", 1.0, 1)]), {"rounds": 1})
     assert next(ln for ln in old.splitlines() if ln.startswith("| W1 |")).endswith("| – |")
+
+
+# --- rounds that shared the machine are run again ---------------------------------------------
+class _FakeBench:
+    def __init__(self):
+        self.lines = []
+
+    def log(self, msg):
+        self.lines.append(msg)
+
+
+def _scripted_measure(monkeypatch, others):
+    """bench.run.measure answering with the next ``other_cpu_pct`` of ``others`` per call."""
+    from bench import run as bench_run
+
+    calls = []
+
+    def measure(bench, impl, case):
+        calls.append(impl.key)
+        other = others[len(calls) - 1]
+        return _row(impl.key, case.name, 1000.0 * len(calls), 0, other_cpu_pct=other)
+
+    monkeypatch.setattr(bench_run, "measure", measure)
+    return bench_run, calls
+
+
+def _w1_case(bench_run):
+    return next(c for c in bench_run.cases(quick=True) if c.kind == "worker")
+
+
+def test_a_round_that_shared_the_machine_is_set_aside_and_run_again(monkeypatch):
+    bench_run, calls = _scripted_measure(monkeypatch, [3.0, 25.0, 12.0, 4.0, 2.0, 1.0])
+    impls = [bench_run.IMPLS["ours"], bench_run.IMPLS["node"]]
+    monkeypatch.setattr(bench_run.Impl, "missing", lambda self, role="worker": None)
+    runs, failures, bench = [], [], _FakeBench()
+    bench_run._run_case(bench, _w1_case(bench_run), impls, 2, "", runs, failures, True, max_other=10.0, reruns=2)
+    # round 1: ours 3 % kept; node 25 % and 12 % set aside, 4 % kept; round 2: node 2 %, ours 1 %
+    assert calls == ["ours", "node", "node", "node", "node", "ours"]
+    assert [(r["impl"], r["other_cpu_pct"], bool(r.get("set_aside"))) for r in runs] == [
+        ("ours", 3.0, False), ("node", 25.0, True), ("node", 12.0, True), ("node", 4.0, False),
+        ("node", 2.0, False), ("ours", 1.0, False)]
+    assert sum("set aside" in line for line in bench.lines) == 2 and not failures
+    summary = report.summarize(runs)
+    node = next(s for s in summary if s["impl"] == "node")
+    assert node["rounds"] == 2 and node["set_aside"] == 2
+    assert (node["other_cpu_pct_min"], node["other_cpu_pct_max"]) == (2.0, 4.0)
+    assert node["jobs_per_s"] == 4500.0  # the median of the kept rounds (4,000 and 5,000) alone
+    md = report.markdown(summary, {"rounds": 2, "max_other_pct": 10.0, "reruns": 2})
+    assert next(ln for ln in md.splitlines() if "BullMQ Node" in ln).endswith("| 2–4 (2 set aside) |")
+    assert "set aside and run again" in md
+
+
+def test_the_last_try_counts_and_no_rule_means_no_rerun(monkeypatch):
+    bench_run, calls = _scripted_measure(monkeypatch, [30.0, 40.0, 50.0, 60.0])
+    monkeypatch.setattr(bench_run.Impl, "missing", lambda self, role="worker": None)
+    runs = []
+    bench_run._run_case(_FakeBench(), _w1_case(bench_run), [bench_run.IMPLS["ours"]], 1, "", runs, [], True,
+                        max_other=10.0, reruns=2)
+    assert [bool(r.get("set_aside")) for r in runs] == [True, True, False] and len(calls) == 3
+    runs = []
+    bench_run._run_case(_FakeBench(), _w1_case(bench_run), [bench_run.IMPLS["ours"]], 1, "", runs, [], True)
+    assert len(runs) == 1 and not runs[0].get("set_aside")  # the defaults of _run_case: no rule
+
+
+def test_the_rule_is_an_option():
+    from bench import run as bench_run
+
+    args = bench_run.parse_args([])
+    assert (args.max_other, args.reruns) == (bench_run.DEFAULT_MAX_OTHER, bench_run.DEFAULT_RERUNS)
+    assert bench_run.parse_args(["--quick"]).reruns == 0  # a smoke run is not run again
+    args = bench_run.parse_args(["--max-other", "100", "--reruns", "0"])
+    assert (args.max_other, args.reruns) == (100.0, 0)
+    with pytest.raises(SystemExit):
+        bench_run.parse_args(["--max-other", "120"])
