@@ -98,6 +98,12 @@ def url_settings(url: str, settings: Optional[ConnectionSettings] = None) -> Dic
     return _accepted_by(conn_class, (settings or DEFAULT_SETTINGS).client_kwargs(tcp=not unix))
 
 
+#: How the clients the package builds decode answers: bytes that are not UTF-8 (a foreign
+#: producer's) arrive as lone surrogates instead of failing the whole answer they are in,
+#: so the job they belong to can be failed with a reason naming its field (``Job``).
+DECODE_ERRORS = "surrogateescape"
+
+
 def make_client(connection: ConnectionLike = None, max_connections: Optional[int] = None,
                 settings: Optional[ConnectionSettings] = None, **extra: Any) -> "redis.Redis":
     """A decoding ``redis.Redis`` for a URL (``redis+sentinel://`` too), an existing
@@ -111,7 +117,7 @@ def make_client(connection: ConnectionLike = None, max_connections: Optional[int
     if connection is None:
         connection = DEFAULT_URL
     if isinstance(connection, str):
-        kwargs: dict = {"decode_responses": True}
+        kwargs: dict = {"decode_responses": True, "encoding_errors": DECODE_ERRORS}
         kwargs.update(url_settings(connection, settings))
         if max_connections:
             kwargs["max_connections"] = max_connections
@@ -153,6 +159,7 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
     pool = client.connection_pool
     kwargs = dict(pool.connection_kwargs)
     kwargs["decode_responses"] = True
+    kwargs["encoding_errors"] = DECODE_ERRORS
     tcp = not issubclass(pool.connection_class, redis.UnixDomainSocketConnection)
     if settings is not None:
         kwargs.update(_accepted_by(pool.connection_class, settings.client_kwargs(tcp=tcp)))

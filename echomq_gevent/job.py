@@ -27,7 +27,8 @@ from .clock import now_ms
 from .errors import JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
 from .job_control import JobControl
 from .job_flow import JobFlowMixin
-from .job_options import decode_job_options, encode_job_data, stored_options_problems, validate_job_options
+from .job_options import (_SURROGATE, decode_job_options, encode_job_data, stored_options_problems, validate_job_options,
+                          wire_text)
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scripts import Scripts
@@ -154,6 +155,25 @@ def _json_problem(job_id: str, field: str, exc: Exception) -> str:
     return f"job {job_id}: field {field!r} is not valid JSON ({exc})"
 
 
+def _not_utf8(job_id: str, fields: Dict[str, str]) -> Optional[str]:
+    """The problem of the first field of a job hash that held bytes that are not UTF-8, or
+    None. The clients the package builds decode with ``surrogateescape`` (and so does the
+    pipelined connection's reader), so such bytes arrive as lone surrogates instead of
+    failing the whole answer they came in; a field that Redis holds as valid UTF-8 never
+    holds one (an escaped surrogate in JSON text is ASCII)."""
+    try:
+        if "".join(fields.values()).isascii() and "".join(fields).isascii():
+            return None
+    except TypeError:  # not all str: not an answer decoded by a client
+        return None
+    for key, value in fields.items():
+        for what, text in (("name", key), ("value", value)):
+            if isinstance(text, str) and not text.isascii() and _SURROGATE.search(text):
+                return (f"job {job_id}: field {wire_text(key)!r} holds bytes that are not UTF-8 in its {what} "
+                        f"(shown with \\udcXX escapes: {wire_text(text)[:120]}); producers must write UTF-8 text")
+    return None
+
+
 class Job(JobControl, JobFlowMixin):
     """One BullMQ job, decoded from its hash.
 
@@ -208,7 +228,8 @@ class Job(JobControl, JobFlowMixin):
     @classmethod
     def from_fields(cls, scripts: "Scripts", job_id: str, fields: Dict[str, str]) -> "Job":
         """Decode a job hash (``HGETALL`` as a dict of str). Never raises for garbage:
-        ``decode_error`` names the first field that is not valid JSON, every stored option
+        ``decode_error`` names the first field that held bytes that are not UTF-8, else the
+        first field that is not valid JSON, every stored option
         that ``Queue.add`` would refuse (those are left out of ``opts``, so settling the
         job uses defaults for them), a non-integer ``atm``, or a hash holding none of the
         fields a producer writes."""
@@ -218,7 +239,7 @@ class Job(JobControl, JobFlowMixin):
         job.id = str(job_id)
         job.name = fields.get("name", "")
         job.token = None
-        job.decode_error = None
+        job.decode_error = _not_utf8(job.id, fields)
         get = fields.get
 
         raw = get("data")
@@ -226,7 +247,7 @@ class Job(JobControl, JobFlowMixin):
             job.data = _loads(raw) if raw else {}
         except ValueError as exc:
             job.data = None
-            job.decode_error = _json_problem(job.id, "data", exc)
+            job.decode_error = job.decode_error or _json_problem(job.id, "data", exc)
 
         raw = get("opts")
         try:
@@ -326,9 +347,10 @@ class Job(JobControl, JobFlowMixin):
         self.progress = value
 
     def log(self, line: str) -> int:
-        """Append a line to the job's log (trimmed to ``opts.keepLogs``); returns how many lines are kept."""
+        """Append a line to the job's log (trimmed to ``opts.keepLogs``); returns how many lines
+        are kept. A lone surrogate in the line is written as its ``\\udXXX`` escape."""
         keep = self.opts.get("keepLogs")
-        return int(self.scripts.add_log(self.id, str(line), keep))
+        return int(self.scripts.add_log(self.id, wire_text(str(line)), keep))
 
     def update_data(self, data: Any) -> None:
         """Replace the job's data (JSON) in Redis and here."""

@@ -26,7 +26,7 @@ from .errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError, 
 __all__ = [
     "PRIORITY_LIMIT", "SHORT_KEYS", "stored_form", "LONG_KEYS", "JOB_OPTION_NAMES",
     "validate_job_options", "encode_job_options", "decode_job_options", "keep_jobs",
-    "validate_job_id", "encode_job_data", "compact_json", "stored_options_problems",
+    "validate_job_id", "encode_job_data", "compact_json", "stored_options_problems", "wire_text",
 ]
 
 #: Highest priority BullMQ accepts (2^21 - 1).
@@ -370,12 +370,36 @@ def keep_jobs(value: Any) -> Dict[str, Any]:
 _COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+#: A UTF-16 surrogate code point: a Python str may hold one alone (bytes decoded with
+#: ``surrogateescape``, a JSON ``"\\ud800"`` read back), UTF-8 cannot encode it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escaped(match: "re.Match[str]") -> str:
+    return "\\u%04x" % ord(match.group())
+
+
+def wire_text(text: str) -> str:
+    """``text`` as it can be written to Redis: a lone surrogate, which UTF-8 cannot encode
+    (a str holding one makes the command that carries it unwritable), becomes the escape
+    ``\\udXXX`` that Node's ``JSON.stringify`` writes for one. Any other text is returned
+    as it is (the check is free for ASCII text)."""
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(_escaped, text)
+
+
 def compact_json(value: Any) -> str:
     """``value`` as compact JSON text (``json.dumps(value, separators=(",", ":"),
-    ensure_ascii=False, allow_nan=False)``); raises what that raises."""
+    ensure_ascii=False, allow_nan=False)``); raises what that raises. A lone surrogate in
+    a string is written as its ``\\udXXX`` escape, as Node's ``JSON.stringify`` writes it:
+    the text is valid UTF-8 and reads back as the same string."""
     if value is None:  # what most processors return
         return "null"
-    return _COMPACT.encode(value)
+    text = _COMPACT.encode(value)
+    if text.isascii():
+        return text
+    return _SURROGATE.sub(_escaped, text)
 
 
 def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None, what: str = "data") -> str:

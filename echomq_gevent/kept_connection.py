@@ -140,6 +140,11 @@ class _RedisPy:
             conn.send_packed_command(conn.pack_commands(commands), check_health=False)
 
     @staticmethod
+    def send_packed(conn: Any, data: bytes) -> None:
+        """Write bytes packed already (by ``hiredis.pack_command``), in one send."""
+        conn.send_packed_command((data,), check_health=False)
+
+    @staticmethod
     def read(conn: Any) -> Any:
         return conn.read_response()
 

@@ -94,7 +94,8 @@ class _Request:
         self.results: List[Any] = []
         self.state = _QUEUED
         self.waiter = Waiter()
-        #: ("unsent" | "sent", exception) when the connection failed before the answers
+        #: ("unsent" | "sent", exception) when the connection failed before the answers;
+        #: ("unpackable", exception) when the commands could not be packed
         self.failure: Optional[Tuple[str, BaseException]] = None
         self.cancelled = False
 
@@ -315,6 +316,8 @@ class PipelinedConnection:
     def _after_failure(self, req: _Request, resend: bool) -> List[Any]:
         kind, exc = req.failure  # type: ignore[misc]
         commands = req.commands
+        if kind == "unpackable":
+            raise exc  # the same through the client: its caller's error, nothing was written
         if resend:  # idempotent: run again through the client (and its retry policy)
             if len(commands) == 1:
                 return [self.client.execute_command(*commands[0])]
@@ -407,6 +410,21 @@ class PipelinedConnection:
                 self._start_reader(link)
 
     def _send(self, batch: List[_Request]) -> None:
+        # packed first, each request apart: a command that cannot be packed (an argument
+        # hiredis cannot encode, such as a str holding a lone surrogate) fails its own
+        # caller, unsent, and leaves the connection and the other requests alone
+        packed: List[bytes] = []
+        ok: List[_Request] = []
+        for req in batch:
+            try:
+                packed.append(b"".join([_hiredis_pack(c) for c in req.commands]))
+            except Exception as exc:
+                self._fail(req, "unpackable", exc)
+                continue
+            ok.append(req)
+        if not ok:
+            return
+        batch = ok
         link = self._link
         try:
             if link is None or link.dead:
@@ -438,10 +456,11 @@ class PipelinedConnection:
         self.writes += 1
         self.requests += len(batch)
         try:
+            data = packed[0] if len(packed) == 1 else b"".join(packed)
             if link.wire is not None:
-                link.wire.send(b"".join([_hiredis_pack(c) for req in batch for c in req.commands]))
+                link.wire.send(data)
             else:
-                _RedisPy.send(link.conn, [c for req in batch for c in req.commands])
+                _RedisPy.send_packed(link.conn, data)
         except BaseException as exc:  # maybe partly written: all of it is ambiguous
             self._kill(link, _as_connection_error(exc))
             if not isinstance(exc, Exception):

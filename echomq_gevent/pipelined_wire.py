@@ -58,14 +58,16 @@ _GEVENT_SOCKET = _gevent_socket_type()
 
 
 def _reader_for(conn: Any) -> Any:
-    """A hiredis Reader configured as redis-py configures the connection's own parser."""
+    """A hiredis Reader configured as redis-py configures the connection's own parser,
+    except that it never decodes strictly: bytes that are not UTF-8 become lone surrogates
+    (``surrogateescape``), so one such value fails the job it belongs to (``Job``) instead
+    of the whole answer and the connection."""
     kwargs = {"protocolError": InvalidResponse, "replyError": conn._parser.parse_error}
     encoder = conn.encoder
     if encoder.decode_responses:
         kwargs["encoding"] = encoder.encoding
         errors = getattr(encoder, "encoding_errors", "strict")
-        if errors and errors != "strict":
-            kwargs["errors"] = errors
+        kwargs["errors"] = errors if errors and errors != "strict" else "surrogateescape"
     return hiredis.Reader(**kwargs)
 
 

@@ -12,7 +12,6 @@ job's lock is refused by the script (``JobLockMismatch``) and nothing changes.
 """
 from __future__ import annotations
 
-import json
 import logging
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -143,7 +142,7 @@ class ManualProcessing:
         action, delay, target_queue = self._decide(job, err)
         reason = self._reason(err)
         stack = self._stacktrace(job, err)
-        fields = ["failedReason", reason, "stacktrace", json.dumps(stack, ensure_ascii=False)]
+        fields = ["failedReason", reason, "stacktrace", compact_json(stack)]
         try:
             if action == "retry" and delay > 0:
                 res = self.scripts.move_to_delayed(

@@ -16,7 +16,6 @@ part of :class:`~echomq_gevent.worker.Worker` (a mixin).
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -40,7 +39,7 @@ from .errors import (
 )
 from .hookspecs import FailureDecision
 from .job import Job, job_state
-from .job_options import compact_json, keep_jobs
+from .job_options import compact_json, keep_jobs, wire_text
 from .kept_connection import AmbiguousCallError
 from .script_library import pack
 from .scripts import ScriptCall, Scripts
@@ -102,9 +101,11 @@ def _not_run(exc: BaseException) -> bool:
 
 
 def _describe(err: BaseException) -> str:
-    """An error's message, or its type name; never raises (a ``__str__`` may)."""
+    """An error's message, or its type name, as it can be written to Redis (a lone
+    surrogate escaped: :func:`~echomq_gevent.job_options.wire_text`); never raises (a
+    ``__str__`` may)."""
     try:
-        text = str(err)
+        text = wire_text(str(err))
     except Exception:
         text = ""
     return text or type(err).__name__
@@ -351,7 +352,7 @@ class Settling:
             action, delay, target_queue = "fail", 0, None
         reason = self._reason(err)
         stack = self._stacktrace(job, err)
-        fields = ["failedReason", reason, "stacktrace", json.dumps(stack, ensure_ascii=False)]
+        fields = ["failedReason", reason, "stacktrace", compact_json(stack)]
         job.failed_reason = reason
         job.stacktrace = stack
         if action == "retry":

@@ -176,6 +176,93 @@ def test_a_killed_caller_leaves_the_connection_and_the_others_alone(make_pipe, r
     assert _created(pipe) == 1
 
 
+def test_a_call_that_cannot_be_packed_fails_alone_and_unsent(make_pipe, r, prefix):
+    """A str holding a lone surrogate cannot be encoded as UTF-8: its caller gets that
+    error, nothing of it is written, and the calls around it (written in the same send,
+    or in flight before it) are answered on the same connection, none of them ambiguous."""
+    pipe = make_pipe()
+    slow, bad = f"{prefix}:slow", f"{prefix}:bad"
+    first = gevent.spawn(pipe.call, "EVAL", _SLOW_FIRST, 1, slow, "100", "first", resend=False)
+    _wait_until(lambda: pipe.in_flight == 1, "the slow call is written")
+    before = gevent.spawn(pipe.call, "EVAL", _ECHO, 0, "before", resend=False)
+    victim = gevent.spawn(pipe.call, "SET", bad, "x\ud800y", resend=False)
+    after = gevent.spawn(pipe.call, "EVAL", _ECHO, 0, "after", resend=False)
+    assert first.get() == "first" and before.get() == "before" and after.get() == "after"
+    with pytest.raises(UnicodeEncodeError):
+        victim.get()
+    assert r.exists(bad) == 0
+    lone = gevent.spawn(pipe.call, "SET", bad, "\udcff", resend=True)  # alone in its turn, resend-safe
+    with pytest.raises(UnicodeEncodeError):
+        lone.get()
+    assert pipe.call("EVAL", _ECHO, 0, "next", resend=False) == "next"
+    assert _created(pipe) == 1 and r.exists(bad) == 0
+
+
+def test_a_worker_ends_jobs_whose_text_holds_lone_surrogates_once(redis_url, prefix, qname):
+    """A processor's return value, failure message and log line holding a lone surrogate
+    (text decoded with ``surrogateescape``) are written with the surrogate escaped, as
+    Node's JSON.stringify writes one: each job ends once, the worker goes on."""
+    import json as _json
+
+    from echomq_gevent import Queue, Worker
+
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    runs = []
+
+    def processor(job):
+        runs.append(job.id)
+        job.log("line \udcff")
+        if job.data["i"] % 2:
+            raise ValueError("bad name \udcff")
+        return {"name": "x\ud800y"}
+
+    worker = Worker(qname, processor, connection=redis_url, prefix=prefix, concurrency=4)
+    try:
+        jobs = queue.add_bulk([{"name": "n", "data": {"i": i}} for i in range(10)])
+        worker.start()
+        _wait_until(lambda: sum(queue.get_job_counts("completed", "failed").values()) == 10, "10 jobs ended")
+        assert sorted(runs) == sorted(j.id for j in jobs)  # each ran once
+        raw = queue.client
+        for job in jobs:
+            fields = raw.hgetall(f"{prefix}:{qname}:{job.id}")
+            if int(job.data["i"]) % 2:
+                assert fields["failedReason"] == "bad name \\udcff"
+                assert "bad name \\udcff" in _json.loads(fields["stacktrace"])[0]
+            else:
+                assert fields["returnvalue"] == '{"name":"x\\ud800y"}'
+                assert _json.loads(fields["returnvalue"]) == {"name": "x\ud800y"}
+            assert raw.lrange(f"{prefix}:{qname}:{job.id}:logs", 0, -1) == ["line \\udcff"]
+        assert worker.counters["completed"] == 5 and worker.counters["failed"] == 5
+    finally:
+        worker.close()
+        queue.close()
+
+
+def test_a_worker_fails_a_job_holding_bytes_that_are_not_utf8_once(redis_url, prefix, qname, r):
+    """On the pipelined connection too: the answer that brings a job hash holding bytes
+    that are not UTF-8 is read whole, that job fails once naming its field, the others run."""
+    from echomq_gevent import Queue, Worker
+
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    queue.pause()
+    jobs = [queue.add("n", {"i": i}) for i in range(6)]
+    binary = redis.Redis.from_url(redis_url)
+    binary.hset(f"{prefix}:{qname}:{jobs[2].id}", "data", b'{"i":"\xff"}')
+    binary.close()
+    ran = []
+    worker = Worker(qname, lambda job: ran.append(job.id), connection=redis_url, prefix=prefix, concurrency=2)
+    try:
+        worker.start()
+        queue.resume()
+        _wait_until(lambda: sum(queue.get_job_counts("completed", "failed").values()) == 6, "6 jobs ended")
+        assert sorted(ran) == sorted(j.id for j in jobs if j is not jobs[2])
+        assert "field 'data'" in r.hget(f"{prefix}:{qname}:{jobs[2].id}", "failedReason")
+        assert queue.get_job_counts("failed", "active") == {"failed": 1, "active": 0}
+    finally:
+        worker.close()
+        queue.close()
+
+
 def test_a_killed_waiter_behind_others_drops_only_its_answer(make_pipe, prefix):
     pipe = make_pipe()
     slow = f"{prefix}:slow"

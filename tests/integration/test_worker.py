@@ -115,6 +115,35 @@ def test_invalid_json_data_fails_unrecoverably_without_running(redis_url, prefix
     assert r.zscore(f"{prefix}:{qname}:failed", job.id) is not None
 
 
+@pytest.mark.parametrize("concurrency", [1, 3])
+def test_bytes_that_are_not_utf8_fail_their_job_once_and_the_worker_goes_on(redis_url, prefix, qname, queue, r,
+                                                                           wait_for, concurrency):
+    """A foreign producer's job hash holding bytes that are not UTF-8 (in a value, in a
+    field name): the job fails once before its processor with a reason naming the field;
+    the answer it came in (a pick-up, or a finish that fetched it) is read whole, so the
+    jobs around it run."""
+    queue.pause()
+    jobs = [queue.add("n", {"i": i}) for i in range(5)]
+    import redis as _redis
+
+    binary = _redis.Redis.from_url(redis_url)  # writes bytes as they are
+    try:
+        binary.hset(f"{prefix}:{qname}:{jobs[1].id}", "data", b'{"i":"\xff\xfe"}')
+        binary.hset(f"{prefix}:{qname}:{jobs[3].id}", b"odd\xc3", b"1")
+    finally:
+        binary.close()
+    ran = []
+    w = make_worker(redis_url, prefix, qname, lambda j: ran.append(j.id) or j.data["i"], concurrency=concurrency)
+    with running(w):
+        queue.resume()
+        wait_for(lambda: w.completed_count == 3 and w.failed_count == 2, what="every job ended")
+    assert sorted(ran) == sorted(j.id for j in (jobs[0], jobs[2], jobs[4]))
+    reason = r.hget(f"{prefix}:{qname}:{jobs[1].id}", "failedReason")
+    assert "field 'data'" in reason and "not UTF-8" in reason and "\\udcff" in reason
+    assert "not UTF-8 in its name" in r.hget(f"{prefix}:{qname}:{jobs[3].id}", "failedReason")
+    assert queue.get_job_counts("active", "wait") == {"active": 0, "wait": 0}
+
+
 def test_missing_processor_fails_with_queue_and_name_and_worker_goes_on(redis_url, prefix, qname, queue, r, wait_for):
     class Routes:
         @hookimpl

@@ -201,3 +201,24 @@ def test_compact_json_refuses_what_node_cannot_read(value, error):
 
     with pytest.raises(error):
         compact_json(value)
+
+
+# ------------------------------------------------------------------ text Redis can take
+def test_compact_json_escapes_a_lone_surrogate_as_node_writes_it():
+    from echomq_gevent.job_options import compact_json
+
+    value = {"path": "a\udcffb", "pair": "\ud83d\ude00", "ok": "é😀", "n": [1, None]}
+    text = compact_json(value)
+    # JSON.stringify({path: "a\udcffb"}) in Node is {"path":"a\\udcffb"}: lower-case hex
+    assert text == '{"path":"a\\udcffb","pair":"\\ud83d\\ude00","ok":"é😀","n":[1,null]}'
+    text.encode("utf-8")  # writable
+    assert json.loads(text)["path"] == "a\udcffb" and json.loads(text)["ok"] == "é😀"
+    assert compact_json("plain") == '"plain"' and compact_json(None) == "null"
+
+
+def test_wire_text_escapes_lone_surrogates_and_leaves_other_text_alone():
+    from echomq_gevent.job_options import wire_text
+
+    assert wire_text("bad name \udcff") == "bad name \\udcff"
+    for text in ("", "plain", "é😀 ünïcode", "\\udcff already escaped"):
+        assert wire_text(text) == text
