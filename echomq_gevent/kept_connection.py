@@ -244,6 +244,10 @@ class KeptConnection:
             self._idle_since = time.monotonic()
 
     def call(self, *command: Any, resend: bool = True) -> Any:
+        """:meth:`call_command` with the command's parts as arguments."""
+        return self.call_command(command, resend)
+
+    def call_command(self, command: Tuple[Any, ...], resend: bool = True) -> Any:
         """One command: the same answer (or error) as ``client.execute_command(*command)``.
 
         With ``resend`` (an idempotent or read-only command) a connection that fails is

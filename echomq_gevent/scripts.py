@@ -151,11 +151,12 @@ class Scripts(AdminScripts, FlowScripts, SchedulerScripts):
         kept = self._lane() if own else None
         if kept is not None:
             safe = name in RESEND_SAFE if resend is None else resend
+            command = ("EVALSHA", sha, len(keys), *keys, *args)
             try:
-                return kept.call("EVALSHA", sha, len(keys), *keys, *args, resend=safe)
+                return kept.call_command(command, safe)
             except NoScriptError:
                 kept.call("SCRIPT", "LOAD", self.lib.sources[name])
-                return kept.call("EVALSHA", sha, len(keys), *keys, *args, resend=safe)
+                return kept.call_command(command, safe)
         try:
             return c.evalsha(sha, len(keys), *keys, *args)
         except NoScriptError:
