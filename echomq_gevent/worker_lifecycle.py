@@ -35,7 +35,7 @@ from .runtime import MAX_BLOCK_S, make_runtime
 from .scripts import Scripts
 from .stalled import StalledChecker
 from .worker_options import lock_renew_interval
-from .worker_slots import CONNECTION_ERRORS, Slot
+from .worker_slots import CONNECTION_ERRORS, Slot, SlotGreenlet
 
 log = logging.getLogger("echomq_gevent.worker")
 
@@ -67,6 +67,7 @@ class Lifecycle:
         # a Group, not a bounded Pool: the fetch loop's slot arithmetic is the bound, so
         # ``worker.concurrency = n`` can change it while jobs run
         self._pool = gevent.pool.Group()
+        self._pool.greenlet_class = SlotGreenlet
         self._runtime = make_runtime(opts["offload"], self.concurrency, self.scripts)
 
         # on a cluster, script calls follow redirections through the worker's router: no

@@ -33,3 +33,24 @@ def test_a_slot_running_back_to_back_jobs_lets_the_finished_ones_go(redis_url, p
         wait_for(lambda: w.completed_count == 4, what="the four jobs")
     assert seen["greenlets"] == 1, "the jobs did not run back to back in one slot"
     assert seen["alive"] == [0, 0, 0], f"finished jobs still in memory: {seen['alive']}"
+
+
+def test_slot_greenlets_record_no_spawning_stack(redis_url, prefix, qname, queue, wait_for):
+    """gevent keeps ten frames of where each greenlet was spawned (about 0.6 KB); a slot's
+    greenlet, always spawned by the fetch loop, keeps none."""
+    import gevent
+
+    from echomq_gevent.worker_slots import SlotGreenlet
+
+    seen = []
+
+    def proc(job):
+        seen.append(gevent.getcurrent())
+        return None
+
+    queue.add("n", {})
+    w = make_worker(redis_url, prefix, qname, proc)
+    with running(w):
+        wait_for(lambda: w.completed_count == 1, what="the job")
+    assert isinstance(seen[0], SlotGreenlet) and seen[0].spawning_stack is None
+    assert gevent.Greenlet(lambda: None).spawning_stack is not None  # gevent's own default
