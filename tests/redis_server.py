@@ -215,6 +215,26 @@ class SentinelGroup:
             return False
         return len(replicas) >= 1 and len(sentinels) >= 2
 
+    def wait_promoted(self, wait_for: Callable[..., Any], timeout: float = 90, auto_s: float = 30) -> None:
+        """Wait until the sentinels name the replica as the primary. Their own election takes
+        a few seconds; should it stall past ``auto_s`` (a sentinel in TILT mode on a starved
+        machine, or votes split twice, each retry waiting out the failover timeout), one
+        sentinel is told to fail over at once (``SENTINEL FAILOVER``). What the tests watch
+        is how our clients follow a new primary, not how the sentinels elect it."""
+        promoted = lambda: self.primary_port() == self.replica.port  # noqa: E731
+        try:
+            wait_for(promoted, auto_s, what="the sentinels to promote the replica")
+            return
+        except AssertionError:
+            pass
+        for port in self.sentinel_ports:
+            try:
+                self._ask(port, "SENTINEL", "FAILOVER", self.service)
+                break
+            except Exception:  # -INPROG (one under way) or a sentinel that does not answer
+                continue
+        wait_for(promoted, timeout - auto_s, what="the replica's promotion after SENTINEL FAILOVER")
+
     def primary_port(self) -> Optional[int]:
         """The port the sentinels name as the primary now (``None`` when none answers)."""
         for port in self.sentinel_ports:

@@ -209,8 +209,7 @@ def test_gunicorn_workers_follow_a_sentinel_failover(sentinels, qname, tmp_path,
         outage = wait_for(lambda: _ready(g, 503), 30, interval=0.05, what="/_echomq/ready 503 without a primary",
                           details=g.log)
         assert "Redis unreachable" in outage["reason"], outage
-        wait_for(lambda: sentinels.primary_port() == sentinels.replica.port, 90,
-                 what="the sentinels to promote the replica")
+        sentinels.wait_promoted(wait_for)
         # the app's own queue follows too: enqueue until the new primary takes the jobs
         after = wait_for(lambda: _post(g, "/sleep?n=10&ms=20"), 90, interval=0.5,
                          what="the app to enqueue on the new primary", details=g.log)

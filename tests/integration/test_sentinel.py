@@ -44,8 +44,7 @@ def test_worker_follows_a_failover_to_the_promoted_replica(sentinels, prefix, qn
         before = sum(done.values())
         killed = time.monotonic()
         sentinels.primary.kill()
-        wait_for(lambda: sentinels.primary_port() == sentinels.replica.port, timeout=60,
-                 what="the sentinels to promote the replica")
+        sentinels.wait_promoted(wait_for)
         promoted = time.monotonic()
         wait_for(lambda: sum(done.values()) > before + 20, timeout=60, what="jobs done after the failover")
         resumed = time.monotonic()
@@ -96,8 +95,7 @@ def test_what_a_failover_loses_of_acknowledged_adds(sentinels, prefix, qname, wa
         at_kill = len(acked)
         killed = time.monotonic()
         sentinels.primary.kill()
-        wait_for(lambda: sentinels.primary_port() == sentinels.replica.port, timeout=60,
-                 what="the sentinels to promote the replica")
+        sentinels.wait_promoted(wait_for)
         state["promoted"] = True
         wait_for(lambda: sum(1 for a in acked if a[2]) >= 100, timeout=60, what="100 adds after the promotion")
         first_after = next(i for i, a in enumerate(acked) if i >= at_kill and a[2])
