@@ -27,8 +27,7 @@ from .clock import now_ms
 from .errors import JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
 from .job_control import JobControl
 from .job_flow import JobFlowMixin
-from .job_options import (_SURROGATE, decode_job_options, encode_job_data, stored_options_problems, validate_job_options,
-                          wire_text)
+from .job_options import decode_job_options, encode_job_data, stored_options_problems, validate_job_options, wire_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .scripts import Scripts
@@ -168,7 +167,7 @@ def _not_utf8(job_id: str, fields: Dict[str, str]) -> Optional[str]:
         return None
     for key, value in fields.items():
         for what, text in (("name", key), ("value", value)):
-            if isinstance(text, str) and not text.isascii() and _SURROGATE.search(text):
+            if isinstance(text, str) and wire_text(text) != text:
                 return (f"job {job_id}: field {wire_text(key)!r} holds bytes that are not UTF-8 in its {what} "
                         f"(shown with \\udcXX escapes: {wire_text(text)[:120]}); producers must write UTF-8 text")
     return None

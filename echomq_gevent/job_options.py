@@ -396,10 +396,7 @@ def compact_json(value: Any) -> str:
     the text is valid UTF-8 and reads back as the same string."""
     if value is None:  # what most processors return
         return "null"
-    text = _COMPACT.encode(value)
-    if text.isascii():
-        return text
-    return _SURROGATE.sub(_escaped, text)
+    return wire_text(_COMPACT.encode(value))
 
 
 def encode_job_data(data: Any, job_name: str, size_limit: Optional[int] = None, what: str = "data") -> str:
