@@ -132,9 +132,12 @@ class ControlledProxy:
         return len(pairs)
 
     def hold_replies(self) -> int:
-        """Let every open connection carry commands but no replies; returns how many."""
+        """Let every open connection carry commands but no replies; returns how many it held
+        anew. A connection held before is not counted again: its client may have closed it
+        already, and this proxy's thread may not yet have seen the close (on a loaded machine
+        it can lag the client's next connection)."""
         with self._lock:
-            ids = [pid for pid, p in self._pairs.items() if not p[2].is_set()]
+            ids = [pid for pid, p in self._pairs.items() if not p[2].is_set() and pid not in self._held]
             self._held.update(ids)
         return len(ids)
 

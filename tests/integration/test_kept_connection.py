@@ -238,7 +238,7 @@ def impatient(proxy):
 def _hold_the_kept_connection(kept, proxy):
     """Open the kept connection (a PING through it), then hold its replies."""
     assert kept.call("PING") in ("PONG", True)
-    assert proxy.hold_replies() == 1  # the kept connection is the client's only one
+    assert proxy.hold_replies() == 1  # the kept connection is the only one not held before
 
 
 def test_a_call_whose_answer_is_lost_is_not_sent_again_unless_safe(impatient, proxy, r, prefix, wait_for):
