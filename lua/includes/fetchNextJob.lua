@@ -11,7 +11,7 @@
 -- Order: promote due delayed jobs; rate limit (meta "max" wins over limiter.max, the
 -- worker's limiter.duration wins over meta "duration"); paused or maxed; then the right
 -- end of wait (skipping legacy "0:..." markers and ids whose key is not a hash), then the
--- best prioritized job.
+-- best prioritized job. Nothing found there: the base marker is removed (it is stale).
 -- Returns
 --   {flat job hash, jobId, 0, 0}  a job was moved to active
 --   {0, 0, ttl, 0}               rate limited for ttl more ms
@@ -72,6 +72,11 @@ local function fetchNextJob(waitKey, activeKey, prioritizedKey, eventsKey, limit
     return prepareJobForProcessing(keyPrefix, limiterKey, eventsKey, jobId, fields, now, maxJobs,
                                    windowMs, markerKey, opts)
   end
+
+  -- wait and prioritized are empty: a base marker left now is stale (the last pick-up wrote
+  -- it for a next job that is not there) and would only wake the next idle worker for an
+  -- empty fetch; the next job to arrive writes its own
+  redis.call("ZREM", markerKey, "0")
 
   local nextDue = getNextDelayedTimestamp(delayedKey)
   if nextDue then

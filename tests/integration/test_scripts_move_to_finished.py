@@ -281,6 +281,7 @@ def test_fetch_next_reports_rate_limit_paused_and_delayed(r, keys, scripts, even
     r.set(keys.limiter, 5, px=10000)
     res = complete(scripts, "1", fetch_next=True, limiter={"max": 5, "duration": 10000})
     assert res[:2] == [0, 0] and res[2] > 0 and res[3] == 0
+    assert r.zscore(keys.marker, "0") == 0  # job 2 is still waiting: its marker stays
 
     r.delete(keys.limiter)
     activate(scripts, "2")
@@ -300,6 +301,9 @@ def test_fetch_next_with_nothing_left_returns_zero_and_drains(r, keys, scripts, 
     running(r, keys, scripts, "1")
     assert complete(scripts, "1", fetch_next=True) in (0, None)
     assert events.names(keys)[-1] == "drained"
+    # the base marker the pick-up of job 1 wrote is stale now: gone, so the next idle
+    # worker's BZPOPMIN waits for a real job instead of waking for an empty fetch
+    assert r.exists(keys.marker) == 0
 
 
 # -- parents -----------------------------------------------------------------------------------

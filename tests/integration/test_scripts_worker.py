@@ -182,6 +182,32 @@ def test_only_future_delayed_jobs_returns_next_due_time(r, keys, scripts):
     assert r.llen(keys.active) == 0
 
 
+# -- the base marker after an empty fetch ----------------------------------------------------
+def test_a_fetch_that_finds_nothing_removes_the_stale_base_marker_only(r, keys, scripts):
+    add_waiting(r, keys, "1")
+    activate(scripts, "1")
+    # the pick-up wrote the base marker for a next job that is not there
+    assert r.zscore(keys.marker, "0") == 0
+    due = now_ms() + 60000
+    add_delayed(r, keys, "d", due)
+    r.zadd(keys.marker, {"1": due})
+    assert fetch(scripts) == [0, 0, 0, due]
+    # the delay marker still says when the delayed job is due
+    assert r.zrange(keys.marker, 0, -1, withscores=True) == [("1", float(due))]
+
+
+def test_a_fetch_held_back_with_jobs_waiting_keeps_the_base_marker(r, keys, scripts):
+    for job_id in ("1", "2"):
+        add_waiting(r, keys, job_id)
+    lim = {"max": 1, "duration": 10000}
+    activate(scripts, "1", limiter=lim)
+    assert fetch(scripts, limiter=lim)[2] > 0  # rate limited, job 2 still waiting
+    assert r.zscore(keys.marker, "0") == 0
+    r.hset(keys.meta, "concurrency", 1)
+    assert fetch(scripts) == [0, 0, 0, 0]  # maxed
+    assert r.zscore(keys.marker, "0") == 0
+
+
 # -- paused and maxed -------------------------------------------------------------------
 def test_paused_queue_returns_nothing(r, keys, scripts):
     add_waiting(r, keys, "1")
