@@ -17,6 +17,7 @@ from interop_helpers import (
     event_names,
     now_ms,
     wait_blocked_on_marker,
+    worker_client_name,
 )
 
 pytestmark = pytest.mark.interop
@@ -391,6 +392,46 @@ def test_limiter_and_removal_policies_leave_the_same_redis_as_node(node, r, pref
 # ---------------------------------------------------------------------------------------
 # Shared worker rate limiter and worker discovery
 # ---------------------------------------------------------------------------------------
+
+def test_idle_workers_of_both_kinds_wake_for_every_job_added_one_at_a_time(node, queue, r, prefix, qname):
+    """Jobs that come one by one into a queue whose workers (ours and Node's) are idle: each
+    is taken within a moment of its add, never after a drain delay. A fetch that finds the
+    queue empty removes the base marker the last pick-up left (docs/protocol.md); were it to
+    remove one a job still needed, that job would wait for a worker's 10 s drain delay."""
+    ours = node.python_worker(workerOpts={"concurrency": 1, "drain_delay": 10},
+                              behaviour={"returnData": True})
+    theirs = node.worker(workerOpts={"concurrency": 1, "drainDelay": 10},
+                         behaviour={"returnData": True})
+    name = worker_client_name(prefix, qname)
+
+    def blocked():
+        return sum(1 for c in r.client_list()
+                   if c.get("name", "").startswith(name) and c.get("cmd") == "bzpopmin")
+
+    deadline = time.monotonic() + 20
+    while blocked() < 2:
+        assert time.monotonic() < deadline, "both workers never sat in BZPOPMIN together"
+        time.sleep(0.02)
+    ids = []
+    for i in range(30):
+        ids.append(queue.add("one", {"i": i}).id)
+        time.sleep(0.03 if i % 3 else 0.2)  # some jobs find both workers idle, some one busy
+    keys = QueueKeys(qname, prefix)
+    deadline = time.monotonic() + 30
+    while r.zcard(keys.completed) < len(ids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    ours.stop()
+    theirs.stop()
+    assert r.zcard(keys.completed) == len(ids), dump_queue(r, keys)
+    waits = {}
+    for job_id in ids:
+        created, started = r.hmget(keys.job(job_id), "timestamp", "processedOn")
+        waits[job_id] = int(started) - int(created)
+    assert max(waits.values()) < 3000, waits  # far from the 10 s a lost wake-up would cost
+    by_us = [ln["jobId"] for ln in ours.events("process")]
+    by_node = [ln["jobId"] for ln in theirs.events("process")]
+    assert sorted(by_us + by_node, key=int) == sorted(ids, key=int)  # each ran once
+
 
 def test_worker_limiter_is_shared_between_node_and_our_worker(node, queue):
     """Both workers limit to 2 jobs per 1000 ms through the one `limiter` key: 6 jobs need
