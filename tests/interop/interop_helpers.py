@@ -104,17 +104,20 @@ def worker_client_name(prefix: str, queue: str) -> str:
     return f"{prefix}:{base64.b64encode(queue.encode()).decode()}"
 
 
-def wait_blocked_on_marker(r: redis.Redis, prefix: str, queue: str, timeout: float = 10.0) -> None:
-    """Poll CLIENT LIST until the Node worker's blocking connection sits in BZPOPMIN."""
+def wait_blocked_on_marker(r: redis.Redis, prefix: str, queue: str, timeout: float = 10.0,
+                           count: int = 1) -> None:
+    """Poll CLIENT LIST until ``count`` workers' blocking connections (Node's or ours: both
+    name them after the queue) sit in BZPOPMIN together."""
     name = worker_client_name(prefix, queue)
     deadline = time.monotonic() + timeout
     while True:
-        for client in r.client_list():
-            if client.get("name", "").startswith(name) and client.get("cmd") == "bzpopmin":
-                return
+        blocked = sum(1 for client in r.client_list()
+                      if client.get("name", "").startswith(name) and client.get("cmd") == "bzpopmin")
+        if blocked >= count:
+            return
         if time.monotonic() > deadline:
-            raise AssertionError(f"the Node worker on {prefix}:{queue} never blocked in BZPOPMIN "
-                                 f"within {timeout}s")
+            raise AssertionError(f"{count} worker(s) on {prefix}:{queue} never blocked in BZPOPMIN "
+                                 f"together within {timeout}s (saw {blocked})")
         time.sleep(0.01)
 
 

@@ -17,7 +17,6 @@ from interop_helpers import (
     event_names,
     now_ms,
     wait_blocked_on_marker,
-    worker_client_name,
 )
 
 pytestmark = pytest.mark.interop
@@ -393,7 +392,8 @@ def test_limiter_and_removal_policies_leave_the_same_redis_as_node(node, r, pref
 # Shared worker rate limiter and worker discovery
 # ---------------------------------------------------------------------------------------
 
-def test_idle_workers_of_both_kinds_wake_for_every_job_added_one_at_a_time(node, queue, r, prefix, qname):
+def test_idle_workers_of_both_kinds_wake_for_every_job_added_one_at_a_time(node, queue, r, prefix, qname,
+                                                                            wait_for):
     """Jobs that come one by one into a queue whose workers (ours and Node's) are idle: each
     is taken within a moment of its add, never after a drain delay. A fetch that finds the
     queue empty removes the base marker the last pick-up left (docs/protocol.md); were it to
@@ -402,27 +402,16 @@ def test_idle_workers_of_both_kinds_wake_for_every_job_added_one_at_a_time(node,
                               behaviour={"returnData": True})
     theirs = node.worker(workerOpts={"concurrency": 1, "drainDelay": 10},
                          behaviour={"returnData": True})
-    name = worker_client_name(prefix, qname)
-
-    def blocked():
-        return sum(1 for c in r.client_list()
-                   if c.get("name", "").startswith(name) and c.get("cmd") == "bzpopmin")
-
-    deadline = time.monotonic() + 20
-    while blocked() < 2:
-        assert time.monotonic() < deadline, "both workers never sat in BZPOPMIN together"
-        time.sleep(0.02)
+    wait_blocked_on_marker(r, prefix, qname, timeout=20, count=2)
     ids = []
     for i in range(30):
         ids.append(queue.add("one", {"i": i}).id)
         time.sleep(0.03 if i % 3 else 0.2)  # some jobs find both workers idle, some one busy
     keys = QueueKeys(qname, prefix)
-    deadline = time.monotonic() + 30
-    while r.zcard(keys.completed) < len(ids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: r.zcard(keys.completed) == len(ids), timeout=30, what="every job to complete",
+             details=lambda: str(dump_queue(r, keys)))
     ours.stop()
     theirs.stop()
-    assert r.zcard(keys.completed) == len(ids), dump_queue(r, keys)
     waits = {}
     for job_id in ids:
         created, started = r.hmget(keys.job(job_id), "timestamp", "processedOn")
