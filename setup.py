@@ -36,7 +36,7 @@ INSTALL_REQUIRES = [
     "pluggy>=1.2,<2",  # new-style hook wrappers (@hookimpl(wrapper=True)) came in 1.2
     "PyYAML>=5.4",
     "msgpack>=1.0,<2",
-    # cron patterns of job schedulers (echomq_gevent.cron)
+    # cron patterns of job schedulers (echomq_gevent.protocol.cron)
     "croniter>=6.0,<8",
 ]
 
@@ -93,7 +93,7 @@ setup(
     install_requires=INSTALL_REQUIRES,
     extras_require=EXTRAS,
     entry_points={
-        "console_scripts": ["echomq-gevent=echomq_gevent.cli:main"],
+        "console_scripts": ["echomq-gevent=echomq_gevent.host.cli:main"],
         "echomq_gevent": [],
     },
     classifiers=[

@@ -34,7 +34,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from echomq_gevent import Queue  # noqa: E402
-from echomq_gevent.cluster import key_slot  # noqa: E402
+from echomq_gevent.connection.cluster import key_slot  # noqa: E402
 
 
 def _redis_server_module() -> Any:

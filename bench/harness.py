@@ -41,7 +41,7 @@ PREFIX = "bench"
 POLL_S = 0.01
 
 sys.path.insert(0, ROOT)
-from echomq_gevent.keys import QueueKeys  # noqa: E402
+from echomq_gevent.protocol.keys import QueueKeys  # noqa: E402
 
 
 def _load_redis_server_module() -> Any:

@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 
 from .harness import PREFIX, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta
 from .impls import Impl
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 
 def fold(raw_path: str) -> Tuple[int, Dict[str, int], Dict[str, int]]:

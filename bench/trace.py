@@ -19,7 +19,7 @@ from typing import List, Optional, Tuple
 
 from .harness import PREFIX, Bench
 from .impls import Impl
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 LINE = re.compile(r'^\+(\d+\.\d+) \[(\d+) ([^\]]+)\] (.*)$')
 ARG = re.compile(r'"((?:[^"\\]|\\.)*)"')

@@ -5,6 +5,6 @@ is imported before anything else here.
 """
 import sys
 
-from .cli import main
+from .host.cli import main
 
 sys.exit(main())

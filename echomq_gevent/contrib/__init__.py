@@ -4,7 +4,7 @@
   config file runs the YAML's job workers inside every ``-k gevent`` worker process,
   beside the WSGI app, on the same hub, with a drain on shutdown that loses nothing.
 - :mod:`echomq_gevent.contrib.cohost`: the job workers of one gunicorn worker process (a
-  :class:`~echomq_gevent.runner.Runner` plus gunicorn's timing, heartbeat and reports).
+  :class:`~echomq_gevent.host.runner.Runner` plus gunicorn's timing, heartbeat and reports).
 - :mod:`echomq_gevent.contrib.wsgi`: a middleware serving ``/_echomq/live``,
   ``/_echomq/ready`` and ``/_echomq/metrics``, and :func:`~echomq_gevent.contrib.wsgi.get_queue`,
   the one shared ``Queue`` per process that request handlers enqueue with.

@@ -2,7 +2,7 @@
 
 :class:`CoHost` is what the gunicorn hooks (:mod:`echomq_gevent.contrib.gunicorn`) drive
 inside each ``-k gevent`` worker process. The workers themselves are run by the same
-:class:`~echomq_gevent.runner.Runner` the command uses; this class adds what gunicorn
+:class:`~echomq_gevent.host.runner.Runner` the command uses; this class adds what gunicorn
 needs: the check that gevent patched the process, a hub heartbeat, noticing gunicorn's
 decision to stop (``alive`` false), a drain budgeted by gunicorn's timeouts, a quick
 hand-back for SIGINT/SIGQUIT and the report after SIGABRT, and the status the health
@@ -20,7 +20,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from ..config import redact_url
+from ..host.config import redact_url
 from ..errors import ConfigError
 from .state import Settings
 
@@ -88,7 +88,7 @@ class CoHost:
         self._wire_logging()
         cfg = self.settings.config
         cfg.activate_paths()
-        from ..runner import Runner
+        from ..host.runner import Runner
 
         self.runner = Runner(cfg, self.settings.redis_url, extra_plugins=self.settings.extra_plugins)
         if self.settings.gc_freeze:
@@ -306,7 +306,7 @@ class CoHost:
         """``None`` when Redis answers PING within 1 s (every primary, on a cluster), else
         the reason. Request greenlet."""
         if self._readiness is None:
-            from ..connection import ReadinessProbe
+            from ..connection.clients import ReadinessProbe
 
             self._readiness = ReadinessProbe(self.settings.redis_url, timeout=1.0)
         return self._readiness.check()

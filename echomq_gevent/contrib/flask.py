@@ -35,7 +35,7 @@ import sys
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from ..errors import ConfigError
-from ..hookspecs import hookimpl
+from ..plugins.hookspecs import hookimpl
 from .frameworks import Integration, Processors, enqueue_after_commit
 
 __all__ = ["EchoMQ", "CONFIG_KEYS"]

@@ -3,12 +3,12 @@
 * **settings to config**: each framework keeps its own settings (Django's
   ``settings.ECHOMQ``, Flask's ``app.config['ECHOMQ_*']``, Pyramid's ``echomq.*`` lines of
   the ``.ini``); they are turned into the keys of the YAML file and checked by the same
-  validator (:func:`echomq_gevent.config.config_from_mapping`), so a worker option is
+  validator (:func:`echomq_gevent.host.config.config_from_mapping`), so a worker option is
   refused by the one option table and the error names the setting the user wrote. A
   setting may instead point at the YAML file (``config``), which then stays the source.
 * :class:`Integration`: the validated config, the shared per-process queues
   (``queue(name)`` refuses a queue the settings do not declare), running the workers
-  through the command's own runner (:func:`echomq_gevent.cli.run_config`) and the status
+  through the command's own runner (:func:`echomq_gevent.host.cli.run_config`) and the status
   table.
 * :class:`Processors`: processors declared with a decorator in the app's modules,
   registered with the plugin host (``echomq_register_processors``).
@@ -22,10 +22,10 @@ import logging
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 from ..errors import ConfigError
-from ..hookspecs import hookimpl
+from ..plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..config import Config
+    from ..host.config import Config
 
 # Nothing here imports redis (through the config) at import time: the Pyramid runner
 # (``python -m echomq_gevent.contrib.pyramid``) imports this before it patches gevent.
@@ -107,7 +107,7 @@ class Processors:
 class Integration:
     """One app's validated configuration and its shared queues.
 
-    ``cfg`` is the validated :class:`~echomq_gevent.config.Config`; ``queues_setting``
+    ``cfg`` is the validated :class:`~echomq_gevent.host.config.Config`; ``queues_setting``
     names the setting that declares the queues (used in errors); ``plugins`` are the
     framework's own plugins (per-job context, the processor table) given to the workers.
     """
@@ -126,7 +126,7 @@ class Integration:
         """The validated config from framework settings: the YAML file at
         ``config_path`` when one is named (no other key may be set then), else ``values``
         (the YAML's keys). Raises ConfigError naming the setting."""
-        from ..config import TOP_LEVEL_KEYS, config_from_mapping, load_config
+        from ..host.config import TOP_LEVEL_KEYS, config_from_mapping, load_config
 
         if config_path is not None:
             if not isinstance(config_path, str) or not config_path:
@@ -152,7 +152,7 @@ class Integration:
         if not self.cfg.redis.embedded:
             return self.cfg.redis.url
         if self._embedded is None:
-            from ..embedded import EmbeddedRedis
+            from ..host.embedded import EmbeddedRedis
 
             r = self.cfg.redis
             self._embedded = EmbeddedRedis(directory=r.embedded_dir, port=r.embedded_port,
@@ -173,7 +173,7 @@ class Integration:
         return get_queue(name, connection=self.redis_url, prefix=self.cfg.prefix)
 
     def enqueue(self, queue: str, name: str, data: Any = None, opts: Optional[Mapping[str, Any]] = None) -> Any:
-        """Add a job now; returns the :class:`~echomq_gevent.job.Job`."""
+        """Add a job now; returns the :class:`~echomq_gevent.queue.job.Job`."""
         return self.queue(queue).add(name, data if data is not None else {}, dict(opts) if opts else None)
 
     def deferred(self, queue: str, name: str, data: Any = None,
@@ -181,7 +181,7 @@ class Integration:
         """A call that adds the job later (after a commit); the queue name and the job
         options are checked now, so a mistake shows where the job was asked for."""
         self.check_queue(queue)
-        from ..job_options import encode_job_data, validate_job_options
+        from ..protocol.options import encode_job_data, validate_job_options
 
         validate_job_options(opts, name)
         encode_job_data(data if data is not None else {}, name)
@@ -212,7 +212,7 @@ class Integration:
         draining and hand-back behave as ``echomq-gevent -c FILE``. ``plugins`` default
         to the integration's own."""
         cfg, plugins = self.prepare(queues, plugins)
-        from .. import cli  # patches the process for gevent if it is not yet
+        from ..host import cli  # patches the process for gevent if it is not yet
 
         return cli.run_config(cfg, plugins, check=check, log_level=log_level, progress=progress)
 
@@ -221,7 +221,7 @@ class Integration:
         """Check what a worker would run before anything starts: the selected queues, the
         declared processors' queues, the plugins and every queue's processor (imported).
         Returns the config and the plugins; raises ConfigError naming the setting."""
-        from ..runner import build_plugin_host
+        from ..host.runner import build_plugin_host
 
         cfg = self.select(queues)
         plugins = list(self.plugins if plugins is None else plugins)
@@ -232,7 +232,7 @@ class Integration:
         return cfg, plugins
 
     def print_status(self, queues: Sequence[str] = (), as_json: bool = False, out: Any = None) -> int:
-        from ..status import print_status
+        from ..host.status import print_status
 
         cfg = self.select(queues)
         return print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out)

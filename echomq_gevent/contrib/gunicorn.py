@@ -46,7 +46,7 @@ import shutil
 import tempfile
 from typing import Any, Callable, MutableMapping, Optional, Union
 
-from ..config import Config, load_config
+from ..host.config import Config, load_config
 from ..errors import ConfigError
 from .cohost import CoHost
 from .state import PROM_DIR_ENV, Settings, current, process, settings
@@ -68,7 +68,7 @@ def install(namespace: MutableMapping[str, Any], config: Union[str, Config] = "c
     Call it from the gunicorn config file, after the file's own hooks, as
     ``install(globals(), config=...)``. A relative ``config`` is looked up in the working
     directory, then beside the gunicorn config file; ``config`` may also be a
-    :class:`~echomq_gevent.config.Config` already validated (the Django integration's
+    :class:`~echomq_gevent.host.config.Config` already validated (the Django integration's
     ``install`` passes the one made from ``settings.ECHOMQ``). ``drain_margin`` (seconds) is kept
     free at the end of ``graceful_timeout`` for the hand-back (default: 2 s, at most a
     quarter of the budget). ``metrics`` turns on prometheus_client's multiprocess mode
@@ -216,7 +216,7 @@ def _start_embedded(cfg: Config) -> Any:
     """Start (or attach to) the private Redis the YAML asks for; return ``(handle, url)``.
 
     Started in the master, so every forked worker process shares the one server."""
-    from ..embedded import EmbeddedRedis
+    from ..host.embedded import EmbeddedRedis
 
     rs = cfg.redis
     handle = EmbeddedRedis(directory=rs.embedded_dir, port=rs.embedded_port,

@@ -55,8 +55,8 @@ from opentelemetry import context as otel_context
 from opentelemetry import propagate, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from ..clock import now_ms
-from ..hookspecs import hookimpl
+from ..protocol.clock import now_ms
+from ..plugins.hookspecs import hookimpl
 
 __all__ = ["OtelPlugin", "producer_plugins", "extract_context"]
 
@@ -414,7 +414,7 @@ def producer_plugins(tracer_provider: Any = None) -> Any:
     """A :class:`~echomq_gevent.plugins.PluginHost` with the tracing plugin, for
     ``Queue(..., plugins=producer_plugins())`` and ``FlowProducer(..., plugins=...)``
     (the global tracer provider by default)."""
-    from ..plugins import PluginHost, make_plugin_manager
+    from ..plugins.host import PluginHost, make_plugin_manager
 
     plugin = OtelPlugin(tracer_provider) if tracer_provider is not None else default_plugin()
     return PluginHost(make_plugin_manager([plugin]))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
 
-from ..config import Config
+from ..host.config import Config
 from ..errors import ConfigError
 
 __all__ = ["Settings", "ProcessState", "process", "settings", "current", "PROM_DIR_ENV"]

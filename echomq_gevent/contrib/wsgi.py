@@ -223,12 +223,12 @@ def get_queue(name: str, connection: Optional[str] = None, prefix: Optional[str]
     if queue is None:
         import redis
 
-        from ..connection import url_settings
-        from ..queue import Queue
+        from ..connection.clients import url_settings
+        from ..queue.queue import Queue
 
         # the socket timeouts, keep-alive and health checks of every client we create
-        from ..cluster import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME
-        from ..connection import SENTINEL_SCHEME, make_client
+        from ..connection.cluster import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME
+        from ..connection.clients import SENTINEL_SCHEME, make_client
 
         if url.startswith((SENTINEL_SCHEME + "://", CLUSTER_SCHEME + "://", CLUSTER_TLS_SCHEME + "://")):
             # the sentinels' pool follows failovers, a cluster client its slots; they grow

@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import redis
 
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 
 def write_job(r: "redis.Redis", keys: QueueKeys, fields: Optional[Dict[str, Any]] = None,

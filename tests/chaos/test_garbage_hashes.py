@@ -10,7 +10,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import pytest
 
 from echomq_gevent import Queue, Worker
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 from chaos_helpers import end_events, good_fields, write_job
 

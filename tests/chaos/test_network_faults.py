@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 import pytest
 
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 from chaos_helpers import add_jobs, assert_every_job_ended_once, record_figure, runs_of
 
@@ -82,7 +82,7 @@ def worker_is_blocked(own_r) -> bool:
 
 def test_an_add_whose_answer_is_lost_is_not_sent_again(proxy, own_redis, own_r, prefix, qname):
     from echomq_gevent import ConnectionSettings, Queue
-    from echomq_gevent.kept_connection import AmbiguousCallError
+    from echomq_gevent.connection.kept import AmbiguousCallError
 
     keys = QueueKeys(qname, prefix)
     q = Queue(qname, connection=proxy.url, prefix=prefix,

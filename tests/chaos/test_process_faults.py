@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from echomq_gevent import Queue
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 from chaos_helpers import add_jobs, assert_every_job_ended_once, record_figure, runs_of
 

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from echomq_gevent import Queue
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 from redis_server import RedisServer
 

@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from echomq_gevent.queue import Queue
+from echomq_gevent.queue.queue import Queue
 
 from target import PYTHON
 
@@ -57,7 +57,7 @@ def test_version():
 def test_gevent_patches_before_socket_ssl_or_redis_are_imported():
     code = textwrap.dedent("""
         import sys
-        import echomq_gevent.cli as cli
+        import echomq_gevent.host.cli as cli
         import socket, gevent.socket, threading, gevent.monkey
         print(repr(cli.PREIMPORTED), socket.socket is gevent.socket.socket,
               gevent.monkey.is_module_patched('threading'))

@@ -11,7 +11,7 @@ import time
 import pytest
 import redis
 
-from echomq_gevent.embedded import EmbeddedRedis
+from echomq_gevent.host.embedded import EmbeddedRedis
 
 from target import PYTHON
 
@@ -80,7 +80,7 @@ def test_no_process_left_when_the_owner_is_killed(tmp_path, sig, wait_for, redis
     d = str(tmp_path / "var")
     script = textwrap.dedent(f"""
         import sys, time
-        from echomq_gevent.embedded import EmbeddedRedis
+        from echomq_gevent.host.embedded import EmbeddedRedis
         server = EmbeddedRedis(directory={d!r}).start()
         print(server.server_pid, flush=True)
         time.sleep(60)

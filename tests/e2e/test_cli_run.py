@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 import pytest
 
-from echomq_gevent.queue import Queue
+from echomq_gevent.queue.queue import Queue
 
 from running_command import RunningCommand
 from target import BIN, PYTHON

@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Optional
 import redis as redis_lib
 
 from echomq_gevent import Queue
-from echomq_gevent.cluster import key_slot
+from echomq_gevent.connection.cluster import key_slot
 
 from test_cli import cli
 from test_cli_run import Cli

@@ -102,7 +102,7 @@ def test_committed_transaction_enqueues_once_after_commit(echomq):
 
 
 def _runner(integration, redis_url):
-    from echomq_gevent.runner import Runner
+    from echomq_gevent.host.runner import Runner
 
     return Runner(integration.integration().cfg, redis_url, extra_plugins=integration.worker_plugins())
 

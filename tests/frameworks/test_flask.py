@@ -41,7 +41,7 @@ def _counts(module, app):
 
 
 def _runner(module, app, redis_url):
-    from echomq_gevent.runner import Runner
+    from echomq_gevent.host.runner import Runner
 
     state = module.echomq.state(app)
     return Runner(state.cfg, redis_url, extra_plugins=state.plugins)
@@ -143,7 +143,7 @@ def test_plain_sqlalchemy_scoped_session(tmp_path, redis_url, prefix, wait_for):
     from sqlalchemy.orm import scoped_session, sessionmaker
 
     from echomq_gevent.contrib.flask import EchoMQ
-    from echomq_gevent.runner import Runner
+    from echomq_gevent.host.runner import Runner
 
     engine = create_engine(f"sqlite:///{tmp_path / 'plain.sqlite3'}")
     with engine.begin() as conn:

@@ -114,7 +114,7 @@ def test_committed_request_enqueues_once_after_commit(shop, monkeypatch):
 
 
 def _runner(app, redis_url):
-    from echomq_gevent.runner import Runner
+    from echomq_gevent.host.runner import Runner
 
     state = _state(app)
     return Runner(state.cfg, redis_url, extra_plugins=state.plugins)

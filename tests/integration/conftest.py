@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.protocol.scripts import Scripts
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Cases of the pipelined script connection (``echomq_gevent.pipelined``). They need
+"""Cases of the pipelined script connection (``echomq_gevent.connection.pipelined``). They need
 monkey-patched sockets, so ``test_pipelined_connection.py`` runs this file in a patched
 subprocess; it is not collected on its own (its name does not start with ``test_``)."""
 from __future__ import annotations
@@ -11,11 +11,11 @@ import gevent.monkey
 import pytest
 import redis
 
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.kept_connection import AmbiguousCallError, KeptConnection
-from echomq_gevent import pipelined
-from echomq_gevent.pipelined import PipelinedConnection
-from echomq_gevent.scripts import Scripts
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.connection.kept import AmbiguousCallError, KeptConnection
+from echomq_gevent.connection import pipelined
+from echomq_gevent.connection.pipelined import PipelinedConnection
+from echomq_gevent.protocol.scripts import Scripts
 
 assert gevent.monkey.is_module_patched("socket"), "run by test_pipelined_connection.py, under patch_all()"
 
@@ -649,7 +649,7 @@ def test_a_worker_with_jobs_ending_in_waves_finishes_each_once(redis_url, prefix
 
 # --------------------------------------------------------------------------- the raw wire
 def test_calls_move_on_the_raw_wire_of_a_plain_socket(make_pipe, prefix):
-    from echomq_gevent.pipelined_wire import Wire
+    from echomq_gevent.connection.wire import Wire
 
     pipe = make_pipe()
     assert pipe.call("SET", f"{prefix}:k", "v") == "OK" and pipe.call("GET", f"{prefix}:k") == "v"

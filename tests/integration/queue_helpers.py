@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from echomq_gevent.clock import now_ms
+from echomq_gevent.protocol.clock import now_ms
 from echomq_gevent import Queue
 
 TOKEN = "tok:0"

@@ -16,14 +16,15 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 
 from echomq_gevent import Queue, Worker
-from echomq_gevent.cluster import ClusterHashTagError, CrossSlotError, key_slot
-from echomq_gevent.cluster_routing import ClusterRouter
-from echomq_gevent.cluster_slot_client import SlotClient
-from echomq_gevent.config import parse_config
-from echomq_gevent.connection import make_client
+from echomq_gevent.connection.cluster import CrossSlotError, key_slot
+from echomq_gevent.protocol.keys import ClusterHashTagError
+from echomq_gevent.connection.routing import ClusterRouter
+from echomq_gevent.connection.slot_client import SlotClient
+from echomq_gevent.host.config import parse_config
+from echomq_gevent.connection.clients import make_client
 from echomq_gevent.contrib.dashboard import Dashboard
-from echomq_gevent.events import QueueEvents
-from echomq_gevent.flow import FlowProducer
+from echomq_gevent.queue.events import QueueEvents
+from echomq_gevent.queue.flows import FlowProducer
 from integration.worker_helpers import runner_ran_ten_jobs
 
 

@@ -11,7 +11,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from echomq_gevent import Queue, Worker
-from echomq_gevent.config import parse_config
+from echomq_gevent.host.config import parse_config
 from integration.worker_helpers import runner_ran_ten_jobs
 from redis_server import ClusterGroup
 

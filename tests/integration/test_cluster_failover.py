@@ -11,8 +11,8 @@ import pytest
 import redis
 
 from echomq_gevent import Queue, Worker
-from echomq_gevent.cluster import key_slot
-from echomq_gevent.connection import ReadinessProbe
+from echomq_gevent.connection.cluster import key_slot
+from echomq_gevent.connection.clients import ReadinessProbe
 from redis_server import ClusterGroup
 
 

@@ -5,7 +5,7 @@ import gevent
 import pytest
 
 from echomq_gevent import Queue
-from echomq_gevent.events import (EVENT_NAMES, EventsClosedError, JobFailedError, QueueEvents,
+from echomq_gevent.queue.events import (EVENT_NAMES, EventsClosedError, JobFailedError, QueueEvents,
                                   QueueEventsProducer, WaitTimeoutError)
 from redis_server import RedisServer
 

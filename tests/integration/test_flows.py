@@ -19,7 +19,7 @@ from echomq_gevent.errors import (
     ParentJobCannotBeReplaced,
     ParentJobNotExist,
 )
-from echomq_gevent.flow import FlowError, parse_job_key
+from echomq_gevent.queue.flows import FlowError, parse_job_key
 
 from integration.queue_helpers import TOKEN, now_ms, take
 from integration.worker_scripts_helpers import finish_opts
@@ -383,7 +383,7 @@ def test_queue_get_dependencies_pages_through_many_children(queue, kids, r):
         queue.get_dependencies(parent.id, "done")
     r.set(queue.keys.base + "str", "x")
     with pytest.raises(Exception, match="only supported for sets and hashes"):
-        queue.scripts.paginate(queue.keys.base + "str", 0, -1)
+        queue.scripts.flows.paginate(queue.keys.base + "str", 0, -1)
 
 
 # -- removing links and children ---------------------------------------------------------

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from echomq_gevent.clock import now_ms
+from echomq_gevent.protocol.clock import now_ms
 from echomq_gevent import Job, Queue
 from echomq_gevent.errors import InvalidJobDataError, JobLockMismatch, JobNotExist
 
@@ -195,7 +195,7 @@ def test_json_edge_cases(q, raw, data, error):
 
 
 def test_options_checked_once_per_text_and_bad_ones_every_time(q, monkeypatch):
-    from echomq_gevent import job as job_module
+    from echomq_gevent.queue import job as job_module
 
     calls = []
     real = job_module.stored_options_problems

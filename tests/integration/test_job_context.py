@@ -8,7 +8,7 @@ import contextlib
 import gevent
 
 from echomq_gevent import Worker
-from echomq_gevent.hookspecs import hookimpl
+from echomq_gevent.plugins.hookspecs import hookimpl
 
 from worker_helpers import host_with, running
 

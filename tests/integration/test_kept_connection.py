@@ -1,5 +1,5 @@
 """The connection ``Scripts`` keeps checked out for its EVALSHAs
-(``echomq_gevent.kept_connection``): the same bytes and answers as ``client.evalsha``,
+(``echomq_gevent.connection.kept``): the same bytes and answers as ``client.evalsha``,
 recovery from NOSCRIPT and dropped connections, and the connection going back to the pool
 on close or collection. ``test_redis_py_versions.py`` runs this module against the lowest
 and the newest redis-py the package allows."""
@@ -14,9 +14,9 @@ import pytest
 import redis
 
 from echomq_gevent.errors import JobNotExist
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.kept_connection import KeptConnection, _RedisPy, pack_command
-from echomq_gevent.scripts import ScriptCall, Scripts
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.connection.kept import KeptConnection, _RedisPy, pack_command
+from echomq_gevent.protocol.scripts import ScriptCall, Scripts
 from tcp_proxy import ControlledProxy
 
 
@@ -242,7 +242,7 @@ def _hold_the_kept_connection(kept, proxy):
 
 
 def test_a_call_whose_answer_is_lost_is_not_sent_again_unless_safe(impatient, proxy, r, prefix, wait_for):
-    from echomq_gevent.kept_connection import AmbiguousCallError
+    from echomq_gevent.connection.kept import AmbiguousCallError
 
     once, twice = f"{prefix}:once", f"{prefix}:twice"
     _hold_the_kept_connection(impatient, proxy)
@@ -258,7 +258,7 @@ def test_a_call_whose_answer_is_lost_is_not_sent_again_unless_safe(impatient, pr
 
 
 def test_a_batch_whose_answers_are_lost_is_not_sent_again(impatient, proxy, r, prefix, wait_for):
-    from echomq_gevent.kept_connection import AmbiguousCallError
+    from echomq_gevent.connection.kept import AmbiguousCallError
 
     key = f"{prefix}:runs"
     _hold_the_kept_connection(impatient, proxy)
@@ -270,7 +270,7 @@ def test_a_batch_whose_answers_are_lost_is_not_sent_again(impatient, proxy, r, p
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_before_the_call(lane, r, monkeypatch):
-    import echomq_gevent.kept_connection as kept_module
+    import echomq_gevent.connection.kept as kept_module
 
     monkeypatch.setattr(kept_module, "STALE_AFTER_S", 0.0)
     lane.get_counts(["wait"])

@@ -18,7 +18,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.contrib.otel import OtelPlugin, extract_context, producer_plugins
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
 from waiting import wait_until as wait_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -1,4 +1,4 @@
-"""The pipelined script connection (``echomq_gevent.pipelined``) needs monkey-patched
+"""The pipelined script connection (``echomq_gevent.connection.pipelined``) needs monkey-patched
 sockets, which this test process does not have: its cases (``pipelined_cases.py``: answers
 to the right callers with many round trips in flight, call order, a connection dying with
 several batches outstanding, callers killed while waiting or before their call is written)

@@ -12,8 +12,8 @@ import pluggy
 import pytest
 
 from echomq_gevent import DelayedError, FailureDecision, RateLimitError, hookimpl
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
-from echomq_gevent.queue import Queue
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
+from echomq_gevent.queue.queue import Queue
 
 
 
@@ -94,7 +94,7 @@ class Exploding:
 @pytest.fixture
 def run_worker(redis_url, prefix, qname):
     """Start a Worker on the test queue with the given plugins; closed afterwards."""
-    from echomq_gevent.worker import Worker
+    from echomq_gevent.worker.worker import Worker
 
     started = []
 

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
-from echomq_gevent.queue import Queue
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
+from echomq_gevent.queue.queue import Queue
 
 from target import PYTHON
 
@@ -27,7 +27,7 @@ DEMO = "echomq_gevent.contrib.demo"
 
 @pytest.fixture
 def worker_with(redis_url, prefix, qname):
-    from echomq_gevent.worker import Worker
+    from echomq_gevent.worker.worker import Worker
 
     workers = []
 
@@ -83,7 +83,7 @@ def test_logging_plugin_emits_structured_records_in_order(queue, worker_with, ca
 
 
 def test_json_formatter_carries_the_structured_fields():
-    from echomq_gevent.logfmt import JsonFormatter
+    from echomq_gevent.host.logs import JsonFormatter
 
     rec = logging.LogRecord("echomq_gevent.events", logging.INFO, __file__, 1, "job %s done", ("7",), None)
     rec.event, rec.job_id, rec.duration_ms = "job.completed", "7", 12.5
@@ -160,7 +160,7 @@ def test_prometheus_counts_add_up_across_processes(tmp_path):
 
 def test_demo_plugin_processes_demo_jobs(redis_url, prefix, wait_for):
     from echomq_gevent.contrib import demo
-    from echomq_gevent.worker import Worker
+    from echomq_gevent.worker.worker import Worker
 
     host = PluginHost(make_plugin_manager([DEMO]))
     q = Queue(demo.QUEUE, connection=redis_url, prefix=prefix)
@@ -188,7 +188,7 @@ def test_logging_plugin_replaces_the_builtin_log_lines():
     """With the logging plugin loaded an event is logged once, by it; without it the
     built-in lines stay."""
     from echomq_gevent.contrib import logging as echomq_logging
-    from echomq_gevent.plugins import BUILTIN_LOGGING, make_plugin_manager
+    from echomq_gevent.plugins.host import BUILTIN_LOGGING, make_plugin_manager
 
     assert make_plugin_manager().has_plugin(BUILTIN_LOGGING)
     pm = make_plugin_manager([echomq_logging])
@@ -201,7 +201,7 @@ def test_logging_plugin_replaces_the_builtin_log_lines():
 def test_old_plugin_names_load_the_shipped_module_with_a_warning(old, new, caplog):
     import importlib
 
-    from echomq_gevent.plugins import make_plugin_manager
+    from echomq_gevent.plugins.host import make_plugin_manager
 
     caplog.set_level(logging.WARNING, logger="echomq_gevent.plugins")
     pm = make_plugin_manager([old])
@@ -214,7 +214,7 @@ def test_an_old_plugin_name_that_is_a_module_of_the_users_is_that_module(tmp_pat
     (tmp_path / "demo.py").write_text("MINE = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "demo", raising=False)
-    from echomq_gevent.plugins import make_plugin_manager
+    from echomq_gevent.plugins.host import make_plugin_manager
 
     caplog.set_level(logging.WARNING, logger="echomq_gevent.plugins")
     pm = make_plugin_manager(["demo"])

@@ -9,7 +9,7 @@ import redis
 
 from echomq_gevent import Job, Queue
 from echomq_gevent.errors import EchoMQError, JobNotInState
-from echomq_gevent.scripts import Scripts
+from echomq_gevent.protocol.scripts import Scripts
 from integration.queue_helpers import TOKEN, now_ms, take
 
 @pytest.fixture

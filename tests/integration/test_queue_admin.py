@@ -8,7 +8,7 @@ import pytest
 
 from echomq_gevent import Job, Queue
 from echomq_gevent.errors import InvalidOptionError, JobNotExist, JobNotInState
-from echomq_gevent.job import _lpos_support, parse_redis_version, server_has_lpos
+from echomq_gevent.queue.job import _lpos_support, parse_redis_version, server_has_lpos
 from integration.queue_helpers import TOKEN, now_ms, take
 
 @pytest.fixture
@@ -81,17 +81,19 @@ def test_clean_waiting_delayed_prioritized_paused_active(q, r):
 
 
 def test_clean_loops_past_one_batch(q, r, monkeypatch):
-    import echomq_gevent.queue_admin as queue_module
+    import echomq_gevent.queue.admin as queue_module
     monkeypatch.setattr(queue_module, "_CLEAN_BATCH", 2)
     add_finished(q, 5, at=now_ms() - 10000)
     calls = []
-    original = q.scripts.clean_jobs_in_set
+    from echomq_gevent.protocol.admin import AdminScripts
 
-    def counting(*args):
+    original = AdminScripts.clean_jobs_in_set
+
+    def counting(self, *args):
         calls.append(args)
-        return original(*args)
+        return original(self, *args)
 
-    monkeypatch.setattr(q.scripts, "clean_jobs_in_set", counting)
+    monkeypatch.setattr(AdminScripts, "clean_jobs_in_set", counting)
     assert len(q.clean(0)) == 5
     # 2 + 2 + 1: the short batch ends the loop
     assert [c[2] for c in calls] == [2, 2, 2]
@@ -292,9 +294,11 @@ def test_get_job_state_without_lpos_uses_get_state_8(q, r, monkeypatch):
     # A server older than 6.0.6 (the answer INFO would give is cached per client).
     monkeypatch.setitem(_lpos_support, q.client, False)
     called = []
-    original = q.scripts.get_state_without_lpos
-    monkeypatch.setattr(q.scripts, "get_state_without_lpos",
-                        lambda job_id: called.append(job_id) or original(job_id))
+    from echomq_gevent.protocol.admin import AdminScripts
+
+    original = AdminScripts.get_state_without_lpos
+    monkeypatch.setattr(AdminScripts, "get_state_without_lpos",
+                        lambda self, job_id: called.append(job_id) or original(self, job_id))
     assert {i: q.get_job_state(i) for i in ids} == modern
     assert called == ids
     job = q.get_job("4")

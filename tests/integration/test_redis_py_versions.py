@@ -1,5 +1,5 @@
-"""The kept connection (``echomq_gevent.kept_connection``) and the pipelined one
-(``echomq_gevent.pipelined``) rely on redis-py below its client API; their tests run here
+"""The kept connection (``echomq_gevent.connection.kept``) and the pipelined one
+(``echomq_gevent.connection.pipelined``) rely on redis-py below its client API; their tests run here
 again against the lowest and the newest redis-py that ``setup.py`` allows, each installed
 into a scratch folder that shadows the installed one."""
 from __future__ import annotations

@@ -7,10 +7,10 @@ import gevent
 import gevent.event
 import pytest
 
-from echomq_gevent.config import parse_config
-from echomq_gevent.hookspecs import hookimpl
-from echomq_gevent.runner import Runner
-from echomq_gevent.worker import WorkerHealth
+from echomq_gevent.host.config import parse_config
+from echomq_gevent.plugins.hookspecs import hookimpl
+from echomq_gevent.host.runner import Runner
+from echomq_gevent.worker.worker import WorkerHealth
 
 
 class Processors:

@@ -10,11 +10,11 @@ from datetime import datetime, timedelta, timezone
 import gevent
 import pytest
 
-from echomq_gevent.clock import now_ms
+from echomq_gevent.protocol.clock import now_ms
 from echomq_gevent import CronError, InvalidOptionError, Job
-from echomq_gevent.cron import next_run
+from echomq_gevent.protocol.cron import next_run
 from echomq_gevent.errors import JobBelongsToJobScheduler
-from echomq_gevent.schedulers import schedule_next_run
+from echomq_gevent.queue.schedulers import schedule_next_run
 
 
 def take(queue, job_id):
@@ -200,7 +200,7 @@ def test_our_worker_keeps_a_schedule_running(redis_url, queue):
 
 
 def test_ensure_is_idempotent_and_notices_changes(r, queue):
-    from echomq_gevent.schedulers import ensure_job_scheduler
+    from echomq_gevent.queue.schedulers import ensure_job_scheduler
     repeat = {"pattern": "0 3 * * *", "tz": "Europe/Paris"}
     template = {"name": "nightly", "data": {"k": 1}, "opts": {"attempts": 2}}
     assert ensure_job_scheduler(queue, "n", repeat, template) == "upserted"

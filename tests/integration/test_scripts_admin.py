@@ -1,6 +1,6 @@
 """The queue admin scripts (pause, promote, changePriority, updateProgress, addLog,
 updateData, getCounts, getStateV2, removeJob, isFinished, drain, obliterate) on a real
-Redis, called through the :class:`~echomq_gevent.scripts.Scripts` wrappers.
+Redis, called through the :class:`~echomq_gevent.protocol.scripts.Scripts` wrappers.
 
 Jobs are written straight into Redis with the fields of docs/protocol.md "The job hash" (``put_job``), so
 these tests depend on nothing but the scripts under test.
@@ -13,8 +13,8 @@ from typing import Any, Dict, List, Optional
 import pytest
 
 from echomq_gevent.errors import JobBelongsToJobScheduler, JobNotExist, JobNotInState
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.protocol.scripts import Scripts
 
 TS = 1_700_000_000_000  # a fixed "now" in ms
 PRIO = 2 ** 32
@@ -404,20 +404,20 @@ def test_is_finished_codes(r, sc, k):
     put_job(r, k, "c", "completed", returnvalue='{"ok":true}')
     put_job(r, k, "f", "failed", failedReason="boom")
     put_job(r, k, "w", "wait")
-    assert sc.is_finished("c") == 1
-    assert sc.is_finished("f") == 2
-    assert sc.is_finished("w") == 0
-    assert sc.is_finished("nope") == -1
+    assert sc.admin.is_finished("c") == 1
+    assert sc.admin.is_finished("f") == 2
+    assert sc.admin.is_finished("w") == 0
+    assert sc.admin.is_finished("nope") == -1
 
 
 def test_is_finished_with_result(r, sc, k):
     put_job(r, k, "c", "completed", returnvalue='{"ok":true}')
     put_job(r, k, "f", "failed", failedReason="boom")
     put_job(r, k, "w", "active")
-    assert sc.is_finished("c", return_value=True) == [1, '{"ok":true}']
-    assert sc.is_finished("f", return_value=True) == [2, "boom"]
-    assert sc.is_finished("w", return_value=True) == [0]
-    code, msg = sc.is_finished("nope", return_value=True)
+    assert sc.admin.is_finished("c", return_value=True) == [1, '{"ok":true}']
+    assert sc.admin.is_finished("f", return_value=True) == [2, "boom"]
+    assert sc.admin.is_finished("w", return_value=True) == [0]
+    code, msg = sc.admin.is_finished("nope", return_value=True)
     assert code == -1 and k.job("nope") in msg
 
 
@@ -576,7 +576,7 @@ def _populate_for_drain(r, k):
 
 def test_drain_without_delayed(r, sc, k):
     _populate_for_drain(r, k)
-    sc.drain()
+    sc.admin.drain()
     for j in ("w1", "w2", "lp", "p1"):
         assert not r.exists(k.job(j)), j
     assert not r.exists(k.wait, k.paused, k.prioritized, k.logs("w1"))
@@ -588,7 +588,7 @@ def test_drain_without_delayed(r, sc, k):
 
 def test_drain_with_delayed(r, sc, k):
     _populate_for_drain(r, k)
-    sc.drain(include_delayed=True)
+    sc.admin.drain(include_delayed=True)
     assert not r.exists(k.delayed, k.job("d1"))
     assert r.exists(k.job("a1"), k.job("c1"))
 
@@ -602,7 +602,7 @@ def test_drain_spares_each_schedulers_current_job(r, sc, k):
     put_job(r, k, "w1", "wait")
     put_job(r, k, cur2, "wait", rjk="s2")
     put_job(r, k, "w2", "wait")
-    sc.drain(include_delayed=True)
+    sc.admin.drain(include_delayed=True)
     assert r.zrange(k.delayed, 0, -1) == [cur1]
     assert r.lrange(k.wait, 0, -1) == [cur2]
     assert r.exists(k.job(cur1), k.job(cur2)) == 2
@@ -617,7 +617,7 @@ def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent
     same_parent = put_job(r, k, "sp", "waiting-children")
     c2 = put_job(r, k, "c2", "wait", parentKey=same_parent)
     r.sadd(same_parent + ":dependencies", c2)
-    sc.drain()
+    sc.admin.drain()
     assert r.lrange(pq.wait, 0, -1) == ["op"]
     assert [e["event"] for e in events(pq)] == ["waiting"]
     assert not r.exists(same_parent)
@@ -632,7 +632,7 @@ def test_drain_purged_parent_releases_its_own_parent(r, sc, k, prefix):
     r.sadd(grand + ":dependencies", parent)
     child = put_job(r, k, "c", "wait", parentKey=parent)
     r.sadd(parent + ":dependencies", child)
-    sc.drain()
+    sc.admin.drain()
     assert not r.exists(child, parent, k.dedup("pd"))
     assert r.lrange(gq.wait, 0, -1) == ["g"]
     assert not r.exists(grand + ":dependencies")
@@ -641,7 +641,7 @@ def test_drain_purged_parent_releases_its_own_parent(r, sc, k, prefix):
 def test_drain_frees_dedup_keys(r, sc, k):
     put_job(r, k, "1", "wait", deid="d")
     r.set(k.dedup("d"), "1")
-    sc.drain()
+    sc.admin.drain()
     assert not r.exists(k.dedup("d"))
 
 
@@ -652,7 +652,7 @@ def test_drain_large_wait_list(r, sc, k):
         pipe.hset(k.job(j), mapping={"name": "n", "data": "{}"})
     pipe.lpush(k.wait, *ids)
     pipe.execute()
-    sc.drain()
+    sc.admin.drain()
     assert not r.exists(k.wait)
     assert r.exists(*[k.job(j) for j in ids[:50]]) == 0
 
@@ -661,14 +661,14 @@ def test_drain_large_wait_list(r, sc, k):
 
 def test_obliterate_refuses_unpaused_queue(r, sc, k):
     put_job(r, k, "1", "wait")
-    assert sc.obliterate() == -1
+    assert sc.admin.obliterate() == -1
     assert r.exists(k.job("1"))
 
 
 def test_obliterate_refuses_active_jobs_without_force(r, sc, k):
     put_job(r, k, "1", "active")
     r.hset(k.meta, "paused", "1")
-    assert sc.obliterate() == -2
+    assert sc.admin.obliterate() == -2
     assert r.exists(k.job("1"))
 
 
@@ -694,7 +694,7 @@ def test_obliterate_everything_in_one_call(r, sc, k, prefix):
     other = QueueKeys("other", prefix)
     put_job(r, other, "keep", "wait")
 
-    assert sc.obliterate(force=True) == 0
+    assert sc.admin.obliterate(force=True) == 0
     assert r.keys(k.base + "*") == []
     assert r.exists(other.job("keep"), other.wait) == 2
 
@@ -709,7 +709,7 @@ def test_obliterate_pages_through_big_queue(r, sc, k):
     r.hset(k.meta, "paused", "1")
     calls = []
     while True:
-        res = sc.obliterate(count=4)
+        res = sc.admin.obliterate(count=4)
         calls.append(res)
         if res == 0:
             break
@@ -728,7 +728,7 @@ def test_obliterate_first_batch_removes_oldest_delayed_first(r, sc, k):
     for i in range(5):
         put_job(r, k, f"d{i}", "delayed", score=(TS + i) * 4096)
     r.hset(k.meta, "paused", "1")
-    assert sc.obliterate(count=2) == 1
+    assert sc.admin.obliterate(count=2) == 1
     assert r.zrange(k.delayed, 0, -1) == ["d2", "d3", "d4"]
     assert not r.exists(k.job("d0"), k.job("d1"))
 
@@ -738,9 +738,9 @@ def test_obliterate_force_deletes_active_jobs_and_locks_in_batches(r, sc, k):
         key = put_job(r, k, f"a{i}", "active")
         r.set(key + ":lock", "tok")
     r.hset(k.meta, "paused", "1")
-    assert sc.obliterate(count=2, force=True) == 1
+    assert sc.admin.obliterate(count=2, force=True) == 1
     assert r.llen(k.active) == 1
-    assert sc.obliterate(count=2, force=True) == 0
+    assert sc.admin.obliterate(count=2, force=True) == 0
     assert r.keys(k.base + "*") == []
 
 
@@ -755,7 +755,7 @@ def test_get_state_without_lpos_agrees(r, sc, k, state, expected):
     r.lpush(k.wait, "other")
     r.lpush(k.active, "other2")
     put_job(r, k, "1", state)
-    assert sc.get_state_without_lpos("1") == expected
+    assert sc.admin.get_state_without_lpos("1") == expected
     assert sc.get_state("1") == expected
 
 
@@ -765,7 +765,7 @@ def test_change_delay_rescores_and_emits(r, sc, k, events):
     put_job(r, k, "1", "delayed", score=(TS + 60000) * 4096, delay=60000)
     put_job(r, k, "2", "delayed", score=(TS + 9000) * 4096, delay=9000)
     r.zadd(k.marker, {"1": TS + 9000})
-    assert sc.change_delay("1", 5000, TS) == 0
+    assert sc.admin.change_delay("1", 5000, TS) == 0
     assert r.zscore(k.delayed, "1") == (TS + 5000) * 4096
     assert r.hget(k.job("1"), "delay") == "5000"
     assert r.zscore(k.marker, "1") == TS + 5000
@@ -775,17 +775,17 @@ def test_change_delay_rescores_and_emits(r, sc, k, events):
 def test_change_delay_keeps_fifo_within_a_millisecond(r, sc, k):
     put_job(r, k, "a", "delayed", score=(TS + 100) * 4096)
     put_job(r, k, "b", "delayed", score=(TS + 999) * 4096)
-    sc.change_delay("b", 100, TS)
+    sc.admin.change_delay("b", 100, TS)
     assert r.zscore(k.delayed, "b") == (TS + 100) * 4096 + 1
     assert r.zrange(k.delayed, 0, -1) == ["a", "b"]
 
 
 def test_change_delay_errors(r, sc, k):
     with pytest.raises(JobNotExist):
-        sc.change_delay("nope", 10, TS)
+        sc.admin.change_delay("nope", 10, TS)
     put_job(r, k, "w", "wait")
     with pytest.raises(JobNotInState):
-        sc.change_delay("w", 10, TS)
+        sc.admin.change_delay("w", 10, TS)
     assert not r.exists(k.delayed, k.events)
 
 
@@ -795,7 +795,7 @@ def test_reprocess_failed_job(r, sc, k, events):
     put_job(r, k, "1", "failed", failedReason="boom", finishedOn=TS, processedOn=TS - 5,
             atm=3, ats=3, stacktrace=["e"])
     put_job(r, k, "0", "wait")
-    assert sc.reprocess_job("1", "failed", reset_attempts_made=True, reset_attempts_started=True) == 1
+    assert sc.admin.reprocess_job("1", "failed", reset_attempts_made=True, reset_attempts_started=True) == 1
     h = r.hgetall(k.job("1"))
     for gone in ("failedReason", "finishedOn", "processedOn", "atm", "ats"):
         assert gone not in h
@@ -811,8 +811,8 @@ def test_reprocess_completed_job_keeps_attempts_lifo_and_priority(r, sc, k):
     put_job(r, k, "2", "completed", returnvalue='"ok"', priority=2)
     put_job(r, k, "0", "wait")
     r.hset(k.meta, "paused", "1")
-    sc.reprocess_job("1", "completed", lifo=True)
-    sc.reprocess_job("2", "completed")
+    sc.admin.reprocess_job("1", "completed", lifo=True)
+    sc.admin.reprocess_job("2", "completed")
     h = r.hgetall(k.job("1"))
     assert "returnvalue" not in h and h["atm"] == "1" and h["ats"] == "1"
     assert wait_ids(r, k) == ["1", "0"]
@@ -822,10 +822,10 @@ def test_reprocess_completed_job_keeps_attempts_lifo_and_priority(r, sc, k):
 
 def test_reprocess_errors(r, sc, k):
     with pytest.raises(JobNotExist):
-        sc.reprocess_job("nope", "failed")
+        sc.admin.reprocess_job("nope", "failed")
     put_job(r, k, "1", "completed")
     with pytest.raises(JobNotInState):
-        sc.reprocess_job("1", "failed")
+        sc.admin.reprocess_job("1", "failed")
     assert r.zscore(k.completed, "1") is not None
 
 
@@ -838,9 +838,9 @@ def test_reprocess_child_becomes_pending_again(r, sc, k, prefix):
     r.hset(parent + ":processed", done, '"r"')
     r.hset(parent + ":failed", bad, "x")
     r.zadd(parent + ":unsuccessful", {worse: TS})
-    sc.reprocess_job("done", "completed")
-    sc.reprocess_job("bad", "failed")
-    sc.reprocess_job("worse", "failed")
+    sc.admin.reprocess_job("done", "completed")
+    sc.admin.reprocess_job("bad", "failed")
+    sc.admin.reprocess_job("worse", "failed")
     assert r.smembers(parent + ":dependencies") == {done, bad, worse}
     assert not r.exists(parent + ":processed", parent + ":failed", parent + ":unsuccessful")
 
@@ -851,16 +851,16 @@ def test_retry_failed_jobs_in_batches(r, sc, k, events):
     for i in range(3):
         put_job(r, k, f"f{i}", "failed", score=TS + i, failedReason="x", finishedOn=TS + i,
                 processedOn=TS)
-    assert sc.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 1
+    assert sc.admin.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 1
     assert wait_ids(r, k) == ["f0", "f1"]
     assert "failedReason" not in r.hgetall(k.job("f0"))
-    assert sc.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 0
+    assert sc.admin.move_jobs_to_wait("failed", count=2, max_score=TS + 10) == 0
     assert wait_ids(r, k) == ["f0", "f1", "f2"]
     assert r.zcard(k.failed) == 0
     assert [(e["jobId"], e["prev"]) for e in events(k)] == [("f0", "failed"), ("f1", "failed"),
                                                                ("f2", "failed")]
     assert r.zscore(k.marker, "0") == 0
-    assert sc.move_jobs_to_wait("failed") == 0
+    assert sc.admin.move_jobs_to_wait("failed") == 0
 
 
 def test_retry_completed_jobs_up_to_a_finish_time(r, sc, k, prefix):
@@ -870,7 +870,7 @@ def test_retry_completed_jobs_up_to_a_finish_time(r, sc, k, prefix):
             parentKey=parent)
     r.hset(parent + ":processed", k.job("old"), "1")
     put_job(r, k, "new", "completed", score=TS + 10, returnvalue="2", finishedOn=TS + 10)
-    assert sc.move_jobs_to_wait("completed", max_score=TS) == 0
+    assert sc.admin.move_jobs_to_wait("completed", max_score=TS) == 0
     assert r.zrange(k.completed, 0, -1) == ["new"]
     assert wait_ids(r, k) == ["old"]
     assert "returnvalue" not in r.hgetall(k.job("old"))
@@ -881,7 +881,7 @@ def test_promote_all_delayed_jobs(r, sc, k, events):
     put_job(r, k, "d1", "delayed", score=(TS + 5) * 4096, delay=5)
     put_job(r, k, "d2", "delayed", score=(TS + 9) * 4096, delay=9, priority=3)
     r.hset(k.meta, "paused", "1")
-    assert sc.move_jobs_to_wait("delayed") == 0
+    assert sc.admin.move_jobs_to_wait("delayed") == 0
     assert r.zcard(k.delayed) == 0
     assert wait_ids(r, k) == ["d1"]
     assert r.zscore(k.prioritized, "d2") == 3 * PRIO + 1
@@ -896,10 +896,10 @@ def test_clean_finished_jobs_by_finish_time_and_limit(r, sc, k, events):
     for i in range(4):
         put_job(r, k, f"c{i}", "completed", score=TS + i, finishedOn=TS + i)
         r.rpush(k.logs(f"c{i}"), "x")
-    assert sc.clean_jobs_in_set("completed", TS + 2, limit=2) == ["c0", "c1"]
+    assert sc.admin.clean_jobs_in_set("completed", TS + 2, limit=2) == ["c0", "c1"]
     assert r.zrange(k.completed, 0, -1) == ["c2", "c3"]
     assert not r.exists(k.job("c0"), k.logs("c0"))
-    assert sc.clean_jobs_in_set("completed", TS + 2) == ["c2"]
+    assert sc.admin.clean_jobs_in_set("completed", TS + 2) == ["c2"]
     assert [e for e in events(k)] == [{"event": "cleaned", "count": "2"},
                                          {"event": "cleaned", "count": "1"}]
 
@@ -909,7 +909,7 @@ def test_clean_wait_by_timestamp_keeps_order_of_the_rest(r, sc, k):
     put_job(r, k, "new1", "wait", timestamp=TS + 100)
     put_job(r, k, "old2", "wait", timestamp=TS - 50)
     put_job(r, k, "new2", "wait", timestamp=TS + 50)
-    assert sorted(sc.clean_jobs_in_set("waiting", TS)) == ["old1", "old2"]
+    assert sorted(sc.admin.clean_jobs_in_set("waiting", TS)) == ["old1", "old2"]
     assert wait_ids(r, k) == ["new1", "new2"]
     assert not r.exists(k.job("old1"), k.job("old2"))
 
@@ -917,7 +917,7 @@ def test_clean_wait_by_timestamp_keeps_order_of_the_rest(r, sc, k):
 def test_clean_wait_with_limit_looks_at_the_oldest_end(r, sc, k):
     for j in ("a", "b", "c"):
         put_job(r, k, j, "wait", timestamp=TS - 1)
-    assert sc.clean_jobs_in_set("wait", TS, limit=2) == ["b", "a"]
+    assert sc.admin.clean_jobs_in_set("wait", TS, limit=2) == ["b", "a"]
     assert wait_ids(r, k) == ["c"]
 
 
@@ -926,7 +926,7 @@ def test_clean_active_skips_locked_jobs(r, sc, k):
     locked = put_job(r, k, "locked", "active", processedOn=TS - 10)
     r.set(locked + ":lock", "tok")
     put_job(r, k, "recent", "active", processedOn=TS + 10, timestamp=TS - 100)
-    assert sc.clean_jobs_in_set("active", TS) == ["free"]
+    assert sc.admin.clean_jobs_in_set("active", TS) == ["free"]
     assert sorted(r.lrange(k.active, 0, -1)) == ["locked", "recent"]
 
 
@@ -937,12 +937,12 @@ def test_clean_delayed_spares_scheduler_job_and_prioritized_uses_timestamp(r, sc
     put_job(r, k, "d", "delayed", score=(TS + 1) * 4096, timestamp=TS - 100)
     put_job(r, k, "p-old", "prioritized", score=PRIO + 1, timestamp=TS - 1)
     put_job(r, k, "p-new", "prioritized", score=PRIO + 2, timestamp=TS + 1)
-    assert sc.clean_jobs_in_set("delayed", TS) == ["d"]
+    assert sc.admin.clean_jobs_in_set("delayed", TS) == ["d"]
     assert r.zrange(k.delayed, 0, -1) == [cur]
-    assert sc.clean_jobs_in_set("prioritized", TS) == ["p-old"]
+    assert sc.admin.clean_jobs_in_set("prioritized", TS) == ["p-old"]
     assert r.zrange(k.prioritized, 0, -1) == ["p-new"]
 
 
 def test_clean_nothing_still_reports(r, sc, k, events):
-    assert sc.clean_jobs_in_set("failed", TS) == []
+    assert sc.admin.clean_jobs_in_set("failed", TS) == []
     assert events(k) == [{"event": "cleaned", "count": "0"}]

@@ -10,7 +10,7 @@ from echomq_gevent.errors import (
     JobHasFailedChildren, JobLockMismatch, JobLockNotExist, JobNotExist, JobNotInState,
     JobPendingChildren,
 )
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 from integration.worker_scripts_helpers import (
     TOKEN, activate, add_delayed, add_prioritized, add_waiting, as_dict, finish_opts, make_job, now_ms,
 )

@@ -10,7 +10,7 @@ import redis
 from redis.sentinel import SentinelConnectionPool
 
 from echomq_gevent import Queue, Worker
-from echomq_gevent.events import QueueEvents
+from echomq_gevent.queue.events import QueueEvents
 
 
 def test_worker_follows_a_failover_to_the_promoted_replica(sentinels, prefix, qname, wait_for):

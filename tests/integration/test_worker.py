@@ -10,7 +10,7 @@ import pytest
 
 from echomq_gevent import Worker
 from echomq_gevent.errors import ConfigError
-from echomq_gevent.hookspecs import hookimpl
+from echomq_gevent.plugins.hookspecs import hookimpl
 from integration.worker_helpers import Recorder, host_with, make_worker, marker_wait_blocked, running
 
 
@@ -271,7 +271,7 @@ def test_docs_list_every_worker_option():
     """docs/worker.md documents every option of the one options table."""
     import os
 
-    from echomq_gevent.worker_options import WORKER_OPTIONS
+    from echomq_gevent.worker.options import WORKER_OPTIONS
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "worker.md")
     with open(path, encoding="utf-8") as fh:
@@ -306,8 +306,8 @@ def test_the_packed_finish_options_follow_the_job_and_the_worker(redis_url, pref
     # always equal what packing the options afresh gives
     import msgpack
 
-    from echomq_gevent.job import Job
-    from echomq_gevent.script_library import pack
+    from echomq_gevent.queue.job import Job
+    from echomq_gevent.protocol.library import pack
 
     w = make_worker(redis_url, prefix, qname, lambda job: None, limiter={"max": 5, "duration": 1000})
     cases = [({}, "t:1", "completed"), ({"attempts": 3}, "t:1", "completed"), ({}, "t:2", "failed"),

@@ -8,8 +8,8 @@ import time
 import gevent
 import gevent.event
 
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.protocol.scripts import Scripts
 
 from integration.worker_helpers import Recorder, host_with, make_worker, running
 

@@ -10,8 +10,8 @@ import gevent
 import gevent.event
 import redis
 
-from echomq_gevent.marker_wait import Fetched, MarkerWaiter
-from echomq_gevent.runtime import MAX_BLOCK_S
+from echomq_gevent.worker.marker import Fetched, MarkerWaiter
+from echomq_gevent.connection.blocking import MAX_BLOCK_S
 from integration.worker_helpers import Recorder, host_with, make_worker, marker_wait_blocked, running
 
 
@@ -181,7 +181,7 @@ def test_the_shortest_marker_wait_ends_on_redis_before_7_0_8():
 
     import pytest
 
-    from echomq_gevent.runtime import MIN_BLOCK_S
+    from echomq_gevent.connection.blocking import MIN_BLOCK_S
     from redis_server import RedisServer
 
     try:

@@ -12,7 +12,7 @@ import gevent.monkey
 import pytest
 
 from echomq_gevent import DelayedError, Queue, RateLimitError, UnrecoverableError
-from echomq_gevent.hookspecs import FailureDecision, hookimpl
+from echomq_gevent.plugins.hookspecs import FailureDecision, hookimpl
 
 from integration.worker_helpers import Recorder, host_with, make_worker, running
 

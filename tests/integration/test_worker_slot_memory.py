@@ -6,7 +6,7 @@ import gc
 
 import gevent
 
-from echomq_gevent.job import Job
+from echomq_gevent.queue.job import Job
 from integration.worker_helpers import make_worker, running
 
 
@@ -40,7 +40,7 @@ def test_slot_greenlets_record_no_spawning_stack(redis_url, prefix, qname, queue
     greenlet, always spawned by the fetch loop, keeps none."""
     import gevent
 
-    from echomq_gevent.worker_slots import SlotGreenlet
+    from echomq_gevent.worker.slots import SlotGreenlet
 
     seen = []
 

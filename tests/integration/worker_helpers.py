@@ -6,8 +6,8 @@ from contextlib import contextmanager
 from typing import Any, List
 
 from echomq_gevent import Worker
-from echomq_gevent.hookspecs import hookimpl
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
+from echomq_gevent.plugins.hookspecs import hookimpl
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
 
 
 @contextmanager
@@ -104,7 +104,7 @@ def runner_ran_ten_jobs(cfg: Any, qname: str, wait_for: Any):
     ten jobs and wait until its worker ran them all; yields ``(runner, queue)`` and drains
     the runner and closes the queue afterwards."""
     from echomq_gevent import Queue
-    from echomq_gevent.runner import Runner
+    from echomq_gevent.host.runner import Runner
 
     echo = EchoProcessors(qname)
     runner = Runner(cfg, cfg.redis.url, extra_plugins=(echo,))

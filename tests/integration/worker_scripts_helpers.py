@@ -12,9 +12,9 @@ from typing import Any, Dict, List, Optional
 
 import redis
 
-from echomq_gevent.clock import now_ms
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts
+from echomq_gevent.protocol.clock import now_ms
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.protocol.scripts import Scripts
 
 TOKEN = "worker-token:0"
 LOCK_MS = 30000

@@ -8,8 +8,8 @@ from typing import Any, Dict, List, Optional
 
 import redis
 
-from echomq_gevent.clock import now_ms
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.clock import now_ms
+from echomq_gevent.protocol.keys import QueueKeys
 
 #: Node ``Job`` attribute -> our ``Job`` attribute, for every field both decode from the hash.
 JOB_FIELDS = [

@@ -46,8 +46,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the source checkou
 from echomq_gevent import hookimpl  # noqa: E402
 from echomq_gevent import Queue, WaitingChildrenError  # noqa: E402
 from echomq_gevent.errors import DelayedError, RateLimitError, UnrecoverableError  # noqa: E402
-from echomq_gevent.plugins import PluginHost, make_plugin_manager  # noqa: E402
-from echomq_gevent.worker import Worker  # noqa: E402
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager  # noqa: E402
+from echomq_gevent.worker.worker import Worker  # noqa: E402
 
 
 _READY = {"sent": False}

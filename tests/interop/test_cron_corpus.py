@@ -1,4 +1,4 @@
-"""Cron next-run times: ours (``echomq_gevent.cron``, croniter underneath) against BullMQ
+"""Cron next-run times: ours (``echomq_gevent.protocol.cron``, croniter underneath) against BullMQ
 6.7.0's own strategy (its pinned cron-parser), computed side by side.
 
 Each case runs 6 successive next runs from a start instant, the way a scheduler chains
@@ -16,7 +16,7 @@ from typing import Any, Dict, List
 
 import pytest
 
-from echomq_gevent.cron import CronError, next_run
+from echomq_gevent.protocol.cron import CronError, next_run
 from interop_node import HERE, _node_binary
 
 pytestmark = pytest.mark.interop

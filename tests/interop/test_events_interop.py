@@ -8,7 +8,7 @@ from __future__ import annotations
 import gevent.event
 import pytest
 
-from echomq_gevent.events import JobFailedError, QueueEvents, QueueEventsProducer
+from echomq_gevent.queue.events import JobFailedError, QueueEvents, QueueEventsProducer
 
 pytestmark = pytest.mark.interop
 

@@ -14,7 +14,7 @@ from typing import Any, Dict, List
 import pytest
 
 from echomq_gevent import FlowProducer, Queue
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 
 from interop_helpers import dump_queue
 

@@ -16,7 +16,7 @@ from opentelemetry.trace import SpanKind
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.contrib.otel import OtelPlugin, producer_plugins
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
 from interop_node import HERE, _node_binary
 
 OTEL_TOOL = os.path.join(HERE, "node", "otel_tool.js")

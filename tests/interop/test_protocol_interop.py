@@ -12,7 +12,7 @@ import json
 import pytest
 
 from echomq_gevent import Queue
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 from interop_helpers import (
     COUNT_TYPES,
     assert_same_job,

@@ -14,8 +14,8 @@ import pytest
 import redis
 
 from echomq_gevent import InvalidOptionError, Queue
-from echomq_gevent.cron import CronError, next_run
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.cron import CronError, next_run
+from echomq_gevent.protocol.keys import QueueKeys
 from interop_node import NodeToolError
 
 pytestmark = pytest.mark.interop

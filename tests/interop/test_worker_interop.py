@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from echomq_gevent.keys import QueueKeys
+from echomq_gevent.protocol.keys import QueueKeys
 from interop_helpers import (
     COUNT_TYPES,
     dump_queue,

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from echomq_gevent import backoff
-from echomq_gevent.hookspecs import hookimpl
-from echomq_gevent.plugins import PluginHost, make_plugin_manager
+from echomq_gevent.protocol import backoff
+from echomq_gevent.plugins.hookspecs import hookimpl
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
 
 
 class _Job:

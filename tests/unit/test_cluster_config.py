@@ -7,11 +7,11 @@ import textwrap
 import pytest
 from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 
-from echomq_gevent.cluster import (ClusterHashTagError, CrossSlotError, hash_tag, key_slot, parse_cluster_url,
-                                   require_hash_tag, require_same_slot)
-from echomq_gevent.cluster_routing import redirect_kind, redirect_target
-from echomq_gevent.config import parse_config
-from echomq_gevent.connection import redact_url
+from echomq_gevent.connection.cluster import CrossSlotError, key_slot, parse_cluster_url, require_same_slot
+from echomq_gevent.protocol.keys import ClusterHashTagError, hash_tag, require_hash_tag
+from echomq_gevent.connection.routing import redirect_kind, redirect_target
+from echomq_gevent.host.config import parse_config
+from echomq_gevent.connection.clients import redact_url
 from echomq_gevent.errors import ConfigError
 
 

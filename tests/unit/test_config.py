@@ -7,10 +7,10 @@ import textwrap
 
 import pytest
 
-from echomq_gevent.config import load_config, parse_config
-from echomq_gevent.runner import build_plugin_host
+from echomq_gevent.host.config import load_config, parse_config
+from echomq_gevent.host.runner import build_plugin_host
 from echomq_gevent.errors import ConfigError
-from echomq_gevent.worker_options import option_defaults
+from echomq_gevent.worker.options import option_defaults
 
 
 def parse(text: str, env=None):
@@ -526,7 +526,7 @@ def test_broken_entry_point_plugin_is_named(tmp_path, monkeypatch):
 
 
 def test_tls_and_password_urls_are_accepted_and_redacted():
-    from echomq_gevent.config import redact_url
+    from echomq_gevent.host.config import redact_url
 
     cfg = parse("""
         redis:
@@ -540,8 +540,8 @@ def test_tls_and_password_urls_are_accepted_and_redacted():
 
 
 def test_sentinel_url_and_mapping_are_accepted():
-    from echomq_gevent.config import redact_url
-    from echomq_gevent.connection import parse_sentinel_url
+    from echomq_gevent.host.config import redact_url
+    from echomq_gevent.connection.clients import parse_sentinel_url
 
     cfg = parse("""
         redis: {url: "redis+sentinel://:pw@s1:26379,s2:26380/mymaster/2?sentinel_password=sp"}
@@ -580,7 +580,7 @@ def test_bad_sentinel_settings_are_named(redis_yaml, expect):
 
 
 def test_make_client_refuses_a_bad_sentinel_url_with_the_form():
-    from echomq_gevent.connection import make_client
+    from echomq_gevent.connection.clients import make_client
 
     with pytest.raises(ValueError, match=r"redis\+sentinel://\[\[user\]:password@\]host:port"):
         make_client("redis+sentinel://s1:26379")

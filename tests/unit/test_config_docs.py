@@ -7,7 +7,7 @@ import re
 
 import yaml
 
-from echomq_gevent.config import (
+from echomq_gevent.host.config import (
     EMBEDDED_KEYS,
     LOGGING_KEYS,
     QUEUE_ONLY_KEYS,
@@ -15,7 +15,7 @@ from echomq_gevent.config import (
     SCHEDULER_KEYS,
     TOP_LEVEL_KEYS,
 )
-from echomq_gevent.worker_options import WORKER_OPTIONS
+from echomq_gevent.worker.options import WORKER_OPTIONS
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                    "configuration.md")
@@ -57,7 +57,7 @@ def test_every_config_key_is_documented():
 
 
 def test_every_yaml_example_in_the_docs_is_a_valid_file_or_fragment():
-    from echomq_gevent.config import parse_config
+    from echomq_gevent.host.config import parse_config
 
     others = ""
     for page in ("plugins.md", "schedulers.md"):
@@ -73,8 +73,8 @@ def test_every_yaml_example_in_the_docs_is_a_valid_file_or_fragment():
 def test_the_redis_section_keys_and_defaults_match_the_code():
     """The rows of the redis:, redis.sentinel, redis.cluster and redis.embedded tables name
     every key the loader takes, with the defaults the code uses."""
-    from echomq_gevent.config_redis import CLUSTER_KEYS, SENTINEL_KEYS, RedisSettings
-    from echomq_gevent.connection_settings import DEFAULT_SETTINGS, SETTING_KEYS
+    from echomq_gevent.host.redis_section import CLUSTER_KEYS, SENTINEL_KEYS, RedisSettings
+    from echomq_gevent.connection.settings import DEFAULT_SETTINGS, SETTING_KEYS
 
     text = read_doc()
     for key in SENTINEL_KEYS + CLUSTER_KEYS:

@@ -9,8 +9,8 @@ import pytest
 import redis
 
 from echomq_gevent import ConnectionSettings, Queue
-from echomq_gevent.config import parse_config
-from echomq_gevent.connection import DEFAULT_SETTINGS, clone_client, make_client
+from echomq_gevent.host.config import parse_config
+from echomq_gevent.connection.clients import DEFAULT_SETTINGS, clone_client, make_client
 from echomq_gevent.errors import ConfigError
 
 URL = "redis://127.0.0.1:1/0"  # nothing connects in these tests

@@ -1,5 +1,6 @@
-"""The package's modules import each other without cycles: every import counts, at module
-level or inside a function, so each module can be read, loaded and tested on its own."""
+"""The package's modules import each other without cycles and only down the layers: every
+import that runs counts, at module level or inside a function (those for type checkers
+only do not), so each module can be read, loaded and tested on its own."""
 from __future__ import annotations
 
 import ast
@@ -30,7 +31,13 @@ def _imports(name: str, path: str, modules: Dict[str, str]) -> Set[str]:
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), path)
     out: Set[str] = set()
+    # imports for type checkers only (``if TYPE_CHECKING:``) never run: no cycle, no layer
+    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                 and getattr(block.test, "id", getattr(block.test, "attr", None)) == "TYPE_CHECKING"
+                 for stmt in block.body for n in ast.walk(stmt)}
     for node in ast.walk(tree):
+        if id(node) in type_only:
+            continue
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -90,11 +97,36 @@ def _graph() -> Dict[str, Set[str]]:
             for name, path in modules.items()}
 
 
+#: The layers, lowest first: a module may import its own layer and the ones before it.
+#: ``errors`` and ``_lazy`` sit under everything; ``contrib`` is the integrations on top.
+LAYERS = ["errors", "_lazy", "connection", "protocol", "queue", "plugins", "worker", "host", "contrib"]
+#: Imports that point up, each with its reason: the command serves the dashboard and runs
+#: the demo, both shipped in contrib.
+UPWARD = {
+    ("echomq_gevent.host.cli", "echomq_gevent.contrib"),
+    ("echomq_gevent.host.cli", "echomq_gevent.contrib.dashboard"),
+    ("echomq_gevent.host.cli", "echomq_gevent.contrib.demo"),
+}
+
+
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in ("__main__",):
+        return len(LAYERS)  # the package's face and ``python -m`` may import anything
+    assert parts[1] in LAYERS, f"{module}: a module outside the layers; add its folder to LAYERS"
+    return LAYERS.index(parts[1])
+
+
+def _upward(graph: Dict[str, Set[str]]) -> List[str]:
+    return sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                  if _layer(d) > _layer(m) and (m, d) not in UPWARD)
+
+
 def test_the_walk_sees_the_package():
     graph = _graph()
-    assert "echomq_gevent.worker" in graph and "echomq_gevent.contrib.gunicorn" in graph
-    assert "echomq_gevent.worker_fetch" in graph["echomq_gevent.worker"]
-    assert "echomq_gevent.hookspecs" in graph["echomq_gevent.plugins"]  # ``from . import hookspecs``
+    assert "echomq_gevent.worker.worker" in graph and "echomq_gevent.contrib.gunicorn" in graph
+    assert "echomq_gevent.worker.fetch" in graph["echomq_gevent.worker.worker"]
+    assert "echomq_gevent.plugins.hookspecs" in graph["echomq_gevent.plugins.host"]  # ``from . import hookspecs``
 
 
 def test_the_cycle_finder_finds_a_cycle():
@@ -105,13 +137,27 @@ def test_no_import_cycles():
     assert _cycles(_graph()) == []
 
 
-def test_nothing_below_the_worker_imports_it():
-    graph = _graph()
-    below = ["keys", "scripts", "kept_connection", "job", "job_options", "errors", "locks", "stalled",
-             "backoff", "runtime", "hub", "connection"]
-    for name in below:
-        module = f"{PACKAGE}.{name}"
-        assert not {m for m in graph[module] if m.startswith(f"{PACKAGE}.worker")}, module
+def test_the_layer_check_finds_an_import_that_points_up():
+    graph = {"echomq_gevent.protocol.keys": {"echomq_gevent.worker.fetch"}, "echomq_gevent.worker.fetch": set()}
+    assert _upward(graph) == ["echomq_gevent.protocol.keys -> echomq_gevent.worker.fetch"]
+
+
+def test_imports_only_point_down_the_layers():
+    assert _upward(_graph()) == []
+
+
+def test_the_top_level_shows_the_layers():
+    """``ls echomq_gevent`` is the architecture: one folder a layer, and no module whose
+    name begins with another module's (or folder's) name in the same folder."""
+    top = sorted(n for n in os.listdir(ROOT) if not n.startswith((".", "__pycache__")))
+    folders = [n for n in top if os.path.isdir(os.path.join(ROOT, n)) and n != "lua"]
+    assert sorted(folders) == sorted(set(LAYERS) - {"errors", "_lazy"}), top
+    for folder, dirs, files in os.walk(ROOT):
+        names = [f[:-3] for f in files if f.endswith(".py") and f != "__init__.py"]
+        names += [d for d in dirs if os.path.exists(os.path.join(folder, d, "__init__.py"))]
+        for a in names:
+            clash = [b for b in names if b != a and b.startswith(a + "_")]
+            assert not clash, f"{os.path.relpath(folder, ROOT)}: {clash} begin with {a!r}: make a folder of them"
 
 
 def test_loading_a_configuration_imports_neither_redis_nor_ssl(tmp_path):
@@ -124,7 +170,7 @@ def test_loading_a_configuration_imports_neither_redis_nor_ssl(tmp_path):
     conf = tmp_path / "worker.yaml"
     conf.write_text("redis:\n  url: redis+sentinel://:pw@127.0.0.1:26379/mymaster/0\n  socket_timeout: 3\n"
                     "queues:\n  mail: {concurrency: 5}\n")
-    code = ("import sys, echomq_gevent.contrib.gunicorn as g, echomq_gevent.config as c\n"
+    code = ("import sys, echomq_gevent.contrib.gunicorn as g, echomq_gevent.host.config as c\n"
             f"c.load_config({str(conf)!r})\n"
             "c.parse_config('redis: {cluster: [\"127.0.0.1:7000\"]}\\nprefix: \"{b}\"\\nqueues: {q: {}}')\n"
             "print(sorted(m for m in ('redis', 'ssl') if m in sys.modules))\n")

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from echomq_gevent.errors import InvalidJobDataError, InvalidJobIdError, InvalidOptionError
-from echomq_gevent.job_options import (
+from echomq_gevent.protocol.options import (
     PRIORITY_LIMIT, decode_job_options, encode_job_data, encode_job_options, keep_jobs,
     validate_job_id, validate_job_options,
 )
@@ -171,7 +171,7 @@ def test_size_limit():
 
 
 def test_stored_options_are_checked_with_the_add_rules_but_run_what_node_writes():
-    from echomq_gevent.job_options import stored_options_problems
+    from echomq_gevent.protocol.options import stored_options_problems
 
     bad = stored_options_problems({"attempts": "three", "removeOnComplete": "yes", "lifo": True})
     assert set(bad) == {"attempts", "removeOnComplete"}
@@ -189,7 +189,7 @@ def test_stored_options_are_checked_with_the_add_rules_but_run_what_node_writes(
 
 @pytest.mark.parametrize("value", [None, True, 0, -1.5, "", "é ✓ \u2028", [1, {"a": None}], {"b": [], "c": "x"}])
 def test_compact_json_writes_what_json_dumps_writes(value):
-    from echomq_gevent.job_options import compact_json
+    from echomq_gevent.protocol.options import compact_json
 
     assert compact_json(value) == json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
@@ -197,7 +197,7 @@ def test_compact_json_writes_what_json_dumps_writes(value):
 @pytest.mark.parametrize("value,error", [(float("nan"), ValueError), ({"x": float("inf")}, ValueError),
                                          ({1, 2}, TypeError), (object(), TypeError)])
 def test_compact_json_refuses_what_node_cannot_read(value, error):
-    from echomq_gevent.job_options import compact_json
+    from echomq_gevent.protocol.options import compact_json
 
     with pytest.raises(error):
         compact_json(value)
@@ -205,7 +205,7 @@ def test_compact_json_refuses_what_node_cannot_read(value, error):
 
 # ------------------------------------------------------------------ text Redis can take
 def test_compact_json_escapes_a_lone_surrogate_as_node_writes_it():
-    from echomq_gevent.job_options import compact_json
+    from echomq_gevent.protocol.options import compact_json
 
     value = {"path": "a\udcffb", "pair": "\ud83d\ude00", "ok": "é😀", "n": [1, None]}
     text = compact_json(value)
@@ -217,7 +217,7 @@ def test_compact_json_escapes_a_lone_surrogate_as_node_writes_it():
 
 
 def test_wire_text_escapes_lone_surrogates_and_leaves_other_text_alone():
-    from echomq_gevent.job_options import wire_text
+    from echomq_gevent.protocol.options import wire_text
 
     assert wire_text("bad name \udcff") == "bad name \\udcff"
     for text in ("", "plain", "é😀 ünïcode", "\\udcff already escaped"):

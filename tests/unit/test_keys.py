@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from echomq_gevent.keys import QueueKeys, validate_prefix, validate_queue_name
+from echomq_gevent.protocol.keys import QueueKeys, validate_prefix, validate_queue_name
 
 
 def test_fixed_keys_match_bullmq_names():

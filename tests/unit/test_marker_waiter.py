@@ -8,7 +8,7 @@ import gevent.event
 import pytest
 import redis
 
-from echomq_gevent.marker_wait import MarkerWaiter
+from echomq_gevent.worker.marker import MarkerWaiter
 
 
 class _Down:

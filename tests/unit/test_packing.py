@@ -5,9 +5,9 @@ import msgpack
 import pytest
 import redis
 
-from echomq_gevent.job_options import encode_job_options
-from echomq_gevent.keys import QueueKeys
-from echomq_gevent.scripts import Scripts, pack
+from echomq_gevent.protocol.options import encode_job_options
+from echomq_gevent.protocol.keys import QueueKeys
+from echomq_gevent.protocol.scripts import Scripts, pack
 
 
 def test_pack_uses_str_and_bin_types_and_nil():

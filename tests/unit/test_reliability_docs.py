@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from echomq_gevent.scripts import ADD_SCRIPTS, RESEND_SAFE, library
+from echomq_gevent.protocol.scripts import ADD_SCRIPTS, RESEND_SAFE, library
 
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
                    "reliability.md")

@@ -7,7 +7,7 @@ from hashlib import sha1
 
 import pytest
 
-from echomq_gevent.scripts import ScriptLibrary, library, lua_dir
+from echomq_gevent.protocol.scripts import ScriptLibrary, library, lua_dir
 
 
 def _write(root, rel, text):

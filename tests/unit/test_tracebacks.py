@@ -6,7 +6,7 @@ import traceback
 
 import pytest
 
-from echomq_gevent.tracebacks import format_failure
+from echomq_gevent.worker.tracebacks import format_failure
 
 
 def _standard(err: BaseException) -> str:

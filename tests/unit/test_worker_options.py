@@ -7,9 +7,9 @@ import textwrap
 import pytest
 
 from echomq_gevent import Worker
-from echomq_gevent.config import parse_config
+from echomq_gevent.host.config import parse_config
 from echomq_gevent.errors import ConfigError
-from echomq_gevent.worker_options import OptionError, validate_worker_options
+from echomq_gevent.worker.options import OptionError, validate_worker_options
 
 # (options, the key the refusal names, words of the reason); None: accepted
 CASES = [

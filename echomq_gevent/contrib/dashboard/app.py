@@ -44,8 +44,8 @@ class Dashboard:
                  auth: Optional[Callable[[Environ], bool]] = None, page_size: int = 20,
                  title: str = "echomq", discover_every_s: float = 10.0,
                  known_queues: Sequence[str] = (), sample_every_s: float = SAMPLE_EVERY_S) -> None:
-        from ...connection import make_client
-        from ...keys import validate_prefix, validate_queue_name
+        from ...connection.clients import make_client
+        from ...protocol.keys import validate_prefix, validate_queue_name
 
         if not isinstance(page_size, int) or isinstance(page_size, bool) or not 1 <= page_size <= 500:
             raise ValueError(f"page_size must be an integer from 1 to 500, got {page_size!r}")

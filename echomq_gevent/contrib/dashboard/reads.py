@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from ...cluster import scan_keys
+from ...connection.cluster import scan_keys
 from .web import Refused
 
 #: The job states the pages list, in BullMQ's order of a job's life.
@@ -71,7 +71,7 @@ class Reads:
             raise Refused("404 Not Found", f"no queue named {name!r} under prefix {self.prefix!r}")
         q = self._queues.get(name)
         if q is None:
-            from ...queue import Queue
+            from ...queue.queue import Queue
 
             q = Queue(name, connection=self.client, prefix=self.prefix)
             self._queues[name] = q

@@ -34,7 +34,7 @@ import logging
 from typing import Any, Iterator, List, Mapping, Optional, Tuple
 
 from ...errors import ConfigError
-from ...hookspecs import hookimpl
+from ...plugins.hookspecs import hookimpl
 from ..frameworks import Integration, Processors
 
 __all__ = ["processor", "queue", "enqueue", "enqueue_on_commit", "integration", "DjangoJobContext",

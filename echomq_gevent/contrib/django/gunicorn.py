@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any, MutableMapping
 
-from ...hookspecs import hookimpl
+from ...plugins.hookspecs import hookimpl
 
 __all__ = ["install"]
 

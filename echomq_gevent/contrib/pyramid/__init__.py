@@ -35,7 +35,7 @@ import contextlib
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from ...errors import ConfigError
-from ...hookspecs import hookimpl
+from ...plugins.hookspecs import hookimpl
 from ..frameworks import Integration, Processors, typed_ini_value
 
 __all__ = ["includeme", "processor", "job_request", "integration", "SETTINGS_PREFIX"]

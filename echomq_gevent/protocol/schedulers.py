@@ -1,0 +1,66 @@
+"""Script wrappers of the job schedulers (BullMQ 6's ``upsertJobScheduler`` and friends,
+``docs/schedulers.md``): the ``schedulers`` part of
+:class:`~echomq_gevent.protocol.scripts.Scripts`.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Tuple
+
+from .library import pack
+
+__all__ = ["SchedulerScripts"]
+
+
+class SchedulerScripts:
+    """The job-scheduler scripts of one queue; made by its :class:`~echomq_gevent.protocol.scripts.Scripts`."""
+
+    __slots__ = ("scripts", "keys")
+
+    def __init__(self, scripts: Any) -> None:
+        #: the :class:`~echomq_gevent.protocol.scripts.Scripts` these calls go through
+        self.scripts = scripts
+        self.keys = scripts.keys
+
+    def _scheduler_keys(self) -> List[str]:
+        k = self.keys
+        return [k.repeat, k.delayed, k.wait, k.paused, k.meta, k.prioritized, k.marker, k.id, k.events, k.pc]
+
+    def add_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], scheduler: Dict[str, Any],
+                          template_data_json: str, template_opts: Dict[str, Any], run_opts: Dict[str, Any],
+                          now_ms: int) -> Tuple[str, int]:
+        """``addJobScheduler-11``: create or replace a scheduler and its upcoming run.
+        ``scheduler``, ``template_opts`` and ``run_opts`` are msgpack maps (stored option
+        names). Returns (run job id, delay ms); raises SchedulerJobIdCollision (-10) or
+        SchedulerJobSlotsBusy (-11)."""
+        keys = self._scheduler_keys() + [self.keys.active]
+        args = ["" if next_millis is None else int(next_millis), pack(scheduler), scheduler_id,
+                template_data_json, pack(template_opts), pack(run_opts), int(now_ms), self.keys.base, ""]
+        res = self.scripts.check("addJobScheduler-11", self.scripts.call("addJobScheduler-11", keys, args), scheduler_id)
+        return str(res[0]), int(res[1])
+
+    def update_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
+                             now_ms: int, producer_id: str, data_json: str = "{}",
+                             client: Any = None) -> Optional[str]:
+        """``updateJobScheduler-12``: after the run ``producer_id`` was taken, create the next
+        one. Returns its id, or None (scheduler gone, not its upcoming run, next run exists)."""
+        keys = self._scheduler_keys() + [self.keys.job(producer_id), self.keys.active]
+        args = ["" if next_millis is None else int(next_millis), scheduler_id, data_json, pack(run_opts),
+                int(now_ms), self.keys.base, producer_id]
+        res = self.scripts.call("updateJobScheduler-12", keys, args, client)
+        return None if res is None else str(res)
+
+    def remove_job_scheduler(self, scheduler_id: str) -> bool:
+        """``removeJobScheduler-3``: True when the scheduler existed (and is now gone)."""
+        k = self.keys
+        return int(self.scripts.call("removeJobScheduler-3", [k.repeat, k.delayed, k.events],
+                             [scheduler_id, k.base])) == 0
+
+    def get_job_scheduler(self, scheduler_id: str) -> Tuple[Optional[Dict[str, str]], Optional[int]]:
+        """``getJobScheduler-1``: (the scheduler hash, millis of its upcoming run), or
+        (None, None) when there is no such scheduler."""
+        res = self.scripts.call("getJobScheduler-1", [self.keys.repeat], [scheduler_id])
+        if not res or res[1] is None:
+            return None, None
+        flat = res[0] or []
+        it = iter(flat)
+        return dict(zip(it, it)), int(float(res[1]))

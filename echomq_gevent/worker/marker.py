@@ -1,0 +1,255 @@
+"""The idle worker's wait on the queue's marker, with its pick-up written behind it.
+
+An idle worker blocks on the marker ZSET (``BZPOPMIN``) on a connection of its own,
+and takes a job (``moveToActive-11``) once the wait ends. Written the plain way, that
+is two round trips after a job is added: the pop's answer, then the pick-up's.
+
+When nothing of the worker is in flight, :class:`MarkerWaiter` writes the pick-up in the
+same send, right behind the ``BZPOPMIN``. Redis reads a blocked client's next command
+only once its blocking command is answered, so the pick-up runs the moment the wait
+ends: on a marker, on the wait's timeout, or on a ``CLIENT UNBLOCK``. The worker then
+gets the job with the pop's answer, one round trip sooner. The pick-up asks Redis for
+the time (an empty ``now``), since the time of its writing is stale by then.
+
+What it must handle, and how:
+
+* **A cancel** (a close, a pause): ``CLIENT UNBLOCK`` ends the wait, so the pick-up
+  runs, and :meth:`MarkerWaiter.cancel` returns its answer. A job it took is handed
+  straight back to the front of ``wait`` (``moveJobFromActiveToWait``). No pick-up is
+  written when the connection's ``CLIENT ID`` is unknown: without it there is no cancel
+  that leaves the answer readable.
+* **A connection that fails after the send**: the pick-up may have taken a job. Its
+  answer is an :class:`~.kept_connection.AmbiguousCallError`, never a second send; the
+  worker then finds the job by its lock token (``FetchLoop._claim_unknown_pickups``).
+  A failure before anything was sent is an ordinary error of the wait. The answers are
+  awaited for the wait's own timeout plus :attr:`MarkerWaiter.answer_slack` (the
+  connection's ``socket_timeout``), not the longest wait's, so a dead connection is
+  noticed as soon as the wait should have ended.
+* **A pick-up that could not run** (NOSCRIPT after a script flush, a redirection,
+  READONLY after a failover): its answer is that error; the worker picks up again
+  through its script connection, which loads a missing script.
+* **A pick-up still pending when the worker is busy again**: none can be, since one is
+  only written when no job of the worker is in flight. Its answer is taken by the next
+  wait, or by the fetch loop as soon as it arrives (the wait's wake-up event is set).
+
+One wait is in flight at a time; the fetch loop waits for it *or* for its own wake-up
+event, whichever comes first, and a wait still pending when the loop was woken is reused
+by the next wait instead of issuing another. When the process is monkey-patched the wait
+runs on a greenlet; when it is not, on a pool thread
+(:func:`~.runtime.sockets_patched`). Only the fetch-loop greenlet calls
+:meth:`MarkerWaiter.wait`; :meth:`MarkerWaiter.cancel` is called by ``close`` and by
+the loop at a pause.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Optional, Sequence, Tuple
+
+import gevent
+from redis.exceptions import ResponseError
+
+from ..connection.kept import AmbiguousCallError, _RedisPy
+from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = ["MarkerWaiter", "Fetched"]
+
+#: Seconds a cancel waits for the pending wait (and the pick-up behind it) to answer.
+CANCEL_WAIT_S = 1.0
+
+
+class _PopFailed:
+    """The error of a wait that sent nothing ambiguous, returned by the greenlet or thread
+    that ran it."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+
+class Fetched:
+    """What a wait with a pick-up behind it brought.
+
+    ``answer``: ``moveToActive``'s answer; a ``ResponseError`` when the pick-up could not
+    run or failed (pick up again the ordinary way); an ``AmbiguousCallError`` when the
+    connection failed after the send (find the job by ``token``). ``pop_error``: the
+    ``BZPOPMIN``'s own error reply, if it had one (the pick-up ran anyway)."""
+
+    __slots__ = ("token", "answer", "pop_error")
+
+    def __init__(self, token: str, answer: Any, pop_error: Optional[Exception] = None) -> None:
+        self.token = token
+        self.answer = answer
+        self.pop_error = pop_error
+
+
+class MarkerWaiter:
+    """Blocks on the queue's marker ZSET (``BZPOPMIN``) for the fetch loop, with a pick-up
+    written behind the wait when the loop asks for one (see the module's docstring)."""
+
+    def __init__(self, client: Any, marker_key: str, use_thread: Optional[bool] = None,
+                 fetch_behind: bool = True) -> None:
+        self.client = client
+        self.key = marker_key
+        self.use_thread = (not sockets_patched()) if use_thread is None else use_thread
+        #: Whether a pick-up may be written behind the wait (off on a cluster, whose
+        #: script calls follow redirections through the worker's router).
+        self.fetch_behind = fetch_behind
+        self.connection_id: Optional[int] = None  # set by the blocking client's connect hook
+        #: Seconds past the wait's own timeout that its answers may take (socket_timeout).
+        self.answer_slack = 10.0
+        self._pending: Any = None
+        self._pending_token: Optional[str] = None  # the pick-up's, when one is behind the wait
+
+    @property
+    def pending(self) -> bool:
+        """A wait is in flight (its answer not yet taken)."""
+        return self._pending is not None
+
+    @property
+    def can_fetch(self) -> bool:
+        """A pick-up may be written behind the next wait: allowed, no wait in flight, and
+        the connection's ``CLIENT ID`` known (a cancel needs it)."""
+        return self.fetch_behind and self._pending is None and self.connection_id is not None
+
+    @property
+    def answered(self) -> bool:
+        """A wait with a pick-up behind it has answered and nobody took the answer yet."""
+        return self._pending_token is not None and self._pending is not None and self._pending.ready()
+
+    # ------------------------------------------------------------------ the waits
+    def _pop(self, timeout: float) -> Any:
+        try:
+            return self.client.bzpopmin(self.key, timeout)
+        except Exception as exc:
+            # Handed to wait(), which raises it in the fetch loop (which logs and retries).
+            # Raised here, gevent would also print it as a crashed greenlet, with a
+            # traceback, for every failed wait while Redis is away.
+            return _PopFailed(exc)
+
+    def _pop_and_fetch(self, timeout: float, token: str, command: Sequence[Any]) -> Any:
+        """``BZPOPMIN`` and the pick-up in one send on a connection of the blocking
+        client's pool; both answers read in order. Never sends twice."""
+        pool = self.client.connection_pool
+        conn = None
+        sent = False
+        try:
+            conn = _RedisPy.checkout(pool)
+            _RedisPy.ready(conn, poll=True)
+            _RedisPy.send(conn, [("BZPOPMIN", self.key, timeout), tuple(command)])
+            sent = True
+            sock = getattr(conn, "_sock", None)
+            kept_timeout = sock.gettimeout() if sock is not None else None
+            if sock is not None:
+                sock.settimeout(timeout + self.answer_slack)
+            answers = []
+            for _ in range(2):
+                try:
+                    answers.append(conn.read_response())
+                except ResponseError as exc:  # an error reply: the connection is fine
+                    answers.append(exc)
+            if sock is not None and conn._sock is sock:
+                sock.settimeout(kept_timeout)
+        except BaseException as exc:
+            if conn is not None:
+                _RedisPy.drop(pool, conn)
+            if not isinstance(exc, Exception):  # killed (a cancel that gave up)
+                raise
+            if sent:
+                return Fetched(token, AmbiguousCallError(
+                    f"the connection failed after a pick-up was written behind the marker wait ({exc}); "
+                    f"it may have taken a job", [command]))
+            return _PopFailed(exc)
+        _RedisPy.checkin(pool, conn)
+        popped, answer = answers
+        return Fetched(token, answer, popped if isinstance(popped, ResponseError) else None)
+
+    def _spawn(self, fn: Any, *args: Any) -> Any:
+        if self.use_thread:
+            return gevent.get_hub().threadpool.spawn(fn, *args)
+        return gevent.spawn(fn, *args)
+
+    def wait(self, timeout: float, wake: Any,
+             fetch: Optional[Tuple[str, Sequence[Any]]] = None) -> Tuple[str, Any]:
+        """Wait up to ``timeout`` s. Returns ``("marker", score)`` when a marker was
+        popped, ``("timeout", 0)`` when the time ran out (or BZPOPMIN timed out),
+        ``("woken", 0)`` when ``wake`` (a gevent Event) was set first, and
+        ``("fetched", Fetched)`` when the wait had a pick-up behind it and both answered.
+
+        ``fetch`` (``(token, EVALSHA command)``) is written behind a new wait when
+        :attr:`can_fetch`; a wait already in flight is reused as it is. Errors of the
+        wait are raised here."""
+        timeout = min(max(timeout, MIN_BLOCK_S), MAX_BLOCK_S)
+        if self._pending is None:
+            if fetch is not None and self.can_fetch:
+                token, command = fetch
+                self._pending = self._spawn(self._pop_and_fetch, timeout, token, command)
+                self._pending_token = token
+                # a loop that left this wait (woken) hears of the answer at once
+                self._pending.rawlink(lambda _: wake.set())
+            else:
+                self._pending = self._spawn(self._pop, timeout)
+        pending = self._pending
+        # a pick-up behind the wait answers just after the BZPOPMIN's own timeout, or its
+        # read fails within answer_slack after that: wait for either rather than give up
+        # first (the loop would pick up the ordinary way beside it)
+        limit = timeout + self.answer_slack + 0.5 if self._pending_token is not None else timeout
+        gevent.wait([pending, wake], timeout=limit, count=1)
+        if self._pending is not pending:  # cancelled meanwhile (close): the cancel has it
+            return "woken", 0.0
+        if pending.ready():
+            res = self.take()
+            if isinstance(res, Fetched):
+                return "fetched", res
+            if not res:
+                return "timeout", 0.0
+            return "marker", float(res[2])
+        if wake.is_set():
+            return "woken", 0.0
+        return "timeout", 0.0
+
+    def take(self) -> Any:
+        """The answer of the finished wait (its error raised), which is no longer pending."""
+        pending = self._pending
+        self._pending = None
+        self._pending_token = None
+        res = pending.get()
+        if isinstance(res, _PopFailed):
+            raise res.error
+        return res
+
+    def cancel(self, unblock_client: Any = None) -> Optional[Fetched]:
+        """Abandon the pending wait so it pops no marker meant for other workers:
+        ``CLIENT UNBLOCK`` it (through ``unblock_client``) and, on a greenlet that does not
+        answer, kill it. Returns what the pick-up behind the wait brought, if one was
+        written: the caller runs or hands back the job it took (an ``AmbiguousCallError``
+        answer when the wait did not answer in time)."""
+        pending, self._pending = self._pending, None
+        token, self._pending_token = self._pending_token, None
+        if pending is None:
+            return None
+        if not pending.ready():
+            if unblock_client is not None and self.connection_id is not None:
+                try:
+                    unblock_client.execute_command("CLIENT", "UNBLOCK", self.connection_id)
+                except Exception:
+                    log.debug("CLIENT UNBLOCK of the marker wait failed", exc_info=True)
+            try:
+                gevent.wait([pending], timeout=CANCEL_WAIT_S)
+            except Exception:  # pragma: no cover
+                pass
+        if not pending.ready():
+            if not self.use_thread:
+                pending.kill(block=False)
+            if token is None:
+                return None
+            return Fetched(token, AmbiguousCallError(
+                f"the marker wait did not answer within {CANCEL_WAIT_S:g} s of its cancel; the pick-up "
+                f"written behind it may have taken a job"))
+        try:
+            res = pending.get()
+        except BaseException:  # pragma: no cover - the wait catches its own errors
+            return None
+        return res if isinstance(res, Fetched) else None

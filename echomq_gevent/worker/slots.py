@@ -1,0 +1,132 @@
+"""What the worker keeps per job in flight, and how finishing jobs share a round trip.
+
+* :class:`Slot`: one in-flight job (token, phase, whether its lock was lost or it was
+  handed back, the greenlet running it). The worker keeps them in a dict by job id.
+* :class:`ActiveJobs`: the read-only ``job id -> Job`` view of that dict that
+  ``Worker.active_jobs`` shows.
+* :class:`FinishBatcher`: the ``moveToFinished`` calls of job greenlets that finish in
+  the same turn of the hub go to Redis together (:meth:`Scripts.run_many
+  <echomq_gevent.protocol.scripts.Scripts.run_many>`).
+* :func:`now_ms` and :data:`CONNECTION_ERRORS`, shared by the worker's modules.
+
+Nothing here knows the Worker; it uses these from its greenlets on one hub.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any, Dict, Iterator, List, Tuple
+
+import gevent
+import gevent.event
+import redis
+
+from ..protocol.clock import now_ms
+from ..queue.job import Job
+from ..protocol.scripts import ScriptCall, Scripts
+
+__all__ = ["Slot", "SlotGreenlet", "ActiveJobs", "FinishBatcher", "CONNECTION_ERRORS", "now_ms"]
+
+
+class SlotGreenlet(gevent.Greenlet):
+    """The greenlet of a job slot. It records no spawning stack: gevent keeps the ten
+    frames that spawned a greenlet (for ``gevent.util.format_run_info``), some 0.6 KB a
+    greenlet that says nothing here (every slot is spawned by the fetch loop's ``_start``),
+    with a thousand slots at once 0.6 MB. The rest of gevent's greenlet tree (the spawning
+    greenlet, its spawn-tree locals) is kept."""
+
+    spawning_stack_limit = 0
+
+#: Errors after which the worker tries a Redis call again (the fetch, a settle).
+CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+
+
+class Slot:
+    """One in-flight job: what the worker knows about it while it runs."""
+
+    __slots__ = ("job", "token", "started", "phase", "lock_lost", "handed_back", "greenlet", "in_processor")
+
+    def __init__(self, job: Job, token: str) -> None:
+        self.job = job
+        self.token = token
+        self.started = time.monotonic()
+        #: "running" (processor), "finishing" (result being written), "done"
+        self.phase = "running"
+        self.lock_lost = False
+        self.handed_back = False
+        self.greenlet: Any = None
+        #: True only while the processor itself runs (a cancellation may interrupt it then)
+        self.in_processor = False
+
+
+class ActiveJobs(Mapping):
+    """Read-only view ``job id -> Job`` of the jobs a worker is running right now."""
+
+    def __init__(self, slots: Dict[str, Slot]) -> None:
+        self._slots = slots
+
+    def __getitem__(self, job_id: str) -> Job:
+        return self._slots[job_id].job
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._slots))
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def __repr__(self) -> str:
+        return f"ActiveJobs({list(self._slots)})"
+
+
+class FinishBatcher:
+    """Sends the ``moveToFinished`` calls of job greenlets that finish in the same turn
+    of the hub as one write and one read, instead of one round trip each.
+
+    A job greenlet calls :meth:`run` and waits for its own answer; the first request of
+    a turn spawns the flush greenlet, which runs after every greenlet already woken in
+    that turn, so batching adds no latency. Errors reach each caller as exceptions: a
+    connection error fails the whole batch (each caller retries on its own), a script
+    error or a negative answer (as its typed error) only its call.
+    """
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self._pending: List[Tuple[ScriptCall, gevent.event.AsyncResult]] = []
+        self._scheduled = False
+        #: round trips sent, and calls sent in them
+        self.batches = 0
+        self.calls = 0
+
+    def run(self, call: ScriptCall) -> Any:
+        """On a job greenlet: run ``call`` with the others of this hub turn; returns its
+        checked answer or raises its error. On a pipelined connection
+        (:attr:`Scripts.pipelined <echomq_gevent.protocol.scripts.Scripts.pipelined>`) the call goes
+        there directly: it writes the calls of one hub turn together by itself, and
+        wakes each caller as soon as its own answer is in."""
+        if self.scripts.pipelined:
+            return self.scripts.run(call)
+        result = gevent.event.AsyncResult()
+        self._pending.append((call, result))
+        if not self._scheduled:
+            self._scheduled = True
+            gevent.spawn(self._flush)
+        return result.get()
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        self._scheduled = False
+        if not batch:
+            return
+        self.batches += 1
+        self.calls += len(batch)
+        try:
+            answers = self.scripts.run_many([call for call, _ in batch])
+        except BaseException as exc:  # handed to every caller
+            for _, result in batch:
+                result.set_exception(exc)
+            return
+        for (_, result), answer in zip(batch, answers):
+            if isinstance(answer, BaseException):
+                result.set_exception(answer)
+            else:
+                result.set(answer)
