@@ -40,6 +40,7 @@ _LAZY = {
     "JobScheduler": ".schedulers",
     "CronError": ".cron",
     "ConnectionSettings": ".connection",
+    "Relay": ".relay",
     # pluggy is imported by the first plugin or worker, not by a process that only enqueues
     "hookimpl": ".hookspecs",
     "FailureDecision": ".hookspecs",
@@ -63,6 +64,7 @@ __all__ = [
     "Job",
     "Worker",
     "ConnectionSettings",
+    "Relay",
     "FlowProducer",
     "JobTimeoutError",
     "QueueEvents",
