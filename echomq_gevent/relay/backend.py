@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from typing import Any, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 import redis
@@ -76,6 +77,7 @@ class RelayBackend:
         self.lib = library()
         self._blocking: Optional["redis.Redis"] = None
         self._blocking_id: Optional[int] = None
+        self._touched_until = 0
 
     # -- keys and names ---------------------------------------------------------------
     def namespace_key(self, namespace: str) -> str:
@@ -137,7 +139,16 @@ class RelayBackend:
         return [str(x) for x in (self._exec("relaySweep-1", limit) or [])]
 
     def touch_namespace(self, for_ms: int) -> None:
+        """List the namespace in the prefix's registry for ``for_ms`` more. Skipped while
+        the entry written last still has two thirds of that to run (a heartbeat before
+        every batch would otherwise pay a round trip for it; Node's sends it without
+        waiting)."""
+        now = int(time.time() * 1000)
+        until = now + max(1, int(for_ms))
+        if until - self._touched_until < max(1, int(for_ms)) // 3:
+            return
         self._run("relayTouchNamespace-1", [self.registry_key], [self.namespace, max(1, int(for_ms))])
+        self._touched_until = max(self._touched_until, until)
 
     # -- subscriptions and messages ---------------------------------------------------
     def subscribe(self, node_id: str, endpoint_id: str, pattern: str) -> Tuple[bool, Optional[Tuple[str, int, str]]]:
