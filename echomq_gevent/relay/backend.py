@@ -23,6 +23,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from ..connection import clone_client, close_client
+from ..kept_connection import KeptConnection
 from ..script_library import library
 from .errors import check_result
 
@@ -31,6 +32,9 @@ __all__ = ["RelayBackend", "InboxEntry", "LAYOUT_VERSION", "MINIMUM_REDIS"]
 #: The data layout of Node's relay (``RELAY_LAYOUT_VERSION``): nodes of another layout
 #: refuse to share a namespace (-6).
 LAYOUT_VERSION = "1"
+#: Scripts whose call is not sent again after a connection failed mid-call: a publish
+#: may have run (sending it again would deliver it twice).
+_NOT_RESENT = frozenset({"relayPublish-1"})
 #: What the scripts need (``ZADD GT``, ``XTRIM``... as Node's ``RELAY_MINIMUM_REDIS_VERSION``).
 MINIMUM_REDIS = (6, 2, 0)
 
@@ -78,6 +82,7 @@ class RelayBackend:
         self._blocking: Optional["redis.Redis"] = None
         self._blocking_id: Optional[int] = None
         self._touched_until = 0
+        self._kept: Optional[KeptConnection] = KeptConnection.for_client(client)
 
     # -- keys and names ---------------------------------------------------------------
     def namespace_key(self, namespace: str) -> str:
@@ -96,13 +101,24 @@ class RelayBackend:
     # -- calling ----------------------------------------------------------------------
     def _run(self, name: str, keys: Sequence[Any], args: Sequence[Any]) -> Any:
         """EVALSHA ``name``; on NOSCRIPT (first use, a flushed or restarted server) load
-        it and call once more."""
-        sha = self.lib.shas[name]
+        it and call once more. The calls go on a connection kept checked out (as the queue
+        scripts' do, :mod:`~echomq_gevent.kept_connection`); a publish is never sent twice
+        (a connection lost after it was written raises ``AmbiguousCallError``), every
+        other script may be."""
+        command = ("EVALSHA", self.lib.shas[name], len(keys), *keys, *args)
+        kept = self._kept
+        if kept is None:
+            try:
+                return self.client.execute_command(*command)
+            except NoScriptError:
+                self.client.script_load(self.lib.sources[name])
+                return self.client.execute_command(*command)
+        resend = name not in _NOT_RESENT
         try:
-            return self.client.evalsha(sha, len(keys), *keys, *args)
+            return kept.call_command(command, resend)
         except NoScriptError:
-            self.client.script_load(self.lib.sources[name])
-            return self.client.evalsha(sha, len(keys), *keys, *args)
+            kept.call("SCRIPT", "LOAD", self.lib.sources[name])
+            return kept.call_command(command, resend)
 
     def _exec(self, script: str, *args: Any, base: Optional[str] = None) -> Any:
         base = base or self.base
@@ -225,7 +241,10 @@ class RelayBackend:
                 pass
 
     def close(self) -> None:
-        """Close the inbox client (the main client is the relay's to close)."""
+        """Close the inbox client and give the kept connection back (the main client is
+        the relay's to close)."""
+        if self._kept is not None:
+            self._kept.release()
         if self._blocking is not None:
             try:
                 self._blocking.connection_pool.disconnect(inuse_connections=True)

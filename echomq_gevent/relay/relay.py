@@ -24,6 +24,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
@@ -184,6 +185,8 @@ class Relay:
         self._heartbeat_lock = gevent.lock.Semaphore()
         self._backlog_lock = gevent.lock.Semaphore()
         self._sweeping = False
+        self._renewed_at = float("-inf")  # monotonic time of the last renewal sent
+        self._trimmed_at = float("-inf")
         self._use_thread = not sockets_patched()
         if autorun:
             self.run()
@@ -264,6 +267,11 @@ class Relay:
         self._ready.set(None)
 
     def _register(self) -> None:
+        sent_at = time.monotonic()
+        self._do_register()
+        self._renewed_at = sent_at
+
+    def _do_register(self) -> None:
         info: Dict[str, Any] = {"host": socket.gethostname(), "pid": os.getpid(), "version": __version__,
                                 "library": "echomq-gevent"}
         if self.name is not None:
@@ -371,16 +379,17 @@ class Relay:
                     with self._backlog_lock:  # a trim in progress must finish first
                         pass
                     registration = self._registration
+                    # the wait returns at once when the inbox holds entries after the
+                    # cursor; the batch itself is read by the script, atomically with
+                    # the trimming of publishes
+                    self._blocking(self.backend.wait_for_inbox, self.node_id, self.cursor, self.block_timeout)
+                    if self.closing:
+                        break
                     entries, cursor = self.backend.read_inbox(self.node_id, self.cursor, _BATCH)
-                    if not entries and not self.closing:
-                        self._blocking(self.backend.wait_for_inbox, self.node_id, self.cursor, self.block_timeout)
-                        if self.closing:
-                            break
-                        entries, cursor = self.backend.read_inbox(self.node_id, self.cursor, _BATCH)
                     fetched = (entries, cursor, registration)
                 entries, cursor, registration = fetched
                 self._batch_in_flight = bool(entries)
-                if entries and not self.closing:
+                if entries and not self.closing and not self._lease_fresh():
                     # the lease may have ended while reading: recover before listeners run
                     self._heartbeat(trim=False)
                 fetched = None
@@ -390,7 +399,10 @@ class Relay:
                     self.cursor = cursor
                     for entry in entries:  # delivered even when closing: close drains
                         self._dispatch(entry)
-                if entries and not self.closing:
+                if entries and not self.closing and (
+                        len(entries) == _BATCH or time.monotonic() - self._trimmed_at >= self.heartbeat_interval / 1000.0):
+                    # a full batch: more may be waiting, so the backlog is looked at now;
+                    # otherwise the heartbeat trims and looks
                     self._check_backlog()
             except gevent.GreenletExit:
                 raise
@@ -443,17 +455,29 @@ class Relay:
             with self._heartbeat_lock:
                 return
         with self._heartbeat_lock:
+            sent_at = time.monotonic()
             alive = self.backend.heartbeat(self.node_id, self.lease_duration)
+            if alive:
+                self._renewed_at = sent_at
             if (not alive or self._recovery_pending) and not self.closing:
                 self._recover()
         if trim and not self.closing:
             self._check_backlog()
+
+    def _lease_fresh(self) -> bool:
+        """Whether the lease was renewed less than a third of its duration ago, so it
+        cannot have ended since (the reader then skips the heartbeat Node sends before
+        every batch: a round trip per batch; a node whose lease could have ended still
+        recovers before its listeners see the batch)."""
+        return not self._recovery_pending and \
+            (time.monotonic() - self._renewed_at) * 1000.0 < self.lease_duration / 3.0
 
     def _check_backlog(self) -> None:
         """Trim what was consumed and what exceeds the max length; ``lag`` at the threshold."""
         if self.closing or self._batch_in_flight or self._backlog_lock.locked():
             return
         with self._backlog_lock:
+            self._trimmed_at = time.monotonic()
             backlog = self.backend.trim_inbox(self.node_id, self.cursor, self.inbox_max_length)
         if backlog >= self.lag_threshold:
             self._emit("lag", backlog)
