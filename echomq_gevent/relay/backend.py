@@ -27,7 +27,7 @@ from ..kept_connection import KeptConnection
 from ..script_library import library
 from .errors import check_result
 
-__all__ = ["RelayBackend", "InboxEntry", "LAYOUT_VERSION", "MINIMUM_REDIS"]
+__all__ = ["RelayBackend", "InboxEntry", "LAYOUT_VERSION", "MINIMUM_REDIS", "_num"]
 
 #: The data layout of Node's relay (``RELAY_LAYOUT_VERSION``): nodes of another layout
 #: refuse to share a namespace (-6).
@@ -52,6 +52,7 @@ class InboxEntry(NamedTuple):
 
 
 def _num(value: Any, default: int = 0) -> int:
+    """An integer read from Redis (``"12"``, ``"1.7e12"``); ``default`` for anything else."""
     try:
         return int(value)
     except (TypeError, ValueError):

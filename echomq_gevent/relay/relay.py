@@ -38,7 +38,7 @@ from ..connection import DEFAULT_URL, ConnectionLike, clone_client, close_client
 from ..errors import EchoMQError
 from ..keys import DEFAULT_PREFIX
 from ..runtime import sockets_patched
-from .backend import MINIMUM_REDIS, InboxEntry, RelayBackend
+from .backend import MINIMUM_REDIS, InboxEntry, RelayBackend, _num
 from .errors import DATA_TOO_LARGE, RelayClosedError, RelayError
 from .grammar import check_id, check_pattern, check_topic
 
@@ -304,7 +304,11 @@ class Relay:
             text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"relay message on {topic!r} is not JSON-serializable: {exc}") from None
-        size = len(text.encode("utf-8", "surrogatepass"))
+        try:
+            size = len(text.encode("utf-8"))
+        except UnicodeEncodeError:  # lone surrogates: written as \udXXXX escapes, as Node's JSON.stringify does
+            text = json.dumps(data, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+            size = len(text)
         if size > self.max_message_size:
             raise RelayError.from_code(DATA_TOO_LARGE, topic, f"{size} bytes of JSON, more than max_message_size "
                                        f"{self.max_message_size}")
@@ -535,10 +539,9 @@ class Relay:
                 decoded = json.loads(info) if info else {}
             except ValueError:
                 decoded = {"unreadable": info}
-            out.append({"id": node_id, "info": decoded, "registeredAt": int(float(registered)),
-                        "leaseUntil": int(float(lease)) if lease != "" else 0,
-                        "lastHeartbeat": int(hb) if hb else None, "backlog": int(backlog),
-                        "dropped": int(dropped), "subscriptions": int(subs)})
+            out.append({"id": node_id, "info": decoded, "registeredAt": _num(registered),
+                        "leaseUntil": _num(lease), "lastHeartbeat": _num(hb) if hb else None,
+                        "backlog": _num(backlog), "dropped": _num(dropped), "subscriptions": _num(subs)})
         return out
 
     def get_subscriptions(self, node_id: Optional[str] = None, pattern: Optional[str] = None,
@@ -560,7 +563,7 @@ class Relay:
         """Retained messages by expiry; ``data`` as published (JSON text)."""
         self.wait_until_ready()
         rows = self.backend.get("retained", *_check_range(start, end))
-        return [{"topic": t, "expiresAt": int(float(x)), "mid": str(m), "ts": int(ts), "data": d}
+        return [{"topic": t, "expiresAt": _num(x), "mid": str(m), "ts": _num(ts), "data": d}
                 for t, x, m, ts, d in rows]
 
     def get_namespaces(self) -> List[str]:
@@ -586,8 +589,9 @@ class Relay:
             return
         self.closing = True
         self._closed.set()
+        me = gevent.getcurrent()
         reader = self._reader
-        if reader is not None:
+        if reader is not None and reader is not me:  # close() from a listener: the reader stops after it
             # end the inbox wait: CLIENT UNBLOCK (again, in case it had not begun yet)
             with gevent.Timeout(timeout, False):
                 while not reader.ready():
@@ -596,11 +600,13 @@ class Relay:
             if not reader.ready():
                 reader.kill(block=True, timeout=1)
         for greenlet in self._greenlets:
+            if greenlet is me:  # close() from a lag/swept handler of the heartbeat or sweep
+                continue
             greenlet.join(timeout)
             if not greenlet.ready():
                 greenlet.kill(block=True, timeout=1)
         starter = self._starter
-        if starter is not None:
+        if starter is not None and starter is not me:
             starter.join(timeout)
         registered = self._ready.ready() and self._ready.successful()
         if registered:

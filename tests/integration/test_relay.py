@@ -146,3 +146,17 @@ def test_option_and_input_checks(redis_url, make):
         a.get_nodes(-1)
     assert encode_segment("a.b c~") == "a%2Eb%20c%7E"
     assert a.publish(encode_segment("user@example.com"), 1).nodes == 0
+
+
+def test_close_from_a_listener_and_a_lone_surrogate_in_data(make):
+    a, b = make("a"), make("b")
+    got = []
+
+    def listener(msg):
+        got.append(msg.data)
+        b.close()  # on the reader greenlet itself
+
+    b.subscribe("bye", listener)
+    a.publish("bye", {"s": "lone \ud800 surrogate", "e": "é"})
+    wait(lambda: b.closing and [n["id"] for n in a.get_nodes()] == ["a"], what="b closed and gone")
+    assert got == [{"s": "lone \ud800 surrogate", "e": "é"}]
