@@ -221,7 +221,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
     if unknown:
         p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
-    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency"}
+    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay"}
     bad = [g for g in args.only.split(",") if g and g not in groups]
     if bad:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
@@ -283,7 +283,13 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stdout.write(text)
         return 0
 
-    selected = [c for c in cases(args.quick) if not args.only or c.group in args.only.split(",")]
+    only = [g for g in args.only.split(",") if g]
+    if "relay" in only:
+        relay_rc = _run_relay(args, impls, rounds)
+        only.remove("relay")
+        if not only:
+            return relay_rc
+    selected = [c for c in cases(args.quick) if not only or c.group in only]
     runs: List[Dict[str, Any]] = []
     failures: List[str] = []
     meta = {
@@ -329,6 +335,42 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not args.quiet:
         sys.stdout.write(md)
     return 1 if failures else 0
+
+
+def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:
+    """``--only relay``: the Relay case (``bench/relay.py``) on the first ``--redis``
+    server, ours and Node's; writes ``relay.md`` and, for a full run, a history row."""
+    from .relay import measure_relay, relay_markdown
+
+    keys = [i.key for i in impls if i.key in ("ours", "node")]
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu": cpu_model(), "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
+            "rounds": rounds, "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"])}
+    try:
+        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+            meta["redis"] = bench.redis_version
+            result = measure_relay(bench, keys, rounds=rounds, latency_n=200 if args.quick else 2000,
+                                   throughput_n=500 if args.quick else 10000)
+    except BenchError as exc:
+        sys.stderr.write(f"bench: FAILED relay: {exc}\n")
+        return 1
+    text = relay_markdown(result, meta)
+    with open(os.path.join(args.out, "relay.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    med = result["medians"]
+    if not args.quick and "ours" in med and "node" in med:
+        o, n = med["ours"], med["node"]
+        loads = [r["load1_before"] for r in result["runs"]]
+        with open(os.path.join(args.out, "history.md"), "a", encoding="utf-8") as fh:
+            machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, {meta['cpu']}"
+            fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
+                     f"{min(loads)}–{max(loads)} | relay messages/s ({o['msgs_per_s']:,.0f} against "
+                     f"{n['msgs_per_s']:,.0f}; publish->deliver p50 {o['p50_ms']:.3f} against {n['p50_ms']:.3f} ms, "
+                     f"p99 {o['p99_ms']:.3f} against {n['p99_ms']:.3f} ms) | "
+                     f"{o['msgs_per_s'] / n['msgs_per_s']:.2f} |\n")
+    if not args.quiet:
+        sys.stdout.write(text)
+    return 0
 
 
 def _servers(spec: str) -> List[Optional[str]]:

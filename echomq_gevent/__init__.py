@@ -41,6 +41,7 @@ _LAZY = {
     "JobScheduler": ".queue.schedulers",
     "CronError": ".protocol.cron",
     "ConnectionSettings": ".connection.settings",
+    "Relay": ".relay.relay",
     # pluggy is imported by the first plugin or worker, not by a process that only enqueues
     "hookimpl": ".plugins.hookspecs",
     "FailureDecision": ".plugins.hookspecs",
@@ -113,6 +114,7 @@ __all__ = [
     "Job",
     "Worker",
     "ConnectionSettings",
+    "Relay",
     "FlowProducer",
     "JobTimeoutError",
     "QueueEvents",

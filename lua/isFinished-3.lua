@@ -10,14 +10,15 @@
 
   Returns 0 not finished, 1 completed, 2 failed, -1 no such job. With ARGV[2] = "1"
   the answer is a list: {1, returnvalue}, {2, failedReason}, {0}, or
-  {-1, an explanation naming the missing key}.
+  {-1, "Missing key for job <job key>. isFinished"} (Node's Job.waitUntilFinished rejects
+  with that text, and so does ours).
 ]]
 local withResult = ARGV[2] == "1"
 local jobKey = KEYS[3]
 
 if redis.call("EXISTS", jobKey) == 0 then
   if withResult then
-    return {-1, "job hash " .. jobKey .. " does not exist (isFinished)"}
+    return {-1, "Missing key for job " .. jobKey .. ". isFinished"}
   end
   return -1
 end

@@ -17,7 +17,7 @@
   created), the parent told, attempts made + 1, the job kept in its set or deleted as
   keepJobs says (count 0 deletes, -1 or absent keeps all, n keeps the newest n; age in
   seconds with limit per call), events "completed"/"failed" (its XADD caps the stream at
-  meta's opts.maxLenEvents) and "retries-exhausted",
+  meta's opts.maxLenEvents; a cap of 0 empties the stream before it) and "retries-exhausted",
   metrics, and finally the next job fetched when asked.
   Returns the next job's 4-tuple (or {0,0,ttl,0} / {0,0,0,0} / {0,0,0,nextDue}) when
   fetching found anything to say; otherwise 0, with a "drained" event when wait, active
@@ -78,7 +78,8 @@ if redis.call("LREM", activeKey, "-1", jobId) < 1 then
 end
 
 -- the events cap and what the fetch below needs of meta, in one read; the stream is
--- trimmed by the XADD of this job's event (the oldest entries go, never the new ones)
+-- trimmed by the XADD of this job's event (the oldest entries go, never the new ones;
+-- a cap of 0 empties it before that XADD)
 local meta = redis.call("HMGET", metaKey, "paused", "concurrency", "max", "duration", "opts.maxLenEvents")
 local maxEvents = getOrSetMaxEvents(metaKey, meta[5])
 
@@ -144,8 +145,17 @@ else
   end
 end
 
-redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", target, "jobId", jobId,
-           resultField, resultValue, "prev", "active")
+if (tonumber(maxEvents) or 1) > 0 then
+  redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", target, "jobId", jobId,
+             resultField, resultValue, "prev", "active")
+else
+  -- a cap of 0 ("streams.events.maxLen: 0"): "MAXLEN ~ 0" on the XADD would remove the
+  -- new entry with the old ones, so the stream is emptied first and keeps only the
+  -- events of this call, as Node's trim-then-write does
+  redis.call("XTRIM", eventsKey, "MAXLEN", 0)
+  redis.call("XADD", eventsKey, "*", "event", target, "jobId", jobId,
+             resultField, resultValue, "prev", "active")
+end
 if target == "failed" and attemptsMade >= (tonumber(opts["attempts"]) or 0) then
   redis.call("XADD", eventsKey, "*", "event", "retries-exhausted", "jobId", jobId,
              "attemptsMade", attemptsText)

@@ -12,7 +12,12 @@
   1 when the batch is used up (call again), 0 when the queue is gone: the last call
   also deletes the queue's own keys (events, meta, id, marker, metrics, ...).
   Jobs go in this order: active, delayed, schedulers, completed, wait, legacy
-  paused, prioritized, failed, waiting-children. No events are written.
+  paused, prioritized, failed. No events are written. Parents in waiting-children are
+  not taken, as Node's obliterate leaves them: one whose children were all in this
+  queue goes with its last child, one still waiting for children in another queue
+  stays (with its dependencies and the waiting-children set) until those children
+  finish; a parent in another queue whose last pending child goes here is moved to
+  its wait list without an event.
 ]]
 --- @include "includes/purgeJobs"
 
@@ -61,7 +66,6 @@ if purgeList("wait") then return 1 end
 if purgeList("paused") then return 1 end
 if purgeZSet("prioritized") then return 1 end
 if purgeZSet("failed") then return 1 end
-if purgeZSet("waiting-children") then return 1 end
 
 redis.call("DEL",
   base .. "events", base .. "delay", base .. "stalled-check", base .. "stalled",

@@ -8,9 +8,10 @@
 
 -- A parent whose last pending child went away (removed, drained) may run now:
 -- prioritized if it has a priority, else the front of wait; the marker wakes a
--- worker unless its queue is paused or maxed. Event "waiting", prev
--- "waiting-children", in the parent's own queue.
-local function releaseParentAfterRemoval(parentKey, parentId, parentPrefix)
+-- worker unless its queue is paused or maxed. With emitEvent, event "waiting", prev
+-- "waiting-children", in the parent's own queue (a bulk purge writes no events, as
+-- Node's drain and obliterate write none).
+local function releaseParentAfterRemoval(parentKey, parentId, parentPrefix, emitEvent)
   local priority = tonumber(redis.call("HGET", parentKey, "priority")) or 0
   local pausedOrMaxed = isQueuePausedOrMaxed(parentPrefix .. "meta", parentPrefix .. "active")
   if priority > 0 then
@@ -19,6 +20,9 @@ local function releaseParentAfterRemoval(parentKey, parentId, parentPrefix)
     redis.call("RPUSH", parentPrefix .. "wait", parentId)
   end
   addBaseMarkerIfNeeded(parentPrefix .. "marker", pausedOrMaxed)
+  if not emitEvent then
+    return
+  end
   local cap = getOrSetMaxEvents(parentPrefix .. "meta")
   redis.call("XADD", parentPrefix .. "events", "MAXLEN", "~", cap, "*", "event", "waiting",
     "jobId", parentId, "prev", "waiting-children")
@@ -28,7 +32,8 @@ end
 -- "parentKey" field names the parent). If it was the last one and the parent is
 -- waiting for children, the parent is released, except that with purgeSameQueue
 -- (drain, obliterate) a parent in queue baseKey is deleted as well, since it would
--- be removed by the same sweep. Returns true when the parent listed the job.
+-- be removed by the same sweep, and a parent in another queue is released without
+-- an event. Returns true when the parent listed the job.
 -- givenParentKey (optional) names the parent instead of the job's "parentKey" field;
 -- the caller has checked that it exists.
 local function unlinkFromParent(jobKey, baseKey, purgeSameQueue, givenParentKey)
@@ -55,7 +60,7 @@ local function unlinkFromParent(jobKey, baseKey, purgeSameQueue, givenParentKey)
     dropOwnedDedupKey(parentPrefix, parentId, redis.call("HGET", parentKey, "deid"))
     removeJobKeys(parentKey)
   else
-    releaseParentAfterRemoval(parentKey, parentId, parentPrefix)
+    releaseParentAfterRemoval(parentKey, parentId, parentPrefix, not purgeSameQueue)
   end
   return true
 end

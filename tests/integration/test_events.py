@@ -161,7 +161,7 @@ def test_wait_until_finished_on_a_job_that_finished_before_waiting(redis_url, pr
         assert job.wait_until_finished(qe, timeout=5) == "done early"
         gone = queue.add("gone", {})
         queue.remove_job(gone.id)
-        with pytest.raises(JobFailedError, match="does not exist"):
+        with pytest.raises(JobFailedError, match=r"^Missing key for job .*\. isFinished$"):
             gone.wait_until_finished(qe, timeout=5)
     finally:
         qe.close()

@@ -417,8 +417,8 @@ def test_is_finished_with_result(r, sc, k):
     assert sc.admin.is_finished("c", return_value=True) == [1, '{"ok":true}']
     assert sc.admin.is_finished("f", return_value=True) == [2, "boom"]
     assert sc.admin.is_finished("w", return_value=True) == [0]
-    code, msg = sc.admin.is_finished("nope", return_value=True)
-    assert code == -1 and k.job("nope") in msg
+    # Node's isFinished text: Job.waitUntilFinished (Node's and ours) rejects with it
+    assert sc.admin.is_finished("nope", return_value=True) == [-1, f"Missing key for job {k.job('nope')}. isFinished"]
 
 
 # -- removeJob-2 --------------------------------------------------------------------------
@@ -619,7 +619,8 @@ def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent
     r.sadd(same_parent + ":dependencies", c2)
     sc.admin.drain()
     assert r.lrange(pq.wait, 0, -1) == ["op"]
-    assert [e["event"] for e in events(pq)] == ["waiting"]
+    assert r.zscore(pq.marker, "0") is not None
+    assert events(pq) == []  # a bulk purge writes no events, in the parent's queue either (as Node's)
     assert not r.exists(same_parent)
     assert r.zcard(k.waiting_children) == 0
 
@@ -675,8 +676,7 @@ def test_obliterate_refuses_active_jobs_without_force(r, sc, k):
 def test_obliterate_everything_in_one_call(r, sc, k, prefix):
     a = put_job(r, k, "a", "active")
     r.set(a + ":lock", "tok")
-    for state in ("delayed", "completed", "wait", "paused", "prioritized", "failed",
-                  "waiting-children"):
+    for state in ("delayed", "completed", "wait", "paused", "prioritized", "failed"):
         put_job(r, k, state[:3], state)
     r.rpush(k.logs("wai"), "x")
     r.hset(k.job("wai"), "deid", "dd")
@@ -697,6 +697,40 @@ def test_obliterate_everything_in_one_call(r, sc, k, prefix):
     assert sc.admin.obliterate(force=True) == 0
     assert r.keys(k.base + "*") == []
     assert r.exists(other.job("keep"), other.wait) == 2
+
+
+def test_obliterate_keeps_a_parent_waiting_for_children_in_another_queue(r, sc, k, prefix):
+    # Node's obliterate leaves waiting-children alone: the parent stays with its pending
+    # child's link until that child (in another queue) finishes
+    cq = QueueKeys("children", prefix)
+    parent = put_job(r, k, "p", "waiting-children")
+    child = put_job(r, cq, "c", "wait", parentKey=parent)
+    r.sadd(parent + ":dependencies", child)
+    # a parent whose only child is in this queue goes with that child
+    local_parent = put_job(r, k, "lp", "waiting-children")
+    local_child = put_job(r, k, "lc", "wait", parentKey=local_parent)
+    r.sadd(local_parent + ":dependencies", local_child)
+    r.hset(k.meta, "paused", "1")
+    assert sc.admin.obliterate() == 0
+    assert sorted(r.keys(k.base + "*")) == sorted([parent, parent + ":dependencies", k.waiting_children])
+    assert r.zrange(k.waiting_children, 0, -1) == ["p"]
+    assert r.exists(child) and r.lrange(cq.wait, 0, -1) == ["c"]
+
+
+def test_obliterate_children_releases_parent_in_other_queue_without_event(r, sc, k, prefix, events):
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "waiting-children")
+    r.xadd(pq.events, {"event": "waiting-children", "jobId": "p"})
+    for i in range(3):
+        child = put_job(r, k, f"c{i}", "wait", parentKey=parent)
+        r.sadd(parent + ":dependencies", child)
+    r.hset(k.meta, "paused", "1")
+    assert sc.admin.obliterate(count=2) == 1  # two children gone: the parent still waits for one
+    assert r.zrange(pq.waiting_children, 0, -1) == ["p"]
+    assert sc.admin.obliterate(count=2) == 0
+    assert r.keys(k.base + "*") == []
+    assert r.lrange(pq.wait, 0, -1) == ["p"] and r.zcard(pq.waiting_children) == 0
+    assert [e["event"] for e in events(pq)] == ["waiting-children"]
 
 
 def test_obliterate_pages_through_big_queue(r, sc, k):

@@ -156,6 +156,24 @@ def test_events_are_capped_to_the_meta_limit_by_the_finish_event(r, keys, script
     assert events.names(keys)[-2:] == ["completed", "drained"]
 
 
+@pytest.mark.parametrize("outcome", ["completed", "failed"])
+def test_a_cap_of_zero_keeps_only_the_finish_events(r, keys, scripts, events, outcome):
+    # Node's Queue option streams.events.maxLen: 0. "XADD ... MAXLEN ~ 0" would drop the
+    # new entry with the old ones; the stream must end with just this call's events.
+    r.hset(keys.meta, "opts.maxLenEvents", 0)
+    pipe = r.pipeline()
+    for i in range(300):
+        pipe.xadd(keys.events, {"event": "progress", "jobId": str(i), "data": "1"})
+    pipe.execute()
+    running(r, keys, scripts, "1")
+    if outcome == "completed":
+        complete(scripts, "1")
+        assert events.names(keys) == ["completed", "drained"]
+    else:
+        fail(scripts, "1", attempts=5)
+        assert events.names(keys) == ["failed", "drained"]
+
+
 @pytest.mark.parametrize("stored, after", [
     (None, "1"), ("0", "1"), ("41", "42"), ("-2", "-1"),
     ("99999999999999", "100000000000000"),  # past what the script counts itself: Redis counts it

@@ -90,6 +90,26 @@ def test_wait_until_finished_on_jobs_a_node_worker_runs(node, redis_url, prefix,
         qe.close()
 
 
+def test_wait_until_finished_on_a_removed_job_rejects_as_node_does(node, redis_url, prefix, qname, queue):
+    """A job completed with removeOnComplete has no hash left: Node's waitUntilFinished
+    rejects with isFinished's "Missing key for job <key>. isFinished", and ours raises
+    JobFailedError with the very same text (from our isFinished-3)."""
+    qe = QueueEvents(qname, connection=redis_url, prefix=prefix, blocking_timeout=1000)
+    try:
+        job = queue.add("ok", {"n": 1}, {"removeOnComplete": True})
+        node.python_worker(workerOpts={"concurrency": 1, "drain_delay": 1}, byName=_BEHAVIOUR,
+                           stopAfter=1).wait_event("exit", timeout=30)
+        assert not queue.scripts.client.exists(queue.keys.job(job.id))
+        theirs = node.run_line("waitUntilFinished", jobId=job.id, ttl=5000, removed=True)
+        assert not theirs["ok"], theirs
+        assert theirs["error"] == f"Missing key for job {queue.keys.job(job.id)}. isFinished"
+        with pytest.raises(JobFailedError) as caught:
+            job.wait_until_finished(qe, timeout=5)
+        assert caught.value.failed_reason == theirs["error"]
+    finally:
+        qe.close()
+
+
 # ---------------------------------------------------------------------------------------
 # Metrics: Node's getMetrics reads the same numbers whichever worker served the queue
 # ---------------------------------------------------------------------------------------

@@ -99,7 +99,7 @@ def _graph() -> Dict[str, Set[str]]:
 
 #: The layers, lowest first: a module may import its own layer and the ones before it.
 #: ``errors`` and ``_lazy`` sit under everything; ``contrib`` is the integrations on top.
-LAYERS = ["errors", "_lazy", "connection", "protocol", "queue", "plugins", "worker", "host", "contrib"]
+LAYERS = ["errors", "_lazy", "connection", "protocol", "queue", "relay", "plugins", "worker", "host", "contrib"]
 #: Imports that point up, each with its reason: the command serves the dashboard and runs
 #: the demo, both shipped in contrib.
 UPWARD = {

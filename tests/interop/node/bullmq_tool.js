@@ -42,7 +42,7 @@
  *   getDependenciesCount {jobId, opts} / getDependencies {jobId, opts}
  *   removeChildDependency / removeUnprocessedChildren {jobId}
  *   queueGetDependencies {parentId, type, start, end}  -> Queue.getDependencies (paginate)
- *   waitUntilFinished {jobId, ttl}                  -> {returnvalue} or an error line
+ *   waitUntilFinished {jobId, ttl, removed?}        -> {returnvalue} or an error line
  *   queueCall   {method, args}                      -> queue[method](...args) (Node's own getters)
  *   manualRun   {workerOpts, token, actions: [{do: 'complete', value} | {do: 'fail', message}]}
  *               -> ids taken by worker.getNextJob(token) and settled one by one (null: none)
@@ -403,7 +403,10 @@ async function runOne(queue, cmd) {
       const events = new QueueEvents(cmd.queue, baseOpts(cmd));
       try {
         await events.waitUntilReady();
-        const job = await Job.fromId(queue, cmd.jobId);
+        // {removed: true}: the job hash may be gone (removeOnComplete); wait on the id as
+        // a Job object kept from its add would
+        let job = await Job.fromId(queue, cmd.jobId);
+        if (!job && cmd.removed) job = new Job(queue, cmd.name || 'removed', {}, {}, cmd.jobId);
         if (!job) throw new Error(`job ${cmd.jobId} not found`);
         const value = await job.waitUntilFinished(events, cmd.ttl);
         return { returnvalue: value === undefined ? null : value, undefined: value === undefined };
