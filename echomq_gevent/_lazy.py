@@ -43,10 +43,15 @@ class _Alias(importlib.abc.Loader):
         warnings.warn(f"{self.old} is now {self.new}; the name of 0.1 still works and will be removed "
                       f"in a later release",
                       DeprecationWarning, stacklevel=2)
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.spec = module.__spec__
+        return module
 
     def exec_module(self, module: Any) -> None:
-        """The module it names is loaded already."""
+        """The module it names is loaded already. The import system has just set its
+        ``__spec__`` to the old name's: it gets its own back (else its relative imports
+        resolve against the old name's parent package, and ``reload`` looks for the old name)."""
+        module.__spec__ = self.spec
 
 
 class MovedModules(importlib.abc.MetaPathFinder):
