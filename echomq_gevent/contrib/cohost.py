@@ -98,6 +98,9 @@ class CoHost:
             gc.collect()
             gc.freeze()
         self.runner.start()
+        from .outbox.registry import start_relays
+
+        start_relays()  # the outbox relays of the apps loaded in this process
         self.state = "running"
         self._heartbeat = gevent.spawn(self._beat)
         self._watcher = gevent.spawn(self._watch)
@@ -201,6 +204,9 @@ class CoHost:
                 hard_end = (self.drain_started or time.monotonic()) + self.limit - 0.1
                 self._hand_back(limit=max(0.2, hard_end - time.monotonic()))
         self.state = "stopped" if self.state != "aborted" else self.state
+        from .outbox.registry import stop_relays
+
+        stop_relays(timeout=2.0)
         for g in (self._watcher, self._heartbeat, self._drain):
             if g is not None and not g.dead:
                 g.kill(block=False)
@@ -323,5 +329,16 @@ class CoHost:
                     "blocked_for_s": max([h.hub_blocked_for_s for h in health] or [0.0])},
             "queues": {h.queue: h.as_dict() for h in health},
             "counts": self.counts(),
+            "outbox": _outbox_status(),
         }
+
+
+def _outbox_status() -> List[Dict[str, Any]]:
+    """Each registered outbox's numbers (from its relay's last reading)."""
+    from .outbox.registry import status
+
+    try:
+        return status()
+    except Exception as exc:  # a status must never fail the health endpoints
+        return [{"error": f"{type(exc).__name__}: {exc}"}]
 

@@ -25,8 +25,11 @@
 checked by the same validator): ``ECHOMQ_REDIS_URL``, ``ECHOMQ_PREFIX``,
 ``ECHOMQ_QUEUES``, ``ECHOMQ_DEFAULTS``, ``ECHOMQ_PLUGINS``, ``ECHOMQ_PLUGIN_PATHS``,
 ``ECHOMQ_ENTRY_POINTS``, ``ECHOMQ_LOGGING``; or ``ECHOMQ_CONFIG``: the YAML file to read
-instead. Commands: ``flask echomq worker`` and ``flask echomq status``. See
-``docs/frameworks.md``.
+instead. ``ECHOMQ_OUTBOX`` (``True`` or a mapping of outbox options) makes
+:meth:`EchoMQ.enqueue_after_commit` write the job into the ``echomq_outbox`` table in the
+session's transaction; the relay in the worker processes adds it once it commits.
+Commands: ``flask echomq worker``, ``flask echomq status`` and ``flask echomq outbox``.
+See ``docs/frameworks.md``.
 """
 from __future__ import annotations
 
@@ -52,6 +55,8 @@ CONFIG_KEYS: Dict[str, str] = {
     "ECHOMQ_LOGGING": "logging",
 }
 _YAML_TO_KEY = {v: k for k, v in CONFIG_KEYS.items()}
+#: app.config keys of the integration itself (not YAML keys)
+OWN_KEYS = ("ECHOMQ_CONFIG", "ECHOMQ_OUTBOX")
 EXTENSION = "echomq"
 
 
@@ -71,12 +76,13 @@ def config_from_app(app: Any) -> Any:
     for key, yaml_key in CONFIG_KEYS.items():
         if key in app.config:
             values[yaml_key] = app.config[key]
-    unknown = [k for k in app.config if k.startswith("ECHOMQ_") and k not in CONFIG_KEYS and k != "ECHOMQ_CONFIG"]
+    unknown = [k for k in app.config if k.startswith("ECHOMQ_") and k not in CONFIG_KEYS and k not in OWN_KEYS]
     if unknown:
         import difflib
 
-        near = difflib.get_close_matches(unknown[0], list(CONFIG_KEYS) + ["ECHOMQ_CONFIG"], n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else f"; the keys are {', '.join(CONFIG_KEYS)}, ECHOMQ_CONFIG"
+        near = difflib.get_close_matches(unknown[0], list(CONFIG_KEYS) + list(OWN_KEYS), n=1)
+        hint = f"; did you mean {near[0]!r}?" if near else f"; the keys are {', '.join(CONFIG_KEYS)}, " \
+                                                           f"{', '.join(OWN_KEYS)}"
         raise ConfigError(f"app.config[{unknown[0]!r}] is not an echomq-gevent setting{hint}")
     return Integration.config_from(values, "app.config", _where, config_path=app.config.get("ECHOMQ_CONFIG"),
                                    config_setting="app.config['ECHOMQ_CONFIG']", base_dir=app.root_path)
@@ -105,8 +111,36 @@ class EchoMQ:
         setting = (f"{app.config['ECHOMQ_CONFIG']}: queues" if app.config.get("ECHOMQ_CONFIG")
                    else "app.config['ECHOMQ_QUEUES']")
         state = Integration(cfg, setting, [FlaskJobContext(app, self), self.processor])
+        state.outbox = self._outbox(app, state)
+        if state.outbox is not None:
+            from .outbox.registry import RelayPlugin
+
+            state.plugins.append(RelayPlugin())
         app.extensions[EXTENSION] = state
         app.cli.add_command(_command_group(self))
+
+    def _outbox(self, app: Any, state: Integration) -> Any:
+        """The registered outbox of ``app.config['ECHOMQ_OUTBOX']`` (None when off)."""
+        from .outbox import outbox_settings
+        from .outbox.registry import Outbox, register, unregister
+
+        key = f"flask:{app.import_name}:{id(self):x}"
+        opts = outbox_settings(app.config.get("ECHOMQ_OUTBOX"),
+                               lambda path: "app.config['ECHOMQ_OUTBOX']" + "".join(f"[{p!r}]" for p in path))
+        if not opts.enabled:
+            unregister(key)
+            return None
+
+        def make_db() -> Any:
+            from .outbox.sqlalchemy import SqlAlchemyDb
+
+            if self.session is not None:
+                engine = self.session.get_bind()
+            else:
+                with app.app_context():
+                    engine = app.extensions["sqlalchemy"].engine
+            return SqlAlchemyDb(engine, f"the outbox of Flask app {app.import_name!r}")
+        return register(Outbox(key, opts, make_db, state.queue, f"Flask app {app.import_name!r} outbox"))
 
     # -- per app --------------------------------------------------------------------------
     def state(self, app: Any = None) -> Integration:
@@ -128,12 +162,28 @@ class EchoMQ:
         return self.state().enqueue(queue, name, data, opts)
 
     def enqueue_after_commit(self, queue: str, name: str, data: Any = None,
-                             opts: Optional[Mapping[str, Any]] = None, session: Any = None) -> None:
+                             opts: Optional[Mapping[str, Any]] = None, session: Any = None) -> Optional[str]:
         """Add a job after the next commit of ``session`` (default: the ``session`` given to
         the extension, else Flask-SQLAlchemy's ``db.session``); a rollback drops it. The
-        queue, options and data are checked now."""
-        send = self.state().deferred(queue, name, data, opts)
-        enqueue_after_commit(session if session is not None else self._session(), send)
+        queue, options and data are checked now.
+
+        With ``ECHOMQ_OUTBOX`` on, the job is written into ``echomq_outbox`` in the
+        session's transaction instead (a rolled-back ``begin_nested()`` drops only its
+        own rows) and the relay adds it once the transaction commits; returns the job id
+        it will have. Off, returns None."""
+        state = self.state()
+        session = session if session is not None else self._session()
+        box = getattr(state, "outbox", None)
+        if box is None:
+            enqueue_after_commit(session, state.deferred(queue, name, data, opts))
+            return None
+        from .outbox.rows import encode_row
+        from .outbox.sqlalchemy import write_row
+
+        params = encode_row(queue, name, state.checked(queue, name, data, opts), opts)
+        write_row(session, params)
+        enqueue_after_commit(session, box.wake)
+        return params[4]
 
     def _session(self) -> Any:
         if self.session is not None:
@@ -199,6 +249,23 @@ def _command_group(ext: EchoMQ) -> Any:
             click.echo(f"echomq: configuration error: {exc}", err=True)
             sys.exit(2)
         sys.exit(code)
+
+    @group.command("outbox")
+    @click.argument("action", type=click.Choice(["list", "retry", "delete"]))
+    @click.argument("ids", nargs=-1)
+    @click.option("--all", "all_rows", is_flag=True, help="retry: every parked row")
+    @click.option("--json", "as_json", is_flag=True, help="list: print JSON")
+    def outbox(action: str, ids: Tuple[str, ...], all_rows: bool, as_json: bool) -> None:
+        """The outbox: list its numbers and parked rows, retry or delete parked rows."""
+        from .outbox.commands import parse_ids, run_outbox_command
+
+        state = ext.state(current_app._get_current_object())
+        try:
+            numbers = parse_ids(ids)
+        except ValueError as exc:
+            click.echo(f"echomq: {exc}", err=True)
+            sys.exit(2)
+        sys.exit(run_outbox_command(getattr(state, "outbox", None), action, numbers, all_rows, as_json))
 
     @group.command("status")
     @click.argument("queues", nargs=-1)

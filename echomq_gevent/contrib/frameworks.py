@@ -117,6 +117,8 @@ class Integration:
         self.queues_setting = queues_setting
         self.plugins = list(plugins)
         self._embedded: Any = None
+        #: the app's :class:`~echomq_gevent.contrib.outbox.registry.Outbox` (None: off)
+        self.outbox: Any = None
 
     # -- building ------------------------------------------------------------------------
     @staticmethod
@@ -176,15 +178,30 @@ class Integration:
         """Add a job now; returns the :class:`~echomq_gevent.queue.job.Job`."""
         return self.queue(queue).add(name, data if data is not None else {}, dict(opts) if opts else None)
 
+    def checked(self, queue: str, name: str, data: Any = None, opts: Optional[Mapping[str, Any]] = None) -> str:
+        """Check the queue name, the job options and the data now (where the job is
+        asked for); returns the data as JSON. Raises ConfigError / InvalidOptionError /
+        InvalidJobDataError naming what is wrong."""
+        self.check_queue(queue)
+        from ..protocol.options import encode_job_data, validate_job_options
+
+        if not isinstance(name, str):
+            from ..errors import InvalidOptionError
+
+            raise InvalidOptionError(f"job name must be a string, got {name!r}")
+        clean = validate_job_options(opts, name)
+        if "repeat" in clean:
+            from ..errors import InvalidOptionError
+
+            raise InvalidOptionError(f"job option 'repeat' (job {name!r}): BullMQ 6 does not repeat jobs added "
+                                     f"with opts.repeat; declare a job scheduler instead")
+        return encode_job_data(data if data is not None else {}, name, clean.get("sizeLimit"))
+
     def deferred(self, queue: str, name: str, data: Any = None,
                  opts: Optional[Mapping[str, Any]] = None) -> Callable[[], Any]:
         """A call that adds the job later (after a commit); the queue name and the job
         options are checked now, so a mistake shows where the job was asked for."""
-        self.check_queue(queue)
-        from ..protocol.options import encode_job_data, validate_job_options
-
-        validate_job_options(opts, name)
-        encode_job_data(data if data is not None else {}, name)
+        self.checked(queue, name, data, opts)
 
         def send() -> Any:
             try:
@@ -235,7 +252,16 @@ class Integration:
         from ..host.status import print_status
 
         cfg = self.select(queues)
-        return print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out)
+        code = print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out)
+        if self.outbox is not None and not as_json:
+            import sys
+
+            s = self.outbox.read()
+            line = (f"outbox: cannot be read: {s['error']}" if s.get("error") else
+                    f"outbox: {s['waiting']} row(s) waiting (oldest {s['oldest_age_s']:.1f} s), {s['parked']} "
+                    f"parked" + (" (list them with the outbox command)" if s["parked"] else ""))
+            print(line, file=out or sys.stdout)
+        return code
 
 
 # --- SQLAlchemy sessions ----------------------------------------------------------------------

@@ -9,7 +9,11 @@ Load it with ``plugins: [echomq_gevent.contrib.prometheus]`` (``pip install
   ``echomq_jobs_handed_back_total{queue}``: counters;
 * ``echomq_job_duration_seconds{queue,name}``: histogram of processor run time of
   completed jobs;
-* ``echomq_jobs_in_flight{queue}``: gauge of jobs running now.
+* ``echomq_jobs_in_flight{queue}``: gauge of jobs running now;
+* ``echomq_outbox_waiting{app}``, ``echomq_outbox_oldest_age_seconds{app}``,
+  ``echomq_outbox_parked{app}``: gauges of each transactional outbox this process
+  relays (``echomq_gevent.contrib.outbox``), set each time its relay reads them (about
+  once a second); the largest value of the live processes.
 
 Several processes (gunicorn workers): set ``PROMETHEUS_MULTIPROC_DIR`` to an empty,
 writable folder *before* the processes start (prometheus_client reads it at import);
@@ -47,6 +51,12 @@ HANDED_BACK = Counter("echomq_jobs_handed_back", "Unfinished jobs handed back at
 DURATION = Histogram("echomq_job_duration_seconds", "Processor run time of completed jobs", ["queue", "name"],
                      buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
 IN_FLIGHT = Gauge("echomq_jobs_in_flight", "Jobs running now", ["queue"], multiprocess_mode="livesum")
+OUTBOX_WAITING = Gauge("echomq_outbox_waiting", "Outbox rows committed and not yet added to Redis", ["app"],
+                       multiprocess_mode="livemax")
+OUTBOX_AGE = Gauge("echomq_outbox_oldest_age_seconds", "Age of the oldest waiting outbox row", ["app"],
+                   multiprocess_mode="livemax")
+OUTBOX_PARKED = Gauge("echomq_outbox_parked", "Outbox rows parked with a reason (never added)", ["app"],
+                      multiprocess_mode="livemax")
 
 _server_lock = threading.Lock()
 _server_started = False
@@ -90,6 +100,25 @@ def mark_process_dead(pid: int) -> None:
         from prometheus_client import multiprocess
 
         multiprocess.mark_process_dead(pid)
+
+
+def _outbox_stats(label: str, stats: Any) -> None:
+    """A relay read its outbox's numbers (relay greenlet)."""
+    if stats.get("waiting") is None:
+        return  # the database could not be read: keep the last values
+    OUTBOX_WAITING.labels(label).set(stats["waiting"])
+    OUTBOX_AGE.labels(label).set(stats.get("oldest_age_s") or 0)
+    OUTBOX_PARKED.labels(label).set(stats.get("parked") or 0)
+
+
+def _listen_to_outboxes() -> None:
+    from .outbox.relay import STATS_LISTENERS
+
+    if _outbox_stats not in STATS_LISTENERS:
+        STATS_LISTENERS.append(_outbox_stats)
+
+
+_listen_to_outboxes()
 
 
 def _queue(job: Any) -> str:

@@ -15,9 +15,9 @@ The middleware answers three paths itself and passes everything else to the app:
     200 while the hub turns (a heartbeat greenlet ticked recently) and every running
     job worker's lock-renewal thread is alive; else 503. Restart the process on 503.
 ``/_echomq/ready``
-    200 while Redis answers PING, every job worker's fetch loop runs and the process
-    is not draining (gunicorn decided to stop it); else 503. Take it out of rotation
-    on 503.
+    200 while Redis answers PING, every job worker's fetch loop runs, the process
+    is not draining (gunicorn decided to stop it) and no outbox's oldest waiting row
+    is older than its ``max_age``; else 503. Take it out of rotation on 503.
 ``/_echomq/metrics``
     Prometheus text. With ``PROMETHEUS_MULTIPROC_DIR`` set (``install()`` sets it) the
     counters of every gunicorn worker process, live or recycled, are summed, so any
@@ -162,6 +162,10 @@ class EchoMQMiddleware:
                     problems.append(f"queue {name}: worker not running")
                 elif q["fetch_loop_alive"] is False:
                     problems.append(f"queue {name}: fetch loop is dead")
+            for box in status.get("outbox") or []:
+                if box.get("too_old"):
+                    problems.append(f"{box.get('app')}: the oldest row has waited {box['oldest_age_s']:.1f} s "
+                                    f"(max_age {box['max_age_s']:g} s)")
         status["ready"] = not problems
         if problems:
             status["reason"] = "; ".join(problems)

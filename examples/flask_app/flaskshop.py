@@ -36,18 +36,24 @@ def confirm(job):
 def create_app():
     app = Flask(__name__)
     db_path = os.environ.get("SHOP_DB", os.path.join(app.instance_path, "shop.sqlite3"))
-    app.config["SQLALCHEMY_DATABASE_URI"] = f"sqlite:///{db_path}"
+    # SHOP_DATABASE_URL (e.g. postgresql://...) runs the shop on another database
+    app.config["SQLALCHEMY_DATABASE_URI"] = os.environ.get("SHOP_DATABASE_URL") or f"sqlite:///{db_path}"
     app.config["ECHOMQ_REDIS_URL"] = os.environ.get("REDIS_URL", "embedded")
     app.config["ECHOMQ_PREFIX"] = os.environ.get("ECHOMQ_PREFIX", "bull")
     app.config["ECHOMQ_QUEUES"] = {"orders": {"concurrency": 5, "shutdown_timeout": 10}}
+    # SHOP_OUTBOX=1: jobs go through the transactional outbox (written with the order)
+    app.config["ECHOMQ_OUTBOX"] = os.environ.get("SHOP_OUTBOX") == "1"
     os.makedirs(os.path.dirname(db_path), exist_ok=True)
     db.init_app(app)
     echomq.init_app(app)
 
     @app.cli.command("init-db")
     def init_db():
-        """Create the tables."""
+        """Create the tables (the shop's and the outbox's)."""
+        from echomq_gevent.contrib.outbox.sqlalchemy import metadata as outbox_metadata
+
         db.create_all()
+        outbox_metadata.create_all(db.engine)
 
     @app.post("/orders")
     def create_order():

@@ -84,5 +84,8 @@ if __name__ == "__main__":
     if sys.argv[2:] == ["init-db"]:
         with bootstrap(sys.argv[1]) as env:
             os.makedirs(os.path.join(os.path.dirname(os.path.abspath(sys.argv[1])), "var"), exist_ok=True)
+            from echomq_gevent.contrib.outbox.sqlalchemy import metadata as outbox_metadata
+
             Base.metadata.create_all(env["registry"]["engine"])
-        print(json.dumps({"created": list(Base.metadata.tables)}))
+            outbox_metadata.create_all(env["registry"]["engine"])  # for echomq.outbox = true
+        print(json.dumps({"created": list(Base.metadata.tables) + list(outbox_metadata.tables)}))

@@ -1,7 +1,9 @@
 """Helpers of the framework integration tests: a subprocess runner for the example
-projects' commands."""
+projects' commands, and the databases of the outbox tests (a throwaway PostgreSQL
+cluster for the session, a fresh database or SQLite file per test)."""
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Dict, List
 
@@ -36,3 +38,38 @@ def command():
     yield start
     for c in started:
         c.kill()
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A PostgreSQL cluster of the session's own (``tests/pg_server.py``); skipped
+    with the reason when PostgreSQL is not installed, failed under CI."""
+    from pg_server import pg_or_skip
+
+    server = pg_or_skip()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def outbox_engine(request, tmp_path):
+    """An SQLAlchemy engine on a fresh database (a SQLite file, or a new PostgreSQL
+    database of the session's cluster) with the outbox tables created."""
+    from sqlalchemy import create_engine
+
+    from echomq_gevent.contrib.outbox.sqlalchemy import metadata
+
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'outbox.sqlite3'}"
+    else:
+        server = request.getfixturevalue("pg_server")
+        url = server.create_database(f"outbox{os.getpid()}x{next(_databases)}")
+    engine = create_engine(url)
+    metadata.create_all(engine)
+    yield engine
+    engine.dispose()

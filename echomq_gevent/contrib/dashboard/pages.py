@@ -37,7 +37,9 @@ def overview(ui: Any, req: Request) -> Response:
             + ("<p>No queue found under this prefix.</p>" if not rows else
                f'<table id="queues"><tr><th>queue</th>{head}<th>workers</th><th>throughput</th></tr>'
                + "".join(rows) + "</table>"))
-    return ui.page(req, "Queues", body)
+    from .outbox import outbox_section
+
+    return ui.page(req, "Queues", body + outbox_section(ui, req))
 
 
 def queue(ui: Any, req: Request) -> Response:

@@ -24,7 +24,10 @@ module name imported from every installed app before the worker starts (default
 
 Enqueue from views with :func:`enqueue_on_commit` (after the transaction commits,
 nothing on rollback) or :func:`enqueue` (now); run the workers with ``python manage.py
-echomq_worker``. See ``docs/frameworks.md``.
+echomq_worker``. ``"outbox": True`` (or a mapping of outbox options) makes
+:func:`enqueue_on_commit` write the job into the ``echomq_outbox`` table in the
+transaction itself; the relay in the worker processes adds it to Redis once it commits
+(``echomq_gevent.contrib.outbox``). See ``docs/frameworks.md``.
 """
 from __future__ import annotations
 
@@ -45,13 +48,16 @@ log = logging.getLogger("echomq_gevent.django")
 #: The setting the integration reads.
 SETTING = "ECHOMQ"
 #: Keys of ``ECHOMQ`` besides the YAML file's.
-FRAMEWORK_KEYS = ("config", "discover")
+FRAMEWORK_KEYS = ("config", "discover", "outbox")
 DEFAULT_DISCOVER = "jobs"
 
 #: ``@processor(queue, job_name="*")``: declare a processor in an app's ``jobs`` module.
 processor = Processors("echomq_gevent.contrib.django.processors")
 
 _integration: Optional[Integration] = None
+#: the outbox of settings.ECHOMQ['outbox'] (None when it is off)
+_outbox: Any = None
+OUTBOX_KEY = "django"
 
 
 def _where(path: Tuple[Any, ...]) -> str:
@@ -59,6 +65,11 @@ def _where(path: Tuple[Any, ...]) -> str:
 
 
 def _settings_values() -> Tuple[Mapping[str, Any], Optional[str], str]:
+    values, config_path, discover, _outbox_value = _settings_all()
+    return values, config_path, discover
+
+
+def _settings_all() -> Tuple[Mapping[str, Any], Optional[str], str, Any]:
     from django.conf import settings
 
     values = getattr(settings, SETTING, None)
@@ -72,26 +83,58 @@ def _settings_values() -> Tuple[Mapping[str, Any], Optional[str], str]:
     if not isinstance(discover, str) or not discover.isidentifier():
         raise ConfigError(f"{_where(('discover',))} must be a module name such as 'jobs', got {discover!r}")
     rest = {k: v for k, v in values.items() if k not in FRAMEWORK_KEYS}
-    return rest, values.get("config"), discover
+    return rest, values.get("config"), discover, values.get("outbox")
 
 
 def integration() -> Integration:
     """The validated configuration from ``settings.ECHOMQ`` (built once per process).
     Raises ConfigError naming the setting that is wrong."""
-    global _integration
+    global _integration, _outbox
     if _integration is None:
-        values, config_path, _discover = _settings_values()
+        values, config_path, _discover, outbox_value = _settings_all()
         cfg = Integration.config_from(values, f"settings.{SETTING}", _where, config_path=config_path,
                                       config_setting=_where(("config",)))
         setting = f"{config_path}: queues" if config_path else _where(("queues",))
-        _integration = Integration(cfg, setting, [DjangoJobContext(), processor])
+        state = Integration(cfg, setting, [DjangoJobContext(), processor])
+        _outbox = _make_outbox(state, outbox_value)
+        _integration = state
     return _integration
+
+
+def _make_outbox(state: Integration, value: Any) -> Any:
+    """The registered outbox of ``settings.ECHOMQ['outbox']``, or None when it is off."""
+    from ..outbox import outbox_settings
+    from ..outbox.registry import Outbox, register, unregister
+
+    opts = outbox_settings(value, lambda path: _where(("outbox",) + tuple(path)))
+    if not opts.enabled:
+        unregister(OUTBOX_KEY)
+        return None
+    alias = opts.database or "default"
+
+    def make_db() -> Any:
+        from .outbox_db import DjangoDb
+
+        return DjangoDb(alias)
+    return register(Outbox(OUTBOX_KEY, opts, make_db, state.queue, f"Django outbox (database {alias!r})"))
+
+
+def outbox() -> Any:
+    """The :class:`~echomq_gevent.contrib.outbox.registry.Outbox` of the settings, or
+    ``None`` when ``settings.ECHOMQ['outbox']`` does not switch it on."""
+    integration()
+    return _outbox
 
 
 def reset() -> None:
     """Forget the configuration read from the settings (after they changed, e.g. in tests)."""
-    global _integration
+    global _integration, _outbox
     _integration = None
+    if _outbox is not None:
+        from ..outbox.registry import unregister
+
+        unregister(OUTBOX_KEY)
+    _outbox = None
 
 
 def queue(name: str) -> Any:
@@ -105,18 +148,37 @@ def enqueue(queue_name: str, name: str, data: Any = None, opts: Optional[Mapping
 
 
 def enqueue_on_commit(queue_name: str, name: str, data: Any = None, opts: Optional[Mapping[str, Any]] = None,
-                      using: Optional[str] = None) -> None:
+                      using: Optional[str] = None) -> Optional[str]:
     """Add a job once the current transaction of database ``using`` commits.
 
     Inside ``transaction.atomic()`` the job goes out after the outermost block commits
     (Django's ``transaction.on_commit``), and not at all when it rolls back (a savepoint
     rolled back drops the jobs asked for inside it). Outside a transaction (autocommit)
     it goes out at once. The queue name, job options and data are checked now.
+
+    With the outbox on, the job is written into ``echomq_outbox`` in that transaction
+    instead, and the relay adds it once the transaction commits; returns the job id it
+    will have (``opts['jobId']``, else ``outbox-<32 hex>``). Off, returns None.
     """
     from django.db import transaction
 
-    send = integration().deferred(queue_name, name, data, opts)
-    transaction.on_commit(send, using=using)
+    state = integration()
+    box = _outbox
+    if box is None:
+        send = state.deferred(queue_name, name, data, opts)
+        transaction.on_commit(send, using=using)
+        return None
+    alias = box.settings.database or "default"
+    if using is not None and using != alias:
+        raise ValueError(f"enqueue_on_commit(using={using!r}): the outbox table is in database {alias!r} "
+                         f"({_where(('outbox', 'database'))}); a row cannot join a transaction of {using!r}")
+    from ..outbox.rows import encode_row
+    from .outbox_db import write_row
+
+    params = encode_row(queue_name, name, state.checked(queue_name, name, data, opts), opts)
+    write_row(alias, params)
+    transaction.on_commit(box.wake, using=alias)
+    return params[4]
 
 
 def discover_modules() -> List[Any]:
@@ -144,7 +206,12 @@ def worker_plugins() -> List[Any]:
     """The plugins a worker of this Django project runs with: the per-job DB hygiene,
     the processor table and every discovered app module (which may implement hooks)."""
     modules = discover_modules()
-    return integration().plugins + [m for m in modules]
+    extra: List[Any] = []
+    if outbox() is not None:
+        from ..outbox.registry import RelayPlugin
+
+        extra.append(RelayPlugin())
+    return integration().plugins + extra + [m for m in modules]
 
 
 @contextlib.contextmanager

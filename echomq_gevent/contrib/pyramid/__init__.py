@@ -26,12 +26,16 @@ Run the workers with ``python -m echomq_gevent.contrib.pyramid development.ini``
 ``echomq.plugins``, ``echomq.plugin_paths``, ``echomq.entry_points``,
 ``echomq.logging.level|format``, ``echomq.defaults.<option>``, ``echomq.queues`` (names
 without options) and ``echomq.queues.<name>.<option>``; or ``echomq.config``: a YAML
-file to read instead. Values are typed as in YAML (``5``, ``true``). See
-``docs/frameworks.md``.
+file to read instead. Values are typed as in YAML (``5``, ``true``).
+``echomq.outbox = true`` (and ``echomq.outbox.<option>``) makes ``request.enqueue_job``
+write the job into the ``echomq_outbox`` table through the request's session
+(``request.dbsession``), in the request's transaction; the relay in the worker
+processes adds it once it commits. See ``docs/frameworks.md``.
 """
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 from ...errors import ConfigError
@@ -41,6 +45,9 @@ from ..frameworks import Integration, Processors, typed_ini_value
 __all__ = ["includeme", "processor", "job_request", "integration", "SETTINGS_PREFIX"]
 
 SETTINGS_PREFIX = "echomq."
+OUTBOX_SETTING = "echomq.outbox"
+#: where the relay finds its engine: ``sqlalchemy.engine_from_config(settings, prefix)``
+ENGINE_PREFIX_SETTING = "echomq.outbox.engine_prefix"
 REGISTRY_KEY = "echomq_gevent"
 #: settings whose value is a whitespace-separated list
 LIST_KEYS = ("plugins", "plugin_paths")
@@ -64,7 +71,7 @@ def values_from_settings(settings: Mapping[str, Any]) -> Tuple[Dict[str, Any], O
     values: Dict[str, Any] = {}
     config_path = None
     for key in sorted(settings):
-        if not key.startswith(SETTINGS_PREFIX):
+        if not key.startswith(SETTINGS_PREFIX) or key == OUTBOX_SETTING or key.startswith(OUTBOX_SETTING + "."):
             continue
         raw = settings[key]
         parts = key[len(SETTINGS_PREFIX):].split(".")
@@ -101,7 +108,65 @@ def integration_from_settings(settings: Mapping[str, Any], registry: Any = None)
                                   config_setting="echomq.config")
     setting = f"{config_path}: queues" if config_path else "echomq.queues"
     plugins = [PyramidJobContext(registry), processor] if registry is not None else [processor]
-    return Integration(cfg, setting, plugins)
+    state = Integration(cfg, setting, plugins)
+    state.outbox = _outbox(settings, state, getattr(registry, "__name__", "") if registry is not None else "")
+    if state.outbox is not None:
+        from ..outbox.registry import RelayPlugin
+
+        state.plugins.append(RelayPlugin())
+    return state
+
+
+def outbox_values(settings: Mapping[str, Any]) -> Tuple[Any, str]:
+    """The outbox's value (``echomq.outbox`` and ``echomq.outbox.<option>``) and the
+    engine prefix of the relay (``echomq.outbox.engine_prefix``, default ``sqlalchemy.``)."""
+    value: Any = None
+    options: Dict[str, Any] = {}
+    prefix = "sqlalchemy."
+    for key, raw in settings.items():
+        typed = typed_ini_value(raw) if isinstance(raw, str) else raw
+        if key == OUTBOX_SETTING:
+            value = typed
+        elif key == ENGINE_PREFIX_SETTING:
+            prefix = str(raw).strip()
+        elif key.startswith(OUTBOX_SETTING + "."):
+            options[key[len(OUTBOX_SETTING) + 1:]] = typed
+    if options:
+        if value is False:
+            options["enabled"] = False
+        elif value not in (None, True):
+            raise ConfigError(f"{OUTBOX_SETTING}: must be true or false, got {value!r}")
+        return options, prefix
+    return value, prefix
+
+
+def _outbox(settings: Mapping[str, Any], state: Integration, app_name: str) -> Any:
+    from ..outbox import outbox_settings
+    from ..outbox.registry import Outbox, register, unregister
+
+    value, engine_prefix = outbox_values(settings)
+    opts = outbox_settings(value, lambda path: ".".join([OUTBOX_SETTING, *map(str, path)]))
+    key = f"pyramid:{app_name}"  # the app's registry name: loading the app again replaces it
+    if not opts.enabled:
+        unregister(key)
+        return None
+    if not any(k.startswith(engine_prefix) for k in settings):
+        raise ConfigError(f"{OUTBOX_SETTING}: the relay builds its engine from the {engine_prefix}* settings "
+                          f"(sqlalchemy.engine_from_config), and none is set; set {engine_prefix}url or "
+                          f"{ENGINE_PREFIX_SETTING}")
+    engine_settings = {k: v for k, v in settings.items() if k.startswith(engine_prefix)}
+    engine: Dict[str, Any] = {}
+
+    def make_db() -> Any:
+        from sqlalchemy import engine_from_config
+
+        from ..outbox.sqlalchemy import SqlAlchemyDb
+
+        if engine.get("pid") != os.getpid():  # one engine per process, made after any fork
+            engine.update(pid=os.getpid(), engine=engine_from_config(engine_settings, engine_prefix))
+        return SqlAlchemyDb(engine["engine"], "the outbox of the Pyramid app")
+    label = f"Pyramid app {app_name!r} outbox" if app_name else "Pyramid app outbox"
+    return register(Outbox(key, opts, make_db, state.queue, label))
 
 
 def includeme(config: Any) -> None:
@@ -122,20 +187,60 @@ def integration(registry: Any) -> Integration:
 
 
 def enqueue_job(request: Any, queue: str, name: str, data: Any = None,
-                opts: Optional[Mapping[str, Any]] = None) -> None:
+                opts: Optional[Mapping[str, Any]] = None) -> Optional[str]:
     """``request.enqueue_job(queue, name, data, opts)``: with ``pyramid_tm`` the job is
     added after the request's transaction commits (none when it aborts or is doomed);
-    without it, at once. The queue, job options and data are checked now."""
-    send = integration(request.registry).deferred(queue, name, data, opts)
+    without it, at once. The queue, job options and data are checked now.
+
+    With ``echomq.outbox`` on, the job is written into ``echomq_outbox`` through the
+    request's session (``echomq.outbox.session``, default ``request.dbsession``) in the
+    request's transaction, and the relay adds it once that commits; returns the job id
+    it will have. Off, returns None."""
+    state = integration(request.registry)
+    if state.outbox is not None:
+        return _enqueue_outbox(request, state, queue, name, data, opts)
+    send = state.deferred(queue, name, data, opts)
     tm = _request_tm(request)
     if tm is None:
         send()
-        return
+        return None
 
     def after_commit(committed: bool) -> None:
         if committed:
             send()
     tm.get().addAfterCommitHook(after_commit)
+
+
+def _enqueue_outbox(request: Any, state: Integration, queue: str, name: str, data: Any,
+                    opts: Optional[Mapping[str, Any]]) -> str:
+    from ..frameworks import enqueue_after_commit
+    from ..outbox.rows import encode_row
+    from ..outbox.sqlalchemy import write_row
+
+    box = state.outbox
+    attr = box.settings.session
+    session = getattr(request, attr, None)
+    if session is None:
+        raise ConfigError(f"echomq.outbox.session: the request has no {attr!r} (the SQLAlchemy session the "
+                          f"outbox row is written with); add that request method or name yours")
+    params = encode_row(queue, name, state.checked(queue, name, data, opts), opts)
+    real = write_row(session, params)
+    tm = _request_tm(request)
+    if tm is None:
+        enqueue_after_commit(real, box.wake)
+        return params[4]
+    try:
+        from zope.sqlalchemy import mark_changed
+    except ImportError:  # pragma: no cover - pyramid_tm apps use zope.sqlalchemy
+        mark_changed = None
+    if mark_changed is not None:
+        mark_changed(real, transaction_manager=tm)  # a raw insert alone would leave it read-only
+
+    def after_commit(committed: bool) -> None:
+        if committed:
+            box.wake()
+    tm.get().addAfterCommitHook(after_commit)
+    return params[4]
 
 
 def _request_tm(request: Any) -> Any:

@@ -15,9 +15,13 @@ from typing import List, Optional  # noqa: E402
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m echomq_gevent.contrib.pyramid",
-                                description="Run (or show the status of) the job workers of a Pyramid app.")
+                                description="Run (or show the status of) the job workers of a Pyramid app; "
+                                            "'outbox list|retry|delete' for its outbox's parked rows.")
     p.add_argument("config_uri", help="the app's .ini file, e.g. development.ini (or development.ini#main)")
-    p.add_argument("command", nargs="?", choices=["worker", "status"], default="worker")
+    p.add_argument("command", nargs="?", choices=["worker", "status", "outbox"], default="worker")
+    p.add_argument("action", nargs="?", choices=["list", "retry", "delete"], help="outbox: what to do")
+    p.add_argument("ids", nargs="*", help="outbox retry/delete: row ids")
+    p.add_argument("--all", action="store_true", dest="all_rows", help="outbox retry: every parked row")
     p.add_argument("--queue", "-Q", action="append", default=[], dest="queues", help="only this queue (repeat)")
     p.add_argument("--check", action="store_true", help="validate, import the processors, ping Redis; exit")
     p.add_argument("--json", action="store_true", help="status as JSON")
@@ -42,6 +46,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         state = integration(env["registry"])
         if args.command == "status":
             return state.print_status(args.queues, as_json=args.json)
+        if args.command == "outbox":
+            from ..outbox.commands import parse_ids, run_outbox_command
+
+            try:
+                ids = parse_ids(args.ids)
+            except ValueError as exc:
+                print(f"echomq: {exc}", file=sys.stderr)
+                return 2
+            return run_outbox_command(state.outbox, args.action or "list", ids, args.all_rows, args.json)
         return state.run_worker(args.queues, check=args.check, log_level=args.log_level)
     except ConfigError as exc:
         print(f"echomq: configuration error: {exc}", file=sys.stderr)

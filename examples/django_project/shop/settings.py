@@ -34,4 +34,7 @@ ECHOMQ = {
     "queues": {
         "orders": {"concurrency": 5, "shutdown_timeout": 10},
     },
+    # SHOP_OUTBOX=1: jobs go through the transactional outbox (written with the order,
+    # in its transaction; the worker's relay adds them to Redis).
+    "outbox": os.environ.get("SHOP_OUTBOX") == "1",
 }

@@ -1,0 +1,101 @@
+"""The outbox's settings: one typed table, validated where the framework reads them.
+
+Each integration switches the outbox on with its own setting (``settings.ECHOMQ['outbox']``,
+``app.config['ECHOMQ_OUTBOX']``, ``echomq.outbox`` in the ``.ini``): ``True``, or a
+mapping of the options below (``{"batch_size": 200}`` switches it on too; ``False`` or
+``{"enabled": False}`` leaves it off). :func:`outbox_settings` checks the value and
+names the setting in its errors; :data:`OPTIONS` also feeds ``docs/configuration.md``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+
+from ...errors import ConfigError, close_matches
+
+__all__ = ["OutboxSettings", "OPTIONS", "outbox_settings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class OutboxSettings:
+    """What one app's outbox does (see :data:`OPTIONS` for each field's meaning)."""
+
+    enabled: bool = False
+    batch_size: int = 100
+    poll_interval: float = 1.0
+    keep_days: float = 0.0
+    max_age: float = 60.0
+    max_attempts: int = 10
+    lease: float = 10.0
+    relay: bool = True
+    database: Optional[str] = None
+    session: str = "dbsession"
+
+
+def _int_range(lo: int, hi: int) -> Callable[[Any], Optional[str]]:
+    def check(v: Any) -> Optional[str]:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            return f"must be a whole number from {lo} to {hi}"
+        return None
+    return check
+
+
+def _number_range(lo: float, hi: float, open_low: bool = False) -> Callable[[Any], Optional[str]]:
+    def check(v: Any) -> Optional[str]:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v > hi or (v <= lo if open_low else v < lo):
+            return f"must be a number {'above' if open_low else 'from'} {lo:g} {'and at most' if open_low else 'to'} {hi:g}"
+        return None
+    return check
+
+
+def _bool(v: Any) -> Optional[str]:
+    return None if isinstance(v, bool) else "must be true or false"
+
+
+def _name(v: Any) -> Optional[str]:
+    return None if v is None or (isinstance(v, str) and v) else "must be a non-empty name"
+
+
+#: name -> (check, doc). The defaults are :class:`OutboxSettings`'s.
+OPTIONS: Dict[str, Tuple[Callable[[Any], Optional[str]], str]] = {
+    "enabled": (_bool, "switch the outbox on (a mapping of options switches it on unless this is false)"),
+    "batch_size": (_int_range(1, 10000), "rows the relay moves to Redis per database transaction"),
+    "poll_interval": (_number_range(0.0, 3600.0, open_low=True),
+                      "seconds between two looks at the table when no wake-up came (the fallback)"),
+    "keep_days": (_number_range(0.0, 3650.0),
+                  "days an added row is kept (state 'added') before it is deleted; 0 deletes it at once"),
+    "max_age": (_number_range(0.0, 86400.0, open_low=True),
+                "seconds the oldest waiting row may be old before /_echomq/ready answers 503"),
+    "max_attempts": (_int_range(1, 1000),
+                     "tries of a row whose add fails for an unknown reason before it is parked"),
+    "lease": (_number_range(1.0, 3600.0),
+              "seconds a relay holds the relay lease on a database without row locks (SQLite)"),
+    "relay": (_bool, "run the relay in this app's worker processes (false: another process relays)"),
+    "database": (_name, "Django: the database alias of the outbox table (default 'default')"),
+    "session": (_name, "Pyramid: the request attribute of the SQLAlchemy session (default 'dbsession')"),
+}
+
+
+def outbox_settings(value: Any, where: Callable[[Tuple[Any, ...]], str]) -> OutboxSettings:
+    """The checked settings from a framework's ``outbox`` setting (``None``: off).
+
+    ``where(path)`` spells the setting for an error (``where(("batch_size",))`` ->
+    ``settings.ECHOMQ['outbox']['batch_size']``). Raises ConfigError naming it."""
+    if value is None or value is False:
+        return OutboxSettings()
+    if value is True:
+        return OutboxSettings(enabled=True)
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where(())}: must be true, false or a mapping of outbox options "
+                          f"({', '.join(OPTIONS)}), got {value!r}")
+    fields: Dict[str, Any] = {"enabled": True}
+    for key, v in value.items():
+        if key not in OPTIONS:
+            near = close_matches(str(key), OPTIONS)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; the options are {', '.join(OPTIONS)}"
+            raise ConfigError(f"{where((key,))}: unknown outbox option {key!r}{hint}")
+        problem = OPTIONS[key][0](v)
+        if problem:
+            raise ConfigError(f"{where((key,))}: {problem}, got {v!r}")
+        fields[key] = float(v) if isinstance(OutboxSettings.__dataclass_fields__[key].default, float) else v
+    return OutboxSettings(**fields)
