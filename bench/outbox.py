@@ -1,0 +1,209 @@
+"""``python -m bench.run --outbox``: enqueueing through the transactional outbox on
+PostgreSQL against plain after-commit enqueueing (``make bench`` runs it after the
+worker cases when PostgreSQL is installed).
+
+Each run starts C writer greenlets in a gevent-patched process (``drivers/outbox_enqueue.py``)
+that commit N transactions of one order row and one job each, on a throwaway PostgreSQL
+cluster (``tests/pg_server.py``) and the harness's Redis:
+
+* ``enqueue_on_commit``: the session's after-commit hook adds the job (the outbox off);
+* ``outbox``: the row is written in the transaction and a relay in another process
+  (``drivers/outbox_relay.py``, woken by LISTEN/NOTIFY) adds it.
+
+Reported per mode (medians over the rounds, the modes alternating): transactions/s of
+the writers, jobs/s end to end (N over the time from the first write to the last job in
+Redis), and p50/p99 of commit-to-added: from the moment the writer's ``commit()``
+returned (its clock) to the job's ``added`` event in the queue's stream (Redis's clock,
+millisecond ids; the same machine). Writes ``outbox.md`` and ``outbox.json``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from typing import Any, Dict, List, Optional
+
+from .harness import Bench, BenchError
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+DRIVERS = os.path.join(HERE, "drivers")
+MODES = ("enqueue_on_commit", "outbox")
+
+
+def _pg_module() -> Any:
+    """``tests/pg_server.py`` by path (the test tree is not a package)."""
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    spec = importlib.util.spec_from_file_location("echomq_bench_pg_server", os.path.join(ROOT, "tests", "pg_server.py"))
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+def missing() -> Optional[str]:
+    """Why the outbox case cannot run here, or None."""
+    try:
+        import psycopg2  # noqa: F401
+        import sqlalchemy  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed (pip install -e '.[test]')"
+    if _pg_module().find_pg_bin() is None:
+        return "no PostgreSQL server binaries (apt-get install postgresql)"
+    return None
+
+
+def _env() -> Dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _percentile(values: List[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
+
+
+def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int = 0) -> Dict[str, Any]:
+    import redis
+    from sqlalchemy import create_engine
+
+    prefix = "ob" + uuid.uuid4().hex[:8]
+    queue = "orders"
+    engine = create_engine(db_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("TRUNCATE bench_orders, echomq_outbox")
+    engine.dispose()
+    cfg = {"db": db_url, "url": bench.url, "prefix": prefix, "queue": queue, "n": n, "c": c,
+           "interval_ms": interval_ms,
+           "mode": "outbox" if mode == "outbox" else "on_commit"}
+    relay = None
+    if mode == "outbox":
+        relay = subprocess.Popen([sys.executable, os.path.join(DRIVERS, "outbox_relay.py"), json.dumps(cfg)],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+        line = relay.stdout.readline() if relay.stdout else ""
+        if "ready" not in line:
+            relay.kill()
+            raise BenchError(f"the bench relay did not start: {relay.stderr.read() if relay.stderr else ''}")
+        time.sleep(0.3)  # its LISTEN connection opens right after "ready"
+    client = redis.Redis.from_url(bench.url, decode_responses=True)
+    events = f"{prefix}:{queue}:events"
+    try:
+        res = subprocess.run([sys.executable, os.path.join(DRIVERS, "outbox_enqueue.py"), json.dumps(cfg)],
+                             capture_output=True, text=True, env=_env(), timeout=600)
+        if res.returncode != 0:
+            raise BenchError(f"the bench writers failed: {res.stderr[-2000:]}")
+        out = json.loads(res.stdout.strip().splitlines()[-1])
+        deadline = time.monotonic() + 120
+        added: Dict[str, float] = {}
+        last = "-"
+        while len(added) < n:
+            for entry_id, fields in client.xrange(events, min=f"({last}" if last != "-" else "-"):
+                last = entry_id
+                if fields.get("event") == "added":
+                    added[fields["jobId"]] = float(entry_id.split("-")[0])
+            if len(added) >= n:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"only {len(added)} of {n} jobs were added within 120 s ({mode})")
+            time.sleep(0.01)
+    finally:
+        if relay is not None:
+            relay.terminate()
+            relay.wait(10)
+        for key in client.scan_iter(match=f"{prefix}:*"):
+            client.delete(key)
+        client.close()
+    committed: Dict[str, float] = out["committed"]
+    lat = [max(0.0, added[j] - t) for j, t in committed.items() if j in added]
+    return {"mode": mode, "n": n, "c": c, "interval_ms": interval_ms, "writes_per_s": n / out["wall_s"],
+            "jobs_per_s": n / max(1e-9, (max(added.values()) - out["start_ms"]) / 1000.0),
+            "p50_ms": _percentile(lat, 0.5), "p99_ms": _percentile(lat, 0.99), "load1": os.getloadavg()[0]}
+
+
+def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, idle_n: int = 200,
+                   idle_interval_ms: int = 20) -> Dict[str, Any]:
+    """Start PostgreSQL, run both modes ``rounds`` times alternating, under load (``n``
+    transactions from ``c`` writers) and idle (``idle_n`` transactions one at a time,
+    ``idle_interval_ms`` apart); the medians."""
+    pg = _pg_module().PostgresServer().start()
+    try:
+        pg.wait_ready()
+        db_url = pg.create_database("bench")
+        from sqlalchemy import create_engine
+
+        from echomq_gevent.contrib.outbox.sqlalchemy import metadata
+
+        engine = create_engine(db_url)
+        metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE bench_orders (id serial PRIMARY KEY, n integer NOT NULL)")
+        engine.dispose()
+        with pg_version_conn(pg) as version:
+            pg_version = version
+        runs: List[Dict[str, Any]] = []
+        for r in range(rounds):
+            for mode in (MODES if r % 2 == 0 else tuple(reversed(MODES))):
+                for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
+                    row = _one(bench, db_url, mode, *args)
+                    row["load"] = load
+                    bench.log(f"bench outbox: {mode} {load} round {r + 1}: {row['writes_per_s']:.0f} tx/s, "
+                              f"{row['jobs_per_s']:.0f} jobs/s, p50 {row['p50_ms']:.1f} ms, "
+                              f"p99 {row['p99_ms']:.1f} ms")
+                    runs.append(row)
+    finally:
+        pg.stop()
+    summary: Dict[str, Any] = {}
+    for load in ("load", "idle"):
+        for mode in MODES:
+            rows = [r for r in runs if r["mode"] == mode and r["load"] == load]
+            summary[f"{mode} {load}"] = {k: statistics.median(r[k] for r in rows)
+                                         for k in ("writes_per_s", "jobs_per_s", "p50_ms", "p99_ms")}
+    return {"runs": runs, "summary": summary, "n": n, "c": c, "idle_n": idle_n, "idle_interval_ms": idle_interval_ms,
+            "rounds": rounds, "postgres": pg_version, "redis": bench.redis_version}
+
+
+class pg_version_conn:
+    def __init__(self, pg: Any) -> None:
+        self.pg = pg
+
+    def __enter__(self) -> str:
+        import psycopg2
+
+        self.conn = psycopg2.connect(self.pg.dsn)
+        with self.conn.cursor() as cur:
+            cur.execute("SHOW server_version")
+            return str(cur.fetchone()[0])
+
+    def __exit__(self, *exc: Any) -> None:
+        self.conn.close()
+
+
+def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
+    s = result["summary"]
+    base, ob = s["enqueue_on_commit load"], s["outbox load"]
+    loads = [r["load1"] for r in result["runs"]]
+    lines = [
+        "# Enqueue through the outbox (PostgreSQL) against enqueue_on_commit", "",
+        f"{meta['date']}; {meta['cpu']} ({meta['machine']}); PostgreSQL {result['postgres']} (fsync off, "
+        f"throwaway cluster), Redis {result['redis']}; load average {min(loads):.2f}-{max(loads):.2f} "
+        f"(a shared machine: other work moves these figures). Under load: {result['n']} transactions "
+        f"of one order row and one job from {result['c']} writer greenlets; idle: {result['idle_n']} "
+        f"transactions one at a time, {result['idle_interval_ms']} ms apart. Median of {result['rounds']} "
+        "rounds, the modes alternating. Commit-to-added: from the writer calling commit() to the job's "
+        "added event (millisecond stream ids; the relay in a process of its own, woken by NOTIFY).", "",
+        "| mode | transactions/s | jobs/s end to end | commit-to-added p50 | p99 |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for key, r in s.items():
+        tps = f"{r['writes_per_s']:,.0f}" if key.endswith("load") else "(spaced)"
+        jps = f"{r['jobs_per_s']:,.0f}" if key.endswith("load") else "(spaced)"
+        lines.append(f"| {key} | {tps} | {jps} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms |")
+    lines += ["", f"Ratios outbox / enqueue_on_commit: transactions/s {ob['writes_per_s'] / base['writes_per_s']:.2f}, "
+                  f"jobs/s {ob['jobs_per_s'] / base['jobs_per_s']:.2f}.", ""]
+    return "\n".join(lines)
