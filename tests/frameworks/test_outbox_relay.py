@@ -256,3 +256,32 @@ def test_postgresql_relays_in_commit_order_not_insert_order(pg_server, declared)
         if relay.listener is not None:
             relay.listener.close()
         engine.dispose()
+
+
+def test_a_row_failing_for_an_unknown_reason_is_tried_again_later_then_parked(outbox_engine, declared, redis_url,
+                                                                              prefix, wait_for):
+    """A queue whose id counter Redis holds as a hash (a foreign writer's damage): its
+    add fails with WRONGTYPE before it writes anything. The row is counted and tried
+    again after a pause of 0.1-2 s (not at the next poll, nor back to back), parked
+    after max_attempts naming the error, while the other queue's rows go out."""
+    import redis
+    from sqlalchemy.orm import Session
+
+    raw = redis.Redis.from_url(redis_url)
+    raw.hset(f"{prefix}:mails:id", "not", "a counter")
+    with Session(outbox_engine) as s:
+        _write(s, "mails", "hello", {"n": 1})
+        ok = _write(s, "orders", "ok", {"n": 2})
+        s.commit()
+    relay = _relay(outbox_engine, declared, max_attempts=3, poll_interval=60.0).start()
+    try:
+        wait_for(lambda: [r[1] for r in _rows(outbox_engine)] == [2], timeout=15,
+                 what="the failing row to be parked after 3 tries", details=lambda: _rows(outbox_engine))
+    finally:
+        relay.stop()
+    (row,) = _rows(outbox_engine)
+    assert "failed 3 times" in row[3] and "WRONGTYPE" in row[3], row
+    assert relay.counts["retried"] == 2 and relay.counts["parked"] == 1
+    assert _waiting(declared("orders")) == [(ok, {"n": 2})]
+    assert declared("mails").count() == 0
+    raw.close()

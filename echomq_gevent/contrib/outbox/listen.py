@@ -3,14 +3,15 @@
 Every outbox insert on PostgreSQL runs ``pg_notify('echomq_outbox', <row id>)`` in the
 app's transaction; PostgreSQL sends it when (and only if) the transaction commits, in
 commit order. :class:`Listener` holds a connection of its own in autocommit, listening
-on that channel; the relay waits on its socket (a gevent-patched ``select``, so the
-wait yields) and reads the ids. Driver: psycopg2 (``conn.poll()`` / ``conn.notifies``).
+on that channel; the relay waits on its socket with gevent's ``select`` (the wait
+yields to the hub whether or not the process is monkey-patched) and reads the ids. Driver: psycopg2 (``conn.poll()`` / ``conn.notifies``).
 With another driver :func:`supported` is False and the relay polls instead.
 """
 from __future__ import annotations
 
-import select
 from typing import Any, Callable, List
+
+from gevent import select as gselect
 
 from .rows import CHANNEL
 
@@ -64,7 +65,7 @@ class Listener:
 
     def wait(self, timeout: float) -> List[int]:
         """Wait up to ``timeout`` s for a notification; the ids read (maybe none)."""
-        ready, _, _ = select.select([self.conn], [], [], timeout)
+        ready, _, _ = gselect.select([self.conn], [], [], timeout)
         return self.drain() if ready else []
 
     def close(self) -> None:

@@ -340,6 +340,13 @@ class Relay:
                 log.warning("%s: Redis takes jobs again after %.1f s; the outbox rows are going out", self.label,
                             time.monotonic() - self.redis_down_since)
                 self.redis_down_since = None
+            if result.retried and not result.full:
+                # rows that failed for an unknown reason are tried again after a pause, as
+                # after a Redis error: max_attempts then spans seconds, not a burst of
+                # passes (a row still notified), nor max_attempts polls (one that is not)
+                backoff = min(BACKOFF_MAX, max(BACKOFF_MIN, backoff * 2))
+                self._pause(backoff)
+                continue
             backoff = 0.0
             if result.leader and (result.full or self.order.more):
                 gevent.sleep(0)
