@@ -7,7 +7,7 @@ import re
 
 from echomq_gevent.protocol.scripts import ADD_SCRIPTS, RESEND_SAFE, library
 
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "docs",
                    "reliability.md")
 
 

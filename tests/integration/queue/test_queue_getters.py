@@ -7,7 +7,7 @@ import pytest
 from echomq_gevent import Queue
 from echomq_gevent.errors import JobLockMismatch, JobNotExist
 
-from queue_helpers import TOKEN, take
+from integration.queue_helpers import TOKEN, take
 from integration.worker_helpers import make_worker, running
 
 KEEP_LAST = {"id": "kl", "keepLastIfActive": True, "ttl": 5000}

@@ -480,7 +480,7 @@ def test_unresolvable_names_are_refused(modules, text, line, key, words):
 
 
 def test_shipped_conf_is_valid():
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     cfg = load_config(os.path.join(root, "conf", "worker.yaml"), env={})
     assert cfg.redis.embedded
     assert cfg.queues

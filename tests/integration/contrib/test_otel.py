@@ -21,7 +21,7 @@ from echomq_gevent.contrib.otel import OtelPlugin, extract_context, producer_plu
 from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
 from waiting import wait_until as wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture

@@ -222,7 +222,7 @@ def test_the_guide_examples_run(redis_url, prefix, capsys):
     the block that starts a worker forever is only compiled)."""
     import os
     import re
-    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "docs",
                        "schedulers.md")
     with open(doc, encoding="utf-8") as fh:
         blocks = re.findall(r"```python\n(.*?)```", fh.read(), re.S)

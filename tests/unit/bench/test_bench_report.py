@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
 from bench import report  # noqa: E402
 from bench.harness import RedisSnapshot, command_delta, machine_cpu_s, other_cpu_pct, percentile  # noqa: E402

@@ -9,8 +9,8 @@ import os
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CASES = os.path.join(ROOT, "tests", "integration", "pipelined_cases.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+CASES = os.path.join(ROOT, "tests", "integration", "connection", "pipelined_cases.py")
 _RUN = ("from gevent import monkey; monkey.patch_all()\n"
         "import sys, pytest\n"
         "sys.exit(pytest.main(sys.argv[1:]))\n")

@@ -18,7 +18,7 @@ from echomq_gevent.queue.queue import Queue
 
 from target import PYTHON
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 LOGGING = "echomq_gevent.contrib.logging"
 PROMETHEUS = "echomq_gevent.contrib.prometheus"
 DEMO = "echomq_gevent.contrib.demo"

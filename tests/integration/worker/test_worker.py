@@ -273,7 +273,7 @@ def test_docs_list_every_worker_option():
 
     from echomq_gevent.worker.options import WORKER_OPTIONS
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "worker.md")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "docs", "worker.md")
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
     missing = [name for name in WORKER_OPTIONS if f"| `{name}` |" not in text]

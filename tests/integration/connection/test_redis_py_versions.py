@@ -12,7 +12,7 @@ import sys
 import pytest
 from test_pipelined_connection import run_cases
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _allowed_redis() -> str:
@@ -47,7 +47,7 @@ def test_kept_connection_across_allowed_redis_py(tmp_path, redis_url, requiremen
     if expected is not None:
         assert version.stdout.strip() == expected
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          os.path.join(ROOT, "tests", "integration", "test_kept_connection.py")],
+                          os.path.join(ROOT, "tests", "integration", "connection", "test_kept_connection.py")],
                          env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert run.returncode == 0, (f"with redis-py {version.stdout.strip()}:\n"
                                  f"{run.stdout[-4000:]}\n{run.stderr[-2000:]}")

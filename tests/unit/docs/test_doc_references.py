@@ -6,7 +6,7 @@ import glob
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 CITE = re.compile(r'docs/protocol\.md,?\s+"([^"]+)"')
 OLD_STYLE = re.compile(r"protocol\s+§\s*\d")
 

@@ -10,7 +10,7 @@ import gevent
 from echomq_gevent import Worker
 from echomq_gevent.plugins.hookspecs import hookimpl
 
-from worker_helpers import host_with, running
+from integration.worker_helpers import host_with, running
 
 
 class Context:

@@ -17,7 +17,7 @@ from echomq_gevent.host.config import (
 )
 from echomq_gevent.worker.options import WORKER_OPTIONS
 
-DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "docs",
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))), "docs",
                    "configuration.md")
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-DRIVERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+DRIVERS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))),
                        "bench", "drivers")
 CHILD = ("import resource, sys; sys.path.insert(0, sys.argv[1]); from peak_rss import peak_rss_mb; "
          "print(peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)")
