@@ -27,8 +27,6 @@ pytestmark = [
         not shutil.which("node") or not os.path.isdir(os.path.join(ROOT, "tests", "node_modules", "bullmq")),
         reason="the harness pre-loads jobs with Node bullmq (cd tests && npm ci)",
     ),
-    pytest.mark.skipif(not os.path.exists(os.path.join(ROOT, "echomq_gevent", "worker.py")),
-                       reason="echomq_gevent/worker.py is not there yet"),
 ]
 
 
