@@ -11,7 +11,7 @@ of pyenv's installed versions (``$PYENV_ROOT`` or ``~/.pyenv``), which are put i
 A session whose interpreter is missing is skipped with a message naming it, so the
 matrix runs on a machine without pyenv too (with fewer sessions). The tests use their
 own throwaway redis-server (``tests/redis_server.py``), and the Redis Cluster tests
-(``tests/integration/test_cluster*.py``) their own cluster built with ``redis-cli``: both
+(``tests/integration/connection/test_cluster*.py``) their own cluster built with ``redis-cli``: both
 must be on PATH (each session prints their versions, and fails when one is missing), so
 the cluster code is proved on the lowest redis-py too (4.6, whose slot map has no
 ``move_slot``). The Node interop, end-to-end and benchmark tests are left to
@@ -57,4 +57,4 @@ def tests(session: nox.Session, deps: str) -> None:
     session.run("redis-server", "--version", external=True)
     session.run("redis-cli", "--version", external=True)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/unit", "tests/integration",
-                "--ignore", "tests/integration/test_bench_smoke.py", *session.posargs)
+                "--ignore", "tests/integration/bench/test_bench_smoke.py", *session.posargs)

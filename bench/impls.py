@@ -72,9 +72,9 @@ class Impl:
         elif self.key == "ours":
             if not os.access(ours_python(), os.X_OK):
                 return f"ECHOMQ_BENCH_OURS_PYTHON={ours_python()} is not an executable"
-            module = "worker.py" if role == "worker" else "queue.py"
-            if not os.path.exists(os.path.join(ROOT, "echomq_gevent", module)):
-                return f"echomq_gevent/{module} does not exist yet"
+            module = "worker/worker.py" if role == "worker" else "queue/queue.py"
+            if not os.path.exists(os.path.join(ROOT, "echomq_gevent", *module.split("/"))):
+                return f"echomq_gevent/{module} does not exist"
         return None
 
 

@@ -25,8 +25,8 @@ is named once in :class:`_RedisPy`:
 * ``Redis.connection`` (set for ``single_connection_client=True``);
 * ``hiredis.pack_command``, the C packer redis-py itself uses when hiredis is installed.
 
-``tests/integration/test_kept_connection.py`` runs against every redis-py version the
-package allows at its ends (``tests/integration/test_redis_py_versions.py``).
+``tests/integration/connection/test_kept_connection.py`` runs against every redis-py version the
+package allows at its ends (``tests/integration/connection/test_redis_py_versions.py``).
 """
 from __future__ import annotations
 

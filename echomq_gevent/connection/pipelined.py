@@ -26,8 +26,8 @@ answers are outstanding:
   instead of answering the whole wave late. Under steady load (the connection never
   quiet, or a burst past :data:`BURST` requests) there is no window: every turn's calls
   go at once. There a window would hold calls back while Redis could run them, and
-  cost more wake-ups on a worker whose CPU is busy. See ``docs/performance.md`` for the
-  measurements.
+  cost more wake-ups on a worker whose CPU is busy. The measurements are in
+  ``bench/results/history.md`` (the runs of f1d0eee and 996c99c).
 * **Reading.** Answers come back in the order the calls were written. A lone caller
   reads its own answer; otherwise one reader greenlet reads them as they arrive and
   wakes each caller as soon as its own answers are in, while the rest are still being

@@ -4,7 +4,7 @@
 line with ``^`` carets. To place them it walks the code object's positions up to the
 failing instruction of every frame and parses the source line again: on the worker's
 own frames that came to about 0.3 ms a failure, a fifth of the worker's instructions in
-a run where one job in ten fails once (docs/performance.md). :func:`format_failure`
+a run where one job in ten fails once (bench/results/history.md, 029bbda). :func:`format_failure`
 writes the same text without the caret lines, from the frames' line numbers alone (and
 what Python 3.9 and 3.10 wrote anyway): the frames, their source lines, chained causes
 and contexts, the exception and its notes.
