@@ -133,6 +133,8 @@ class Settler:
 
     def __init__(self, ctx: WorkerContext, concurrency: int) -> None:
         self.ctx = ctx
+        #: the public Worker, as plugin hooks and the failure policy receive it
+        self.worker = ctx.worker
         self.scripts = ctx.scripts
         self.plugins = ctx.plugins
         self.counters = ctx.counters
@@ -322,7 +324,7 @@ class Settler:
         job.finished_on = finished[0]
         job.attempts_made += 1
         self.counters["completed"] += 1
-        self.plugins.notify("echomq_job_completed", worker=self.ctx.worker, job=job, result=result,
+        self.plugins.notify("echomq_job_completed", worker=self.worker, job=job, result=result,
                             duration_ms=(time.monotonic() - slot.started) * 1000.0)
         return res if fetch else NO_NEXT
 
@@ -333,7 +335,7 @@ class Settler:
         :func:`~echomq_gevent.plugins.builtin.default_failure_decision` last). When no
         implementation answers (a plugin host built without the built-ins, or a policy
         that raised), the built-in rule is applied directly."""
-        worker = self.ctx.worker
+        worker = self.worker
         decision = self.plugins.failure_decision(worker, job, err)
         if not isinstance(decision, FailureDecision):
             decision = default_failure_decision(worker, job, err)
@@ -379,13 +381,13 @@ class Settler:
             if ttl and ttl > 0:
                 self.hints.limit(now_ms() + int(ttl))
             self.hints.put_back()
-            self.plugins.notify("echomq_job_moved", worker=ctx.worker, job=job, state="wait", error=err)
+            self.plugins.notify("echomq_job_moved", worker=self.worker, job=job, state="wait", error=err)
             return NO_NEXT
         if isinstance(err, (DelayedError, WaitingChildrenError)) or type(err).__name__ in _MOVED_BY_PROCESSOR:
             slot.phase = "finishing"
             if ctx.locks is not None:
                 ctx.locks.untrack(job.id, token)
-            self.plugins.notify("echomq_job_moved", worker=ctx.worker, job=job, state=_moved_state(err), error=err)
+            self.plugins.notify("echomq_job_moved", worker=self.worker, job=job, state=_moved_state(err), error=err)
             if not fetch:
                 return NO_NEXT
             try:
@@ -426,7 +428,7 @@ class Settler:
             else:
                 self.hints.put_back()
             self.counters["retried"] += 1
-            self.plugins.notify("echomq_job_retried", worker=ctx.worker, job=job, error=err, delay_ms=delay)
+            self.plugins.notify("echomq_job_retried", worker=self.worker, job=job, error=err, delay_ms=delay)
             return res if fetch else NO_NEXT
 
         if action == "move" and target_queue:
@@ -445,7 +447,7 @@ class Settler:
         job.attempts_made += 1
         job.finished_on = now
         self.counters["failed"] += 1
-        self.plugins.notify("echomq_job_failed", worker=ctx.worker, job=job, error=err)
+        self.plugins.notify("echomq_job_failed", worker=self.worker, job=job, error=err)
         return res if fetch else NO_NEXT
 
     def _unwritable(self, slot: Slot, exc: "_Unwritable") -> Any:
@@ -484,7 +486,7 @@ class Settler:
                       "of any worker will move it back to wait", self.queue_name, job.id, exc)
         else:
             self.counters["handed_back"] += 1
-            self.plugins.notify("echomq_job_handed_back", worker=ctx.worker, job=job)
+            self.plugins.notify("echomq_job_handed_back", worker=self.worker, job=job)
         finally:
             if ctx.locks is not None:
                 ctx.locks.untrack(job.id, slot.token)
@@ -497,4 +499,4 @@ class Settler:
         slot.lock_lost = True
         self.counters["lock_lost"] += 1
         log.debug("queue %r: job %s lost its lock: %s", self.queue_name, slot.job.id, how)
-        self.plugins.notify("echomq_job_lock_lost", worker=self.ctx.worker, job=slot.job)
+        self.plugins.notify("echomq_job_lock_lost", worker=self.worker, job=slot.job)

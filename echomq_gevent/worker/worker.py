@@ -19,8 +19,8 @@ state, made here with what it needs (the shared part is one documented object,
 Around it: locks are renewed from a native thread (:mod:`.locks`), stalled jobs are
 recovered (:mod:`.stalled`), the hub is watched (:mod:`.hub`), processors run on the
 greenlet or in a thread pool (:mod:`.runtime`), and retries follow BullMQ 6.7.0's rules
-(:mod:`.backoff`). Redis is reached only through :class:`~echomq_gevent.protocol.scripts.Scripts`.
-``docs/worker.md`` describes the guarantees.
+(:mod:`~echomq_gevent.protocol.backoff`). Redis is reached only through
+:class:`~echomq_gevent.protocol.scripts.Scripts`. ``docs/worker.md`` describes the guarantees.
 """
 from __future__ import annotations
 
