@@ -1,7 +1,9 @@
 """Cancelling jobs a worker is running (Node's ``worker.cancelJob`` / ``cancelAllJobs``).
 
-:class:`Cancelling` is a mixin of :class:`~echomq_gevent.worker.Worker`. A cancelled
-job's processor is stopped the way its runtime allows:
+:class:`Canceller` is the part of a :class:`~echomq_gevent.worker.Worker` that does it,
+made with the worker's :class:`~echomq_gevent.worker.context.WorkerContext` (it looks the
+job up in ``ctx.active`` and asks ``ctx.runtime`` how processors run). A cancelled job's
+processor is stopped the way its runtime allows:
 
 * on its greenlet (the default), :class:`~echomq_gevent.errors.JobCancelled` is raised
   inside the processor at its next cooperative switch (I/O, ``gevent.sleep``). The
@@ -18,25 +20,25 @@ is cancelled the same way, and its outcome is discarded: another worker owns it 
 from __future__ import annotations
 
 import logging
-from typing import Any, Dict, Optional
+from typing import Optional
 
 import gevent
 
 from ..errors import EchoMQError, JobCancelled
+from .context import WorkerContext
 from .slots import Slot
 
 log = logging.getLogger("echomq_gevent.worker")
 
-__all__ = ["Cancelling"]
+__all__ = ["Canceller"]
 
 
-class Cancelling:
-    """Mixin of :class:`~echomq_gevent.worker.Worker` (uses ``_active``, ``_runtime``,
-    ``queue_name``)."""
+class Canceller:
+    """Cancels the running jobs of one :class:`~echomq_gevent.worker.Worker`; no state of
+    its own."""
 
-    _active: Dict[str, Slot]
-    _runtime: Any
-    queue_name: str
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
 
     def cancel_job(self, job_id: str, reason: Optional[str] = None) -> None:
         """Cancel the job ``job_id`` this worker is running (see the module notes).
@@ -49,29 +51,31 @@ class Cancelling:
             raise ValueError(f"cancel_job: job_id must be a non-empty string, got {job_id!r}")
         if reason is not None and not isinstance(reason, str):
             raise ValueError(f"cancel_job: reason must be a string or None, got {reason!r}")
-        slot = self._active.get(job_id)
+        active = self.ctx.active
+        slot = active.get(job_id)
         if slot is None or slot.phase != "running":
             state = "is being settled" if slot is not None else "is not active on this worker"
-            raise EchoMQError(f"cannot cancel job {job_id} of queue {self.queue_name!r}: it {state} "
-                              f"({len(self._active)} job(s) running here)")
-        self._cancel_slot(slot, reason)
+            raise EchoMQError(f"cannot cancel job {job_id} of queue {self.ctx.queue_name!r}: it {state} "
+                              f"({len(active)} job(s) running here)")
+        self.cancel_slot(slot, reason)
 
     def cancel_all_jobs(self, reason: Optional[str] = None) -> int:
         """Cancel every job this worker is running; returns how many were cancelled."""
         if reason is not None and not isinstance(reason, str):
             raise ValueError(f"cancel_all_jobs: reason must be a string or None, got {reason!r}")
-        slots = [slot for slot in self._active.values() if slot.phase == "running"]
+        slots = [slot for slot in self.ctx.active.values() if slot.phase == "running"]
         for slot in slots:
-            self._cancel_slot(slot, reason)
+            self.cancel_slot(slot, reason)
         return len(slots)
 
-    def _cancel_slot(self, slot: Slot, reason: Optional[str]) -> None:
-        """Flag the job and, on the greenlet runtime, interrupt its processor."""
+    def cancel_slot(self, slot: Slot, reason: Optional[str]) -> None:
+        """Flag the job and, on the greenlet runtime, interrupt its processor (also used
+        when the job's lock is lost)."""
         if slot.job.cancelled:
             return
         slot.job.mark_cancelled(reason)
-        log.info("queue %r: job %s cancelled%s", self.queue_name, slot.job.id, f" ({reason})" if reason else "")
-        if getattr(self._runtime, "name", None) != "greenlet":
+        log.info("queue %r: job %s cancelled%s", self.ctx.queue_name, slot.job.id, f" ({reason})" if reason else "")
+        if getattr(self.ctx.runtime, "name", None) != "greenlet":
             return
         exc = JobCancelled(reason)
 

@@ -11,28 +11,43 @@ job calls ``moveToFinished`` with fetch-next, so a busy slot is refilled in the 
 round trip and the same greenlet (:meth:`FetchLoop._run_slot`). When nothing is waiting
 the loop blocks on the marker ZSET (``BZPOPMIN``, ``drain_delay``) on its own
 connection, honouring delay markers; rate limited, it sleeps the limiter TTL; with a
-delayed job pending, it wakes at its due time. A gevent Event (``_kick``) wakes it the
-moment a slot frees or a state changes; it never spins.
+delayed job pending, it wakes at its due time. A gevent Event (``hints.kick``) wakes it
+the moment a slot frees or a state changes; it never spins.
 
-:class:`FetchLoop` is a part of :class:`~echomq_gevent.worker.Worker` (a mixin); the
-settling of a job's outcome is in :mod:`.worker_settle`.
+:class:`FetchLoop` is the part of a :class:`~echomq_gevent.worker.Worker` that does this.
+The Worker makes it with its :class:`~echomq_gevent.worker.context.WorkerContext`, its
+:class:`~echomq_gevent.worker.settle.Settler` (which writes each job's outcome and returns
+the fetch-next answer) and its processor. It owns the loop's state, the job pool, the
+marker wait and its blocking connection; the lifecycle (:mod:`.lifecycle`) calls
+:meth:`FetchLoop.setup`, :meth:`FetchLoop.run`, :meth:`FetchLoop.stop` and
+:meth:`FetchLoop.teardown`.
 """
 from __future__ import annotations
 
+import base64
+import itertools
 import logging
 import time
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 import gevent
+import gevent.event
+import gevent.pool
+import redis
 
 from ..errors import UnrecoverableError
 from ..queue.job import Job
 from ..connection.kept import AmbiguousCallError
-from .marker import Fetched
+from ..connection.clients import clone_client
+from ..connection.cluster import is_cluster
+from ..connection.slot_client import SlotClient
+from .marker import Fetched, MarkerWaiter
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S
 from ..queue.schedulers import schedule_next_run
 from ..protocol.clock import now_ms
-from .slots import Slot
+from .context import WorkerContext
+from .settle import NO_NEXT, Settler
+from .slots import CONNECTION_ERRORS, Slot, SlotGreenlet
 
 log = logging.getLogger("echomq_gevent.worker")
 
@@ -42,12 +57,143 @@ __all__ = ["FetchLoop"]
 _MAX_BURST = 64
 
 
-class FetchLoop:
-    """The fetch loop and job greenlets of a :class:`~echomq_gevent.worker.Worker`."""
+def _tcp_kwargs(settings: Any) -> Any:
+    kwargs = settings.client_kwargs()
+    kwargs.pop("socket_timeout", None)
+    return kwargs
 
-    def _loop(self) -> None:
+
+class FetchLoop:
+    """The fetch loop and the job greenlets of one :class:`~echomq_gevent.worker.Worker`.
+
+    Owns: ``concurrency`` and ``paused`` (set through the Worker), the loop's own state
+    (the pick-up burst, the due time of a delayed job, tokens), ``last_fetch_at``, the
+    job pool, the marker wait and its blocking connection. Shares through ``ctx``: the
+    slots of the jobs in flight, the hints others leave for the loop, the lifecycle's
+    ``running``/``closing`` flags, the lock renewer and the hub watchdog. Everything runs
+    on the worker's hub: the loop on the run greenlet, the jobs on greenlets of the pool.
+    """
+
+    def __init__(self, ctx: WorkerContext, settler: Settler, processor: Optional[Callable[[Job], Any]],
+                 concurrency: int, connection_settings: Any) -> None:
+        self.ctx = ctx
+        self.settler = settler
+        self.processor = processor
+        #: how many jobs run at once (``Worker.concurrency``)
+        self.concurrency = concurrency
+        #: no new jobs while set (``Worker.pause``)
+        self.paused = False
+        #: wall-clock time (s) the loop last heard from Redis (fetch or marker wait)
+        self.last_fetch_at: Optional[float] = None
+        self.active = ctx.active
+        self.hints = ctx.hints
+        self.scripts = ctx.scripts
+        self.plugins = ctx.plugins
+        self.queue_name = ctx.queue_name
+        self.worker = ctx.worker
+        self._connection_settings = connection_settings
+        job_timeout = ctx.options["job_timeout"]
+        self._timeout_s: Optional[float] = job_timeout / 1000.0 if job_timeout else None
+        self.options = ctx.options
+        self._tokens = itertools.count()
+        self._stopped = gevent.event.Event()  # set once closing starts: ends the pause after a failure
+        self._burst = 1
+        self._block_until = 0
+        #: made by :meth:`setup`
+        self.pool: Optional[gevent.pool.Group] = None
+        self.marker: Optional[MarkerWaiter] = None
+        #: the marker wait's connection (on a cluster, to the primary serving the marker's slot)
+        self.blocking: Optional[redis.Redis] = None
+        self._runtime: Any = None
+
+    # ------------------------------------------------------------------ set-up and close
+    def blocking_client_name(self) -> str:
+        """The name of the marker wait's connection, as BullMQ names a worker's
+        (``<prefix>:<base64 queue>[:w:<name>]``), so ``getWorkers()`` lists the worker."""
+        ctx = self.ctx
+        name = f"{ctx.prefix}:{base64.b64encode(ctx.queue_name.encode('utf-8')).decode('ascii')}"
+        if ctx.name:
+            name += f":w:{ctx.name}"
+        return name
+
+    def unblock_client(self) -> Any:
+        """Where ``CLIENT UNBLOCK`` of the marker wait goes: its own node on a cluster."""
+        return self.blocking if isinstance(self.blocking, SlotClient) else self.ctx.client
+
+    def setup(self) -> None:
+        """On the run greenlet, after the lifecycle made ``ctx.runtime``: the job pool, the
+        marker wait and its blocking connection (connected now: the worker shows up in
+        ``getWorkers()`` from the start)."""
+        ctx = self.ctx
+        # a Group, not a bounded Pool: the fetch loop's slot arithmetic is the bound, so
+        # ``worker.concurrency = n`` can change it while jobs run
+        self.pool = gevent.pool.Group()
+        self.pool.greenlet_class = SlotGreenlet
+        self._runtime = ctx.runtime
+
+        # on a cluster, script calls follow redirections through the worker's router: no
+        # pick-up is written behind the marker wait there
+        marker = MarkerWaiter(None, ctx.keys.marker, fetch_behind=not is_cluster(ctx.client))
+
+        def on_connect(conn: Any) -> None:
+            conn.on_connect()
+            try:
+                conn.send_command("CLIENT", "ID")
+                marker.connection_id = int(conn.read_response())
+            except redis.ResponseError:
+                marker.connection_id = None
+
+        settings = self._connection_settings
+        if is_cluster(ctx.client):  # a plain client of the primary serving the marker's slot
+            self.blocking = SlotClient(ctx.client, ctx.keys.marker, max_connections=2,
+                                       **_tcp_kwargs(settings), client_name=self.blocking_client_name(),
+                                       socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                       redis_connect_func=on_connect)
+        else:
+            self.blocking = clone_client(ctx.client, max_connections=2, settings=settings,
+                                         client_name=self.blocking_client_name(),
+                                         socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                         redis_connect_func=on_connect)
+        marker.client = self.blocking
+        marker.answer_slack = settings.socket_timeout
+        self.marker = marker
+        try:  # connect now: the worker shows up in getWorkers() from the start
+            self.blocking.ping()
+        except CONNECTION_ERRORS as exc:
+            log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", ctx.label, exc)
+
+    def stop(self) -> None:
+        """The close began (``ctx.closing`` is set): end the loop at its next step."""
+        self._stopped.set()
+        self.hints.kick.set()
+
+    def cancel_wait(self) -> None:
+        """At the close: end a pending marker wait; a job its pick-up took is handed back."""
+        if self.marker is None:
+            return
+        fetched = self.marker.cancel(self.unblock_client())
+        if fetched is not None:  # a job it took is handed straight back (closing)
+            try:
+                self._take_fetched(fetched)
+            except Exception as exc:  # the wait's own error: nothing more to do with it
+                log.debug("%s: the cancelled marker wait failed: %s", self.ctx.label, exc)
+
+    def teardown(self) -> None:
+        """After the close: drop the blocking connection."""
+        if self.blocking is not None:
+            try:
+                self.blocking.connection_pool.disconnect(
+                    inuse_connections=not (self.marker is not None and self.marker.use_thread))
+            except Exception:
+                pass
+
+    # ------------------------------------------------------------------ the loop
+    def run(self) -> None:
+        """The loop, on the run greenlet, until the close begins. A failing turn (Redis
+        unreachable...) is logged and tried again after a growing pause."""
+        ctx = self.ctx
         failures = 0
-        while not self.closing:
+        while not ctx.closing:
             try:
                 self._loop_once()
                 failures = 0
@@ -61,21 +207,23 @@ class FetchLoop:
                                 type(exc).__name__, exc, delay)
                 else:
                     log.debug("queue %r: fetching failed again (%s)", self.queue_name, exc)
-                self._stop.wait(delay)
+                self._stopped.wait(delay)
 
     def _wait_kick(self, timeout: Optional[float]) -> None:
-        self._kick.clear()
-        self._kick.wait(timeout)
+        kick = self.hints.kick
+        kick.clear()
+        kick.wait(timeout)
 
     def _loop_once(self) -> None:
-        marker = self._marker
+        marker = self.marker
+        hints = self.hints
         if marker is not None and marker.answered:  # a pick-up behind a wait the loop left
             self._take_fetched(marker.take())
             return
-        if self._paused or len(self._active) >= self.concurrency:
-            if self._paused and marker is not None and marker.pending:
+        if self.paused or len(self.active) >= self.concurrency:
+            if self.paused and marker is not None and marker.pending:
                 # a marker wait left pending would pop a wake-up meant for other workers
-                fetched = marker.cancel(self._unblock_client())
+                fetched = marker.cancel(self.unblock_client())
                 if fetched is not None:  # a job it took is handed straight back (paused)
                     self._take_fetched(fetched)
                 # look again before waiting: the cancel yields, and a resume (or a freed
@@ -84,35 +232,36 @@ class FetchLoop:
             self._wait_kick(None)
             return
         now = now_ms()
-        if self._limit_until > now:
-            wait_ms = min(self._limit_until - now, self.options["max_rate_limit_delay"])
+        if hints.limit_until > now:
+            wait_ms = min(hints.limit_until - now, self.options["max_rate_limit_delay"])
             self._wait_kick(wait_ms / 1000.0)
             return
-        if self._unknown_pickups:
+        if hints.unknown_pickups:
             self._claim_unknown_pickups()
             return
-        if self._drained and not self._wait_for_work():
+        if hints.drained and not self._wait_for_work():
             return
-        if self._paused or self.closing:  # paused or closed while blocked on the marker
+        if self.paused or self.ctx.closing:  # paused or closed while blocked on the marker
             return
-        self._fetch(min(self._burst, self.concurrency - len(self._active)))
+        self._fetch(min(self._burst, self.concurrency - len(self.active)))
 
     def _fetch(self, count: int) -> None:
         """``count`` pick-ups (``moveToActive``), pipelined when more than one; start every
         job they bring. The burst doubles while every pick-up brings a job (a backlog and
         free slots: fill them in a few round trips) and falls back to 1 otherwise."""
-        tokens = [f"{self.id}:{next(self._tokens)}" for _ in range(max(1, count))]
+        ctx = self.ctx
+        tokens = [f"{ctx.id}:{next(self._tokens)}" for _ in range(max(1, count))]
         now = now_ms()
         try:
             if len(tokens) == 1:
-                answers: List[Any] = [self.scripts.move_to_active(tokens[0], self.lock_duration, now,
-                                                                  limiter=self.limiter, name=self.name)]
+                answers: List[Any] = [self.scripts.move_to_active(tokens[0], ctx.lock_duration, now,
+                                                                  limiter=ctx.limiter, name=ctx.name)]
             else:
-                answers = self.scripts.move_to_active_many(tokens, self.lock_duration, now,
-                                                           limiter=self.limiter, name=self.name)
+                answers = self.scripts.move_to_active_many(tokens, ctx.lock_duration, now,
+                                                           limiter=ctx.limiter, name=ctx.name)
         except AmbiguousCallError:
             # the pick-ups may have taken jobs: never sent again, read back (next turn)
-            self._unknown_pickups.extend(tokens)
+            self.hints.unknown_pickups.extend(tokens)
             raise
         self.last_fetch_at = time.time()
         error: Optional[BaseException] = None
@@ -140,32 +289,35 @@ class FetchLoop:
         error (the loop tries again after its pause); the locks are renewed meanwhile only
         once the jobs are started, so a read-back that takes longer than ``lock_duration``
         leaves them to the stalled check."""
-        tokens = set(self._unknown_pickups)
+        hints = self.hints
+        keys = self.ctx.keys
+        tokens = set(hints.unknown_pickups)
         client = self.scripts.client
-        ids = client.lrange(self.keys.active, 0, -1)
+        ids = client.lrange(keys.active, 0, -1)
         owners: List[Any] = []
         if ids:
             pipe = client.pipeline(transaction=False)
             for job_id in ids:
-                pipe.get(self.keys.lock(job_id))
+                pipe.get(keys.lock(job_id))
             owners = pipe.execute()
         claimed = 0
         for job_id, owner in zip(ids, owners):
-            if owner not in tokens or job_id in self._active:
+            if owner not in tokens or job_id in self.active:
                 continue
-            fields = client.hgetall(self.keys.job(job_id))
+            fields = client.hgetall(keys.job(job_id))
             job = Job.from_fields(self.scripts, job_id, fields)
             job.token = owner
             claimed += 1
             self._start(job, owner)
-        self._unknown_pickups.clear()
-        self._drained = False
+        hints.unknown_pickups.clear()
+        hints.drained = False
         if claimed:
             log.warning("queue %r: %d job(s) taken by a pick-up whose answer was lost were found by their lock "
                         "and started", self.queue_name, claimed)
 
     def _wait_for_work(self) -> bool:
         """Block on the marker. True: time to call moveToActive; False: look again."""
+        ctx = self.ctx
         now = now_ms()
         if self._block_until:
             remaining = self._block_until - now
@@ -174,17 +326,18 @@ class FetchLoop:
                 return True
             timeout = min(max(remaining / 1000.0, MIN_BLOCK_S), MAX_BLOCK_S)
         else:
-            timeout = min(max(self.drain_delay, MIN_BLOCK_S), MAX_BLOCK_S)
-        assert self._marker is not None
-        self._kick.clear()
+            timeout = min(max(ctx.drain_delay, MIN_BLOCK_S), MAX_BLOCK_S)
+        marker = self.marker
+        assert marker is not None
+        kick = self.hints.kick
+        kick.clear()
         fetch = None
-        if not self._active and self._marker.can_fetch:
+        if not self.active and marker.can_fetch:
             # nothing in flight: the pick-up goes behind the wait and runs as it ends
-            # (marker_wait.py); a pick-up never waits there while jobs of this worker run
-            token = f"{self.id}:{next(self._tokens)}"
-            fetch = (token, self.scripts.move_to_active_command(token, self.lock_duration, self.limiter,
-                                                                 self.name))
-        outcome, score = self._marker.wait(timeout, self._kick, fetch)
+            # (marker.py); a pick-up never waits there while jobs of this worker run
+            token = f"{ctx.id}:{next(self._tokens)}"
+            fetch = (token, self.scripts.move_to_active_command(token, ctx.lock_duration, ctx.limiter, ctx.name))
+        outcome, score = marker.wait(timeout, kick, fetch)
         self.last_fetch_at = time.time()
         if outcome == "fetched":
             self._take_fetched(score)
@@ -204,24 +357,23 @@ class FetchLoop:
     def _take_fetched(self, fetched: Fetched) -> None:
         """Start the job a pick-up written behind the marker wait took (handed straight back
         when closing or paused, see :meth:`_start`); on an answer that is an error, pick up
-        the ordinary way next (``_drained`` off), or find an ambiguous pick-up's job by its
+        the ordinary way next (``drained`` off), or find an ambiguous pick-up's job by its
         token (at a close, left to the stalled check). The wait's own error, if it had one,
         is raised after."""
         answer = fetched.answer
         if isinstance(answer, AmbiguousCallError):
-            if self.closing:
+            if self.ctx.closing:
                 log.warning("queue %r: %s; a job it took stays active until the stalled check of any worker "
                             "moves it back to wait", self.queue_name, answer)
             else:
-                self._unknown_pickups.append(fetched.token)
-                self._kick.set()
+                self.hints.lost_answer(fetched.token)
         elif isinstance(answer, BaseException):
             # it did not run (NOSCRIPT, a redirection) or failed: the script connection
             # loads a missing script, and raises a failure again for the loop to report
             log.debug("queue %r: the pick-up behind the marker wait answered %s: %s", self.queue_name,
                       type(answer).__name__, answer)
             self._block_until = 0
-            self._drained = False
+            self.hints.drained = False
         else:
             job = self._next_from(answer, fetched.token)
             if job is not None:
@@ -232,44 +384,47 @@ class FetchLoop:
     def _next_from(self, res: Any, token: str) -> Optional[Job]:
         """Read a fetch answer (``[fields|0, id|0, ttl, due]``, or 0/None for nothing),
         update the loop's state and return the new job, if any."""
+        hints = self.hints
         if not res:
-            self._drained = True
+            hints.drained = True
             return None
         flat, job_id, ttl, due = res[0], res[1], int(res[2] or 0), int(res[3] or 0)
         now = now_ms()
-        old_block, old_limit = self._block_until, self._limit_until
-        self._limit_until = now + ttl if ttl > 0 else 0
+        old_block, old_limit = self._block_until, hints.limit_until
+        hints.limit_until = now + ttl if ttl > 0 else 0
         self._block_until = due if due > 0 else 0
         if flat and job_id:
-            self._drained = False
+            hints.drained = False
             job = Job.from_flat(self.scripts, str(job_id), flat)
             job.token = token
             return job
-        self._drained = True
+        hints.drained = True
         if (self._block_until and (not old_block or self._block_until < old_block)) or \
-                self._limit_until > old_limit:
-            self._kick.set()
+                hints.limit_until > old_limit:
+            hints.kick.set()
         return None
 
     def _start(self, job: Job, token: str) -> None:
         slot = Slot(job, token)
-        self._active[job.id] = slot
-        assert self._locks is not None and self._pool is not None
-        self._locks.track(job.id, token)
-        if self.closing or self._paused:  # fetched as a close or a pause began: give it straight back
-            self._hand_back(slot)
+        self.active[job.id] = slot
+        ctx = self.ctx
+        assert ctx.locks is not None and self.pool is not None
+        ctx.locks.track(job.id, token)
+        if ctx.closing or self.paused:  # fetched as a close or a pause began: give it straight back
+            self.settler.hand_back(slot)
             self._release(slot)
             return
         # the slot goes in a list the greenlet empties: a greenlet keeps its arguments for
         # life, and this one runs job after job (fetch-next), so the first slot and its job
         # (data and all) would stay in memory until the slot goes idle
-        self._pool.spawn(self._run_slot, [slot])
+        self.pool.spawn(self._run_slot, [slot])
 
     def _can_fetch_next(self) -> bool:
         # the finishing job still holds its slot: refill it only within the concurrency
         # (which may have been lowered while it ran)
-        return (self.running and not self.closing and not self._paused
-                and len(self._active) <= self.concurrency)
+        ctx = self.ctx
+        return (ctx.running and not ctx.closing and not self.paused
+                and len(self.active) <= self.concurrency)
 
     # ------------------------------------------------------------------ one slot
     def _run_slot(self, first: List[Slot]) -> None:
@@ -279,43 +434,53 @@ class FetchLoop:
         slot = first.pop()
         current = [slot]
         me = gevent.getcurrent()
-        monitor = self._hub_monitor
+        ctx = self.ctx
+        active = self.active
+        locks = ctx.locks
+        process = self._process
+        monitor = ctx.hub_monitor
         if monitor is not None:
             monitor.register(me, lambda: self._describe(current[0]))
         try:
             while True:
                 slot.greenlet = me
                 try:
-                    nxt = self._process(slot)
+                    nxt = process(slot)
                 except gevent.GreenletExit:
                     raise
                 except Exception:
                     log.exception("queue %r: job %s: unexpected error in the worker; the job stays active "
                                   "and a stalled check will recover it", self.queue_name, slot.job.id)
                     nxt = None
-                finally:
-                    self._release(slot)
+                finally:  # the slot is released (as _release does, inline: once a job)
+                    slot.phase = "done"
+                    job_id = slot.job.id
+                    if active.get(job_id) is slot:
+                        del active[job_id]
+                    if locks is not None:
+                        locks.untrack(job_id, slot.token)
                 if nxt is None:
                     break
                 slot = Slot(nxt, slot.token)
                 current[0] = slot
-                self._active[nxt.id] = slot
-                if self._locks is not None:
-                    self._locks.track(nxt.id, slot.token)
+                active[nxt.id] = slot
+                if locks is not None:
+                    locks.track(nxt.id, slot.token)
         finally:
             if monitor is not None:
                 monitor.unregister(me)
-            self._kick.set()
+            self.hints.kick.set()
 
     def _describe(self, slot: Slot) -> str:
         return f"job {slot.job.id} ({slot.job.name!r}) of queue {self.queue_name!r}"
 
     def _release(self, slot: Slot) -> None:
         slot.phase = "done"
-        if self._active.get(slot.job.id) is slot:
-            del self._active[slot.job.id]
-        if self._locks is not None:
-            self._locks.untrack(slot.job.id, slot.token)
+        if self.active.get(slot.job.id) is slot:
+            del self.active[slot.job.id]
+        locks = self.ctx.locks
+        if locks is not None:
+            locks.untrack(slot.job.id, slot.token)
 
     def _unrecoverable_reason(self, job: Job) -> Optional[str]:
         if job.deferred_failure:
@@ -332,12 +497,14 @@ class FetchLoop:
         job = slot.job
         if job.repeat_job_key:  # a scheduler's run: create the next one first, as Node's worker does
             schedule_next_run(self.scripts, job)
-        self.plugins.notify("echomq_job_active", worker=self, job=job)
+        plugins = self.plugins
+        worker = self.worker
+        plugins.notify("echomq_job_active", worker=worker, job=job)
         reason = self._unrecoverable_reason(job)
         if reason is not None:
             return self._fail(slot, UnrecoverableError(reason))
         try:
-            fn = self.processor or self.plugins.get_processor(self.queue_name, job.name)
+            fn = self.processor or plugins.get_processor(self.queue_name, job.name)
         except Exception as exc:
             return self._fail(slot, exc)
         if fn is None:
@@ -345,7 +512,7 @@ class FetchLoop:
                 f"no processor for job name {job.name!r} on queue {self.queue_name!r}: pass processor= to the "
                 f"Worker, set processor: in the queue's config, or register one with a plugin"))
         try:
-            with self.plugins.job_context(self, job):
+            with plugins.job_context(worker, job):
                 slot.in_processor = True
                 try:
                     result = self._runtime.call(fn, job, self._timeout_s)
@@ -357,7 +524,12 @@ class FetchLoop:
             return self._fail(slot, exc)
         if self._discarded(slot):
             return None
-        return self._complete(slot, result)
+        res = self.settler.complete(slot, result, self._can_fetch_next())
+        return None if res is NO_NEXT else self._next_from(res, slot.token)
+
+    def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
+        res = self.settler.fail(slot, err, self._can_fetch_next())
+        return None if res is NO_NEXT else self._next_from(res, slot.token)
 
     def _discarded(self, slot: Slot) -> bool:
         if slot.handed_back or slot.lock_lost:
@@ -365,4 +537,3 @@ class FetchLoop:
                      slot.job.id, "it was handed back" if slot.handed_back else "its lock was lost")
             return True
         return False
-

@@ -1,7 +1,10 @@
 """Processing jobs by hand (Node's ``worker.getNextJob`` with ``job.moveToCompleted`` /
 ``moveToFailed`` / ``extendLock``).
 
-:class:`ManualProcessing` is a mixin of :class:`~echomq_gevent.worker.Worker`. A worker
+:class:`ManualProcessing` is the part of a :class:`~echomq_gevent.worker.Worker` that
+does it, made with the worker's :class:`~echomq_gevent.worker.context.WorkerContext` and
+its :class:`~echomq_gevent.worker.settle.Settler` (the finish options and the failure
+decision); it owns the marker connection of its waits. A worker
 used this way is never run (no fetch loop, no lock renewal, no stall check of its own):
 the caller takes a job with :meth:`ManualProcessing.get_next_job` under a token of its
 choosing, keeps its lock alive with ``job.extend_lock(token, ms)`` and settles it with
@@ -13,7 +16,7 @@ job's lock is refused by the script (``JobLockMismatch``) and nothing changes.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import gevent
 
@@ -24,9 +27,8 @@ from ..protocol.options import compact_json
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
 from ..protocol.scripts import Scripts
 from ..protocol.clock import now_ms
-
-if TYPE_CHECKING:  # pragma: no cover
-    import redis
+from .context import WorkerContext
+from .settle import Settler
 
 log = logging.getLogger("echomq_gevent.worker")
 
@@ -40,19 +42,14 @@ def _check_token(token: Any, what: str) -> str:
 
 
 class ManualProcessing:
-    """Mixin of :class:`~echomq_gevent.worker.Worker`."""
+    """Processing by hand with one :class:`~echomq_gevent.worker.Worker` that is never run."""
 
-    scripts: Scripts
-    client: "redis.Redis"
-    queue_name: str
-    lock_duration: int
-    drain_delay: float
-    limiter: Any
-    name: Optional[str]
-    running: bool
-    closing: bool
-    keys: Any
-    _manual_blocking: Any = None
+    def __init__(self, ctx: WorkerContext, settler: Settler) -> None:
+        self.ctx = ctx
+        self.settler = settler
+        self.scripts = ctx.scripts
+        #: the marker connection of :meth:`get_next_job`'s waits, made on first use
+        self._blocking: Any = None
 
     def get_next_job(self, token: str, block: bool = True, timeout: Optional[float] = None) -> Optional[Job]:
         """Take the next job under ``token`` (moveToActive: lock, ``active`` event), or
@@ -65,23 +62,25 @@ class ManualProcessing:
         or running worker (a running worker fetches by itself).
         """
         _check_token(token, "get_next_job")
-        if self.closing:
-            raise WorkerStateError(f"get_next_job: the worker of queue {self.queue_name!r} is closed; "
+        ctx = self.ctx
+        if ctx.closing:
+            raise WorkerStateError(f"get_next_job: the worker of queue {ctx.queue_name!r} is closed; "
                                    f"create a new Worker")
-        if self.running:
-            raise WorkerStateError(f"get_next_job: the worker of queue {self.queue_name!r} is running its own fetch "
+        if ctx.running:
+            raise WorkerStateError(f"get_next_job: the worker of queue {ctx.queue_name!r} is running its own fetch "
                                    f"loop; manual processing needs a worker that is never run()")
         job = self._take(token)
         if job is None and block:
-            wait_s = self.drain_delay if timeout is None else float(timeout)
+            wait_s = ctx.drain_delay if timeout is None else float(timeout)
             self._wait_marker(min(max(wait_s, MIN_BLOCK_S), MAX_BLOCK_S))
-            if self.closing:
+            if ctx.closing:
                 return None
             job = self._take(token)
         return job
 
     def _take(self, token: str) -> Optional[Job]:
-        res = self.scripts.move_to_active(token, self.lock_duration, now_ms(), limiter=self.limiter, name=self.name)
+        ctx = self.ctx
+        res = self.scripts.move_to_active(token, ctx.lock_duration, now_ms(), limiter=ctx.limiter, name=ctx.name)
         return self._manual_job(res, token)
 
     def _manual_job(self, res: Any, token: str) -> Optional[Job]:
@@ -89,26 +88,27 @@ class ManualProcessing:
             return None
         job = Job.from_flat(self.scripts, str(res[1]), res[0])
         job.token = token
-        job.attach_worker(self)
+        job.attach_worker(self.ctx.worker)
         return job
 
     def _wait_marker(self, timeout: float) -> None:
-        if self._manual_blocking is None:
-            self._manual_blocking = clone_client(self.client, max_connections=2, socket_timeout=MAX_BLOCK_S + 5)
-        pop = lambda: self._manual_blocking.bzpopmin(self.keys.marker, timeout)  # noqa: E731
+        if self._blocking is None:
+            self._blocking = clone_client(self.ctx.client, max_connections=2, socket_timeout=MAX_BLOCK_S + 5)
+        blocking, marker = self._blocking, self.ctx.keys.marker
+        pop = lambda: blocking.bzpopmin(marker, timeout)  # noqa: E731
         if sockets_patched():
             pop()
         else:  # keep the hub free in a process that is not monkey-patched
             gevent.get_hub().threadpool.apply(pop)
 
-    def _close_manual(self) -> None:
-        """Called by close(): drop the marker connection of manual processing."""
-        if self._manual_blocking is not None:
+    def close(self) -> None:
+        """Called by every ``Worker.close()``: drop the marker connection of manual processing."""
+        if self._blocking is not None:
             try:
-                self._manual_blocking.close()
+                self._blocking.close()
             except Exception:  # pragma: no cover - best effort
                 pass
-            self._manual_blocking = None
+            self._blocking = None
 
     # -- settling a job taken by hand (called through Job) --------------------------------
     def _explained(self, job: Job, exc: ScriptError, action: str) -> ScriptError:
@@ -125,7 +125,7 @@ class ManualProcessing:
         finished = now_ms()
         try:
             res = self.scripts.move_to_finished(job.id, finished, "returnvalue", value, "completed", fetch_next,
-                                                self._finish_opts(job, token, "completed"))
+                                                self.settler.finish_opts(job, token, "completed"))
         except ScriptError as exc:
             raise self._explained(job, exc, "complete it") from None
         job.returnvalue, job.finished_on = returnvalue, finished
@@ -139,25 +139,26 @@ class ManualProcessing:
         _check_token(token, "move_to_failed")
         if not isinstance(err, BaseException):
             err = EchoMQError(str(err))
-        action, delay, target_queue = self._decide(job, err)
-        reason = self._reason(err)
-        stack = self._stacktrace(job, err)
+        settler = self.settler
+        action, delay, target_queue = settler.decide(job, err)
+        reason = settler.reason(err)
+        stack = settler.stacktrace(job, err)
         fields = ["failedReason", reason, "stacktrace", compact_json(stack)]
         try:
             if action == "retry" and delay > 0:
                 res = self.scripts.move_to_delayed(
                     job.id, now_ms(), token, delay, skip_attempt=False, fields_to_update=fields,
-                    fetch_next=fetch_next, fetch_opts=Scripts.fetch_opts(token, self.lock_duration, self.limiter,
-                                                                         self.name))
+                    fetch_next=fetch_next, fetch_opts=Scripts.fetch_opts(token, self.ctx.lock_duration, self.ctx.limiter,
+                                                                         self.ctx.name))
             elif action == "retry":
                 self.scripts.retry_job(job.id, now_ms(), token, lifo=bool(job.opts.get("lifo")),
                                        fields_to_update=fields)
                 res = None
             else:
                 if action == "move" and target_queue:
-                    self._copy_to_queue(job, target_queue)
+                    settler.copy_to_queue(job, target_queue)
                 res = self.scripts.move_to_finished(job.id, now_ms(), "failedReason", reason, "failed", fetch_next,
-                                                    self._finish_opts(job, token, "failed"), fields)
+                                                    self.settler.finish_opts(job, token, "failed"), fields)
         except ScriptError as exc:
             raise self._explained(job, exc, "fail it") from None
         job.failed_reason, job.stacktrace = reason, stack

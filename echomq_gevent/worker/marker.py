@@ -20,7 +20,7 @@ What it must handle, and how:
   that leaves the answer readable.
 * **A connection that fails after the send**: the pick-up may have taken a job. Its
   answer is an :class:`~.kept_connection.AmbiguousCallError`, never a second send; the
-  worker then finds the job by its lock token (``FetchLoop._claim_unknown_pickups``).
+  worker then finds the job by its lock token (``FetchLoop._claim_unknown_pickups`` in :mod:`.fetch`).
   A failure before anything was sent is an ordinary error of the wait. The answers are
   awaited for the wait's own timeout plus :attr:`MarkerWaiter.answer_slack` (the
   connection's ``socket_timeout``), not the longest wait's, so a dead connection is

@@ -11,8 +11,15 @@
   fail).
 
 Writes are retried on connection errors while the lock keeps being renewed; a job that is
-no longer ours (lock lost, removed, handed back) is left alone. :class:`Settling` is a
-part of :class:`~echomq_gevent.worker.Worker` (a mixin).
+no longer ours (lock lost, removed, handed back) is left alone.
+
+:class:`Settler` is the part of a :class:`~echomq_gevent.worker.Worker` that does this:
+made with the worker's :class:`~echomq_gevent.worker.context.WorkerContext` (scripts,
+plugins, settings, counters, the lock renewer, the fetch loop's hints), it owns the
+finish batcher and the packed finish options. The job greenlets of the fetch loop
+(:mod:`.fetch`) call :meth:`Settler.complete` and :meth:`Settler.fail` and read the next
+job out of the answer they return; manual processing (:mod:`.manual`) uses the failure
+decision and the finish options.
 """
 from __future__ import annotations
 
@@ -45,14 +52,18 @@ from ..protocol.library import pack
 from ..protocol.scripts import ScriptCall, Scripts
 from .tracebacks import format_failure
 from ..protocol.clock import now_ms
-from .slots import CONNECTION_ERRORS, Slot
+from .context import WorkerContext
+from .slots import CONNECTION_ERRORS, FinishBatcher, Slot
 
 log = logging.getLogger("echomq_gevent.worker")
 
-__all__ = ["Settling", "RATE_LIMIT_MESSAGE"]
+__all__ = ["Settler", "RATE_LIMIT_MESSAGE", "NO_NEXT"]
 
 #: The message BullMQ's RateLimitError carries; a processor error with it means "put back".
 RATE_LIMIT_MESSAGE = "bullmq:rateLimitExceeded"
+#: What :meth:`Settler.complete` and :meth:`Settler.fail` return when there is no answer to
+#: read a next job from (nothing was fetched, or the job is no longer ours).
+NO_NEXT: Any = object()
 #: Names of processor errors that mean "the processor moved the job itself".
 _MOVED_BY_PROCESSOR = ("DelayedError", "WaitingChildrenError", "WaitingError")
 
@@ -111,8 +122,41 @@ def _describe(err: BaseException) -> str:
     return text or type(err).__name__
 
 
-class Settling:
-    """Writing the outcome of a job of a :class:`~echomq_gevent.worker.Worker`."""
+class Settler:
+    """Writes the outcome of each job of one :class:`~echomq_gevent.worker.Worker`.
+
+    Made by the Worker with its context; ``concurrency`` says whether finishes may share a
+    round trip (:attr:`batcher`, none with one slot). Runs on the job greenlets of the
+    worker's hub. :meth:`complete` and :meth:`fail` return the raw answer of a call that
+    fetched the next job (read by the fetch loop), or :data:`NO_NEXT` when there is nothing to read.
+    """
+
+    def __init__(self, ctx: WorkerContext, concurrency: int) -> None:
+        self.ctx = ctx
+        #: the public Worker, as plugin hooks and the failure policy receive it
+        self.worker = ctx.worker
+        self.scripts = ctx.scripts
+        self.plugins = ctx.plugins
+        self.counters = ctx.counters
+        self.hints = ctx.hints
+        self.queue_name = ctx.queue_name
+        opts = ctx.options
+        #: keepJobs maps of the worker's own removeOn* options (used when a job has none)
+        self._keep = {"completed": keep_jobs(opts["remove_on_complete"]),
+                      "failed": keep_jobs(opts["remove_on_fail"])}
+        #: maxMetricsSize of moveToFinished: "" records no metrics (as Node without opts.metrics)
+        self._max_metrics: Any = opts["metrics"]["maxDataPoints"] if opts["metrics"] else ""
+        #: ARGV[8] of moveToFinished, packed, by what it is made of (:meth:`packed_finish_opts`)
+        self._packed_finish: Dict[Any, bytes] = {}
+        #: the finishes of one hub turn share a round trip; with one slot nothing can
+        #: finish together: called directly
+        self.batcher: Optional[FinishBatcher] = None
+        self.concurrency_changed(concurrency)
+
+    def concurrency_changed(self, concurrency: int) -> None:
+        """The worker's concurrency is now ``concurrency``: batch finishes above one slot."""
+        if self.batcher is None and concurrency > 1:
+            self.batcher = FinishBatcher(self.scripts)
 
     def _settle(self, slot: Slot, call: Callable[[], Any], ended_in: Tuple[str, ...]) -> Any:
         """Run a state-changing script for the slot's job and return its answer.
@@ -135,7 +179,7 @@ class Settling:
             try:
                 return call()
             except (JobLockMismatch, JobLockNotExist) as exc:
-                self._mark_lock_lost(slot, str(exc))
+                self.mark_lock_lost(slot, str(exc))
                 raise _Gone() from None
             except (JobNotExist, JobNotInState) as exc:
                 log.warning("queue %r: job %s is no longer active here (%s); its result is not written",
@@ -144,8 +188,7 @@ class Settling:
             except AmbiguousCallError as exc:
                 outcome = self._read_back(slot, ended_in, exc)
                 if outcome == "done":
-                    self._unknown_pickups.append(slot.token)  # a next job it may have fetched
-                    self._kick.set()
+                    self.hints.lost_answer(slot.token)  # a next job it may have fetched
                     return 0
                 if outcome == "gone":
                     raise _Gone() from None
@@ -154,7 +197,7 @@ class Settling:
                 if not _not_run(exc):
                     raise _Unwritable(exc) from exc
                 failures += 1
-                if self._force.is_set() or slot.handed_back:
+                if self.ctx.force.is_set() or slot.handed_back:
                     log.error("queue %r: job %s: result not written (%s); the stalled check will recover "
                               "the job", self.queue_name, slot.job.id, exc)
                     raise _Gone() from None
@@ -172,7 +215,7 @@ class Settling:
         failures = 0
         while True:
             try:
-                owner = self.scripts.client.get(self.keys.lock(job.id))
+                owner = self.scripts.client.get(self.ctx.keys.lock(job.id))
                 if owner == slot.token:
                     log.warning("queue %r: job %s: the answer of its result write was lost (%s); its lock is "
                                 "still ours, so the write did not happen and is sent again",
@@ -181,7 +224,7 @@ class Settling:
                 state = job_state(self.scripts, job.id)
             except CONNECTION_ERRORS as exc:
                 failures += 1
-                if self._force.is_set() or slot.handed_back:
+                if self.ctx.force.is_set() or slot.handed_back:
                     return "gone"
                 delay = min(5.0, 0.2 * (2 ** min(failures - 1, 10)))
                 log.warning("queue %r: job %s: cannot read back its state (%s); retrying in %.1f s",
@@ -199,11 +242,12 @@ class Settling:
     def _finish(self, call: ScriptCall) -> Any:
         """Run a ``moveToFinished`` call, with the other finishes of this hub turn when the
         worker has more than one slot; returns the checked answer."""
-        if self._batcher is None:
+        batcher = self.batcher
+        if batcher is None:
             return self.scripts.run(call)
-        return self._batcher.run(call)
+        return batcher.run(call)
 
-    def _finish_opts(self, job: Job, token: str, target: str) -> Dict[str, Any]:
+    def finish_opts(self, job: Job, token: str, target: str) -> Dict[str, Any]:
         """ARGV[8] of moveToFinished. Never raises: options were checked when the job was
         loaded, and a processor that put garbage into ``job.opts`` since gets the
         worker's defaults."""
@@ -214,18 +258,19 @@ class Settling:
         except Exception:
             keep = self._keep[target]
         attempts = opts.get("attempts")
+        ctx = self.ctx
         return {
             "token": token,
             "keepJobs": keep,
-            "lockDuration": self.lock_duration,
+            "lockDuration": ctx.lock_duration,
             "attempts": attempts if isinstance(attempts, int) and not isinstance(attempts, bool) else 0,
             "maxMetricsSize": self._max_metrics,
-            "limiter": self.limiter,
-            "name": self.name,
+            "limiter": ctx.limiter,
+            "name": ctx.name,
         }
 
-    def _packed_finish_opts(self, job: Job, token: str, target: str) -> bytes:
-        """:meth:`_finish_opts`, packed once per kind: a job without its own removeOn*
+    def packed_finish_opts(self, job: Job, token: str, target: str) -> bytes:
+        """:meth:`finish_opts`, packed once per kind: a job without its own removeOn*
         option, whose attempts is absent or an int, gets the bytes packed for the same
         token, target, attempts and worker settings before (a token stays with its slot
         across fetch-next)."""
@@ -233,63 +278,67 @@ class Settling:
         attempts = opts.get("attempts")
         if opts.get("removeOnComplete" if target == "completed" else "removeOnFail") is not None or \
                 (attempts is not None and type(attempts) is not int):
-            return pack(self._finish_opts(job, token, target))
-        limiter = self.limiter
-        key = (token, target, attempts, self.lock_duration, self.name, self._max_metrics,
+            return pack(self.finish_opts(job, token, target))
+        ctx = self.ctx
+        limiter = ctx.limiter
+        key = (token, target, attempts, ctx.lock_duration, ctx.name, self._max_metrics,
                None if limiter is None else tuple(limiter.items()))
         cache = self._packed_finish
         packed = cache.get(key)
         if packed is None:
             if len(cache) >= 256:
                 cache.clear()
-            packed = cache[key] = pack(self._finish_opts(job, token, target))
+            packed = cache[key] = pack(self.finish_opts(job, token, target))
         return packed
 
-    def _complete(self, slot: Slot, result: Any) -> Optional[Job]:
+    def complete(self, slot: Slot, result: Any, fetch: bool) -> Any:
+        """Write ``result`` as the slot's job's return value (``moveToFinished``, with
+        fetch-next when ``fetch``). A result that cannot be written fails the job instead
+        (:meth:`fail`). Returns the answer to read the next job from, or :data:`NO_NEXT`."""
         job = slot.job
         try:
             value = compact_json(result)
         except (TypeError, ValueError) as exc:
-            return self._fail(slot, InvalidJobDataError(
+            return self.fail(slot, InvalidJobDataError(
                 f"job {job.id} ({job.name!r}) on queue {self.queue_name!r}: the processor's return value is "
-                f"not JSON-serialisable ({exc}); return dicts, lists, strings, numbers, booleans or None"))
-        fetch = self._can_fetch_next()
+                f"not JSON-serialisable ({exc}); return dicts, lists, strings, numbers, booleans or None"), fetch)
         finished = [0]
 
         def call() -> Any:
             finished[0] = now_ms()
             return self._finish(self.scripts.move_to_finished_call(
                 job.id, finished[0], "returnvalue", value, "completed", fetch,
-                self._packed_finish_opts(job, slot.token, "completed")))
+                self.packed_finish_opts(job, slot.token, "completed")))
         try:
             res = self._settle(slot, call, ("completed", "unknown"))
         except _Gone:
-            return None
+            return NO_NEXT
         except (JobPendingChildren, JobHasFailedChildren) as exc:
             slot.phase = "running"
-            return self._fail(slot, exc)
+            return self.fail(slot, exc, fetch)
         except _Unwritable as exc:
             slot.phase = "running"
-            return self._fail(slot, UnrecoverableError(
-                f"job {job.id}: its result could not be written: {_describe(exc.error)}"))
+            return self.fail(slot, UnrecoverableError(
+                f"job {job.id}: its result could not be written: {_describe(exc.error)}"), fetch)
         job.returnvalue = result
         job.finished_on = finished[0]
         job.attempts_made += 1
         self.counters["completed"] += 1
-        self.plugins.notify("echomq_job_completed", worker=self, job=job, result=result,
+        self.plugins.notify("echomq_job_completed", worker=self.worker, job=job, result=result,
                             duration_ms=(time.monotonic() - slot.started) * 1000.0)
-        return self._next_from(res, slot.token) if fetch else None
+        return res if fetch else NO_NEXT
 
-    def _decide(self, job: Job, err: BaseException) -> Tuple[str, int, Optional[str]]:
+    def decide(self, job: Job, err: BaseException) -> Tuple[str, int, Optional[str]]:
         """("retry", delay_ms, None) | ("fail", 0, None) | ("move", 0, queue).
 
         One rule: the failure policy hook (user plugins first, the built-in BullMQ rule of
         :func:`~echomq_gevent.plugins.builtin.default_failure_decision` last). When no
         implementation answers (a plugin host built without the built-ins, or a policy
         that raised), the built-in rule is applied directly."""
-        decision = self.plugins.failure_decision(self, job, err)
+        worker = self.worker
+        decision = self.plugins.failure_decision(worker, job, err)
         if not isinstance(decision, FailureDecision):
-            decision = default_failure_decision(self, job, err)
+            decision = default_failure_decision(worker, job, err)
         if decision.action == "retry":
             return "retry", int(decision.delay or 0), None
         if decision.action == "move":
@@ -297,10 +346,11 @@ class Settling:
         return "fail", 0, None
 
     @staticmethod
-    def _reason(err: BaseException) -> str:
+    def reason(err: BaseException) -> str:
+        """The failed reason written for ``err``. Never raises."""
         return _describe(err)
 
-    def _stacktrace(self, job: Job, err: BaseException) -> List[str]:
+    def stacktrace(self, job: Job, err: BaseException) -> List[str]:
         """The stored stack traces plus this one, cut to ``stackTraceLimit``. Never raises."""
         stack = [s for s in (job.stacktrace if isinstance(job.stacktrace, list) else []) if isinstance(s, str)]
         try:
@@ -314,44 +364,46 @@ class Settling:
             return []
         return stack[-limit:]
 
-    def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
+    def fail(self, slot: Slot, err: BaseException, fetch: bool) -> Any:
+        """Settle the slot's job after its processor raised ``err``: put back (rate
+        limited), nothing (it moved itself), retry, fail or move, as :meth:`decide` says;
+        with ``fetch`` the call also takes the next job. Returns the answer to read the
+        next job from, or :data:`NO_NEXT`."""
         job, token = slot.job, slot.token
+        ctx = self.ctx
         now = now_ms()
         if isinstance(err, RateLimitError) or _describe(err) == RATE_LIMIT_MESSAGE:
             try:
                 ttl = self._settle(slot, lambda: self.scripts.move_job_from_active_to_wait(job.id, token),
                                    ("waiting", "prioritized"))
             except (_Gone, _Unwritable):
-                return None
+                return NO_NEXT
             if ttl and ttl > 0:
-                self._limit_until = max(self._limit_until, now_ms() + int(ttl))
-            self._drained = False
-            self._kick.set()
-            self.plugins.notify("echomq_job_moved", worker=self, job=job, state="wait", error=err)
-            return None
-        fetch = self._can_fetch_next()
+                self.hints.limit(now_ms() + int(ttl))
+            self.hints.put_back()
+            self.plugins.notify("echomq_job_moved", worker=self.worker, job=job, state="wait", error=err)
+            return NO_NEXT
         if isinstance(err, (DelayedError, WaitingChildrenError)) or type(err).__name__ in _MOVED_BY_PROCESSOR:
             slot.phase = "finishing"
-            if self._locks is not None:
-                self._locks.untrack(job.id, token)
-            self.plugins.notify("echomq_job_moved", worker=self, job=job, state=_moved_state(err), error=err)
+            if ctx.locks is not None:
+                ctx.locks.untrack(job.id, token)
+            self.plugins.notify("echomq_job_moved", worker=self.worker, job=job, state=_moved_state(err), error=err)
             if not fetch:
-                return None
+                return NO_NEXT
             try:
-                res = self.scripts.move_to_active(token, self.lock_duration, now_ms(), limiter=self.limiter,
-                                                  name=self.name)
+                return self.scripts.move_to_active(token, ctx.lock_duration, now_ms(), limiter=ctx.limiter,
+                                                   name=ctx.name)
             except Exception as exc:
                 log.warning("queue %r: fetching after job %s moved itself failed: %s", self.queue_name, job.id, exc)
-                return None
-            return self._next_from(res, token)
+                return NO_NEXT
 
         try:
-            action, delay, target_queue = self._decide(job, err)
+            action, delay, target_queue = self.decide(job, err)
         except Exception:
             log.exception("queue %r: deciding about failed job %s raised; failing it", self.queue_name, job.id)
             action, delay, target_queue = "fail", 0, None
-        reason = self._reason(err)
-        stack = self._stacktrace(job, err)
+        reason = self.reason(err)
+        stack = self.stacktrace(job, err)
         fields = ["failedReason", reason, "stacktrace", compact_json(stack)]
         job.failed_reason = reason
         job.stacktrace = stack
@@ -359,7 +411,7 @@ class Settling:
             if delay > 0:
                 call = lambda: self.scripts.move_to_delayed(  # noqa: E731
                     job.id, now_ms(), token, delay, skip_attempt=False, fields_to_update=fields, fetch_next=fetch,
-                    fetch_opts=Scripts.fetch_opts(token, self.lock_duration, self.limiter, self.name))
+                    fetch_opts=Scripts.fetch_opts(token, ctx.lock_duration, ctx.limiter, ctx.name))
             else:
                 fetch = False
                 call = lambda: self.scripts.retry_job(  # noqa: E731
@@ -367,52 +419,51 @@ class Settling:
             try:
                 res = self._settle(slot, call, ("delayed",) if delay > 0 else ("waiting", "prioritized"))
             except _Gone:
-                return None
+                return NO_NEXT
             except _Unwritable as exc:
                 return self._unwritable(slot, exc)
             job.attempts_made += 1
             if delay > 0:
                 job.delay = delay
             else:
-                self._drained = False
-                self._kick.set()
+                self.hints.put_back()
             self.counters["retried"] += 1
-            self.plugins.notify("echomq_job_retried", worker=self, job=job, error=err, delay_ms=delay)
-            return self._next_from(res, token) if fetch else None
+            self.plugins.notify("echomq_job_retried", worker=self.worker, job=job, error=err, delay_ms=delay)
+            return res if fetch else NO_NEXT
 
         if action == "move" and target_queue:
-            self._copy_to_queue(job, target_queue)
+            self.copy_to_queue(job, target_queue)
 
         def call_failed() -> Any:
             return self._finish(self.scripts.move_to_finished_call(
                 job.id, now_ms(), "failedReason", reason, "failed", fetch,
-                self._packed_finish_opts(job, token, "failed"), fields))
+                self.packed_finish_opts(job, token, "failed"), fields))
         try:
             res = self._settle(slot, call_failed, ("failed", "unknown"))
         except _Gone:
-            return None
+            return NO_NEXT
         except _Unwritable as exc:
             return self._unwritable(slot, exc)
         job.attempts_made += 1
         job.finished_on = now
         self.counters["failed"] += 1
-        self.plugins.notify("echomq_job_failed", worker=self, job=job, error=err)
-        return self._next_from(res, token) if fetch else None
+        self.plugins.notify("echomq_job_failed", worker=self.worker, job=job, error=err)
+        return res if fetch else NO_NEXT
 
-    def _unwritable(self, slot: Slot, exc: "_Unwritable") -> None:
+    def _unwritable(self, slot: Slot, exc: "_Unwritable") -> Any:
         """A failure or retry Redis refused with a script error: the job is left to the
         stalled check (its lock is no longer renewed), which fails it after
-        ``max_stalled_count`` stalls with BullMQ's reason."""
+        ``max_stalled_count`` stalls with BullMQ's reason. Returns :data:`NO_NEXT`."""
         log.error("queue %r: job %s: its failure could not be written (%s); it stays in active and the "
                   "stalled check takes it over", self.queue_name, slot.job.id, _describe(exc.error))
-        return None
+        return NO_NEXT
 
-    def _copy_to_queue(self, job: Job, target: str) -> None:
+    def copy_to_queue(self, job: Job, target: str) -> None:
         """The ``move`` failure decision: add a copy of the job (attempts reset) to ``target``."""
         from ..queue.queue import Queue
 
         opts = {k: v for k, v in (job.opts or {}).items() if k not in ("repeat", "prevMillis", "timestamp")}
-        queue = Queue(target, connection=self.client, prefix=self.prefix)
+        queue = Queue(target, connection=self.ctx.client, prefix=self.ctx.prefix)
         try:
             copy = queue.add(job.name, job.data, opts)
             log.info("queue %r: failed job %s copied to queue %r as job %s", self.queue_name, job.id, target,
@@ -420,26 +471,32 @@ class Settling:
         except Exception as exc:
             log.error("queue %r: could not copy failed job %s to queue %r: %s", self.queue_name, job.id, target, exc)
 
-    # ------------------------------------------------------------------ callbacks
-    def _mark_lock_lost(self, slot: Slot, how: str) -> None:
+    def hand_back(self, slot: Slot) -> None:
+        """Put an unfinished job back at the front of wait (``moveJobFromActiveToWait``):
+        fetched as a close or a pause began, or still running when the close's wait ends."""
+        slot.handed_back = True
+        job = slot.job
+        ctx = self.ctx
+        try:
+            self.scripts.move_job_from_active_to_wait(job.id, slot.token)
+        except (JobLockMismatch, JobLockNotExist):
+            log.warning("queue %r: job %s was not handed back: its lock is no longer ours", self.queue_name, job.id)
+        except Exception as exc:
+            log.error("queue %r: could not hand job %s back (%s); it stays active and the stalled check "
+                      "of any worker will move it back to wait", self.queue_name, job.id, exc)
+        else:
+            self.counters["handed_back"] += 1
+            self.plugins.notify("echomq_job_handed_back", worker=self.worker, job=job)
+        finally:
+            if ctx.locks is not None:
+                ctx.locks.untrack(job.id, slot.token)
+
+    def mark_lock_lost(self, slot: Slot, how: str) -> None:
+        """The slot's job is no longer ours (its lock was refused): count it, tell the
+        plugins once; its outcome will not be written."""
         if slot.lock_lost or slot.handed_back:
             return
         slot.lock_lost = True
         self.counters["lock_lost"] += 1
         log.debug("queue %r: job %s lost its lock: %s", self.queue_name, slot.job.id, how)
-        self.plugins.notify("echomq_job_lock_lost", worker=self, job=slot.job)
-
-    def _on_locks_lost(self, lost: List[Tuple[str, str]]) -> None:
-        """On the hub: the renewal thread could not renew these (job id, token) locks."""
-        for job_id, token in lost:
-            slot = self._active.get(job_id)
-            if slot is None or slot.token != token or slot.phase != "running":
-                continue
-            self._mark_lock_lost(slot, "renewal refused")
-            # stop the processor too: another worker may take the job over now
-            self._cancel_slot(slot, "the job's lock was lost")
-
-    def _on_stalled(self, ids: List[str]) -> None:
-        for job_id in ids:
-            self.counters["stalled"] += 1
-            self.plugins.notify("echomq_job_stalled", worker=self, queue=self.queue_name, job_id=job_id)
+        self.plugins.notify("echomq_job_lock_lost", worker=self.worker, job=slot.job)

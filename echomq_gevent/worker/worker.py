@@ -1,56 +1,52 @@
 """The gevent Worker: takes jobs from a BullMQ v6 queue and runs them, one greenlet per job.
 
-:class:`Worker` is the public face; its parts live one concern per module:
+:class:`Worker` is the public face. It is made of parts, each an object that owns its
+state, made here with what it needs (the shared part is one documented object,
+:class:`~echomq_gevent.worker.context.WorkerContext`):
 
-* :mod:`.worker_fetch`: the fetch loop (slot arithmetic, batched pick-ups, the marker
-  wait) and the greenlet that runs each job;
-* :mod:`.worker_settle`: writing a job's outcome (complete, retry, fail, put back) and
-  the failure decision;
-* :mod:`.worker_lifecycle`: set-up, signals, the two-stage close and the hand-back;
-* :mod:`.worker_slots`: the per-job slot, the ``active_jobs`` view, the finish batcher;
-* :mod:`.worker_cancel`: cancelling running jobs (``cancel_job``, ``cancel_all_jobs``);
-* :mod:`.worker_manual`: processing by hand (``get_next_job``, ``job.move_to_completed``...).
+* :class:`~.fetch.FetchLoop` (``worker._fetch``): the fetch loop (slot arithmetic,
+  batched pick-ups, the marker wait) and the greenlet that runs each job;
+* :class:`~.settle.Settler` (``worker._settler``): writing a job's outcome (complete,
+  retry, fail, put back) and the failure decision;
+* :class:`~.lifecycle.Lifecycle` (``worker._lifecycle``): run, set-up, signals, the
+  two-stage close;
+* :class:`~.cancel.Canceller` (``worker._canceller``): cancelling running jobs
+  (``cancel_job``, ``cancel_all_jobs``);
+* :class:`~.manual.ManualProcessing` (``worker._manual``): processing by hand
+  (``get_next_job``, ``job.move_to_completed``...);
+* :mod:`.slots`: the per-job slot, the ``active_jobs`` view, the finish batcher.
 
 Around it: locks are renewed from a native thread (:mod:`.locks`), stalled jobs are
 recovered (:mod:`.stalled`), the hub is watched (:mod:`.hub`), processors run on the
 greenlet or in a thread pool (:mod:`.runtime`), and retries follow BullMQ 6.7.0's rules
-(:mod:`.backoff`). Redis is reached only through :class:`~echomq_gevent.protocol.scripts.Scripts`.
-``docs/worker.md`` describes the guarantees.
+(:mod:`~echomq_gevent.protocol.backoff`). Redis is reached only through
+:class:`~echomq_gevent.protocol.scripts.Scripts`. ``docs/worker.md`` describes the guarantees.
 """
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, Optional
 
 import gevent
-import gevent.event
-import gevent.pool
-import redis
 
 from ..connection.clients import DEFAULT_SETTINGS, ConnectionLike, ConnectionSettings, make_client
-from ..errors import WorkerStateError
-from .hub import HubMonitor
+from ..queue.forward import forward
 from ..queue.job import Job
-from ..protocol.options import keep_jobs
 from ..protocol.keys import QueueKeys
-from .locks import LockRenewer
 from ..plugins.host import PluginHost
-from .marker import MarkerWaiter
 from ..protocol.scripts import Scripts
-from .signals import ShutdownSignals
-from .stalled import StalledChecker
-from .cancel import Cancelling
+from .cancel import Canceller
+from .context import WorkerContext
 from .fetch import FetchLoop
 from .lifecycle import Lifecycle
 from .manual import ManualProcessing
 from .options import validate_worker_options
-from .settle import RATE_LIMIT_MESSAGE, Settling
+from .settle import RATE_LIMIT_MESSAGE, Settler
 from ..protocol.clock import now_ms
-from .slots import ActiveJobs, FinishBatcher, Slot
+from .slots import ActiveJobs
 
 log = logging.getLogger("echomq_gevent.worker")
 
@@ -85,7 +81,7 @@ class WorkerHealth:
         return asdict(self)
 
 
-class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
+class Worker:
     """Processes the jobs of one queue.
 
     ``Worker(queue_name, processor=None, connection=..., prefix="bull", plugins=None, **options)``
@@ -118,68 +114,26 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         #: socket timeouts, keep-alive and health checks of every client this worker makes
         self.connection_settings = connection_settings or DEFAULT_SETTINGS
         self.client = make_client(connection, settings=connection_settings)
-        self._owns_client = self.client is not connection
         self.scripts = Scripts(self.client, self.keys)
         self.plugins = plugins if plugins is not None else PluginHost()
-        self.processor = processor
         self.id = str(uuid.uuid4())
-        opts = self.options
-        self.name: Optional[str] = opts["name"]
-        self._concurrency: int = opts["concurrency"]
-        self.lock_duration: int = opts["lock_duration"]
-        self.drain_delay: float = float(opts["drain_delay"])
-        self.limiter: Optional[Dict[str, int]] = (
-            {"max": int(opts["limiter"]["max"]), "duration": int(opts["limiter"]["duration"])}
-            if opts["limiter"] else None)
-        #: keepJobs maps of the worker's own removeOn* options (used when a job has none)
-        self._keep = {"completed": keep_jobs(opts["remove_on_complete"]),
-                      "failed": keep_jobs(opts["remove_on_fail"])}
-        self._timeout_s: Optional[float] = opts["job_timeout"] / 1000.0 if opts["job_timeout"] else None
-        #: maxMetricsSize of moveToFinished: "" records no metrics (as Node without opts.metrics)
-        self._max_metrics: Any = opts["metrics"]["maxDataPoints"] if opts["metrics"] else ""
-        #: ARGV[8] of moveToFinished, packed, by what it is made of (Settling._packed_finish_opts)
-        self._packed_finish: Dict[Any, bytes] = {}
+        concurrency: int = self.options["concurrency"]
 
-        self._active: Dict[str, Slot] = {}
-        #: read-only ``job id -> Job`` of the jobs in flight
-        self.active_jobs = ActiveJobs(self._active)
-        self.running = False
-        #: run() finished its set-up (connections made, lock-renewal thread started)
-        self._set_up = False
-        self.closing = False
-        self._paused = False
+        # the parts, each made with what it needs (module notes above)
+        ctx = self._ctx = WorkerContext(self, queue_name, prefix, self.keys, self.client, self.scripts,
+                                        self.plugins, self.options, self.id)
+        self._settler = Settler(ctx, concurrency)
+        self._fetch = FetchLoop(ctx, self._settler, processor, concurrency, self.connection_settings)
+        self._canceller = Canceller(ctx)
+        self._manual = ManualProcessing(ctx, self._settler)
+        self._lifecycle = Lifecycle(ctx, self._fetch, self._settler, self._canceller, self.connection_settings,
+                                    owns_client=self.client is not connection, on_close=self._manual.close)
+
         #: counts since start: completed, failed (final), retried, stalled (found by this
         #: worker's check), lock_lost, handed_back
-        self.counters: Dict[str, int] = dict.fromkeys(
-            ("completed", "failed", "retried", "stalled", "lock_lost", "handed_back"), 0)
-        #: wall-clock time (s) the fetch loop last heard from Redis (fetch or marker wait)
-        self.last_fetch_at: Optional[float] = None
-
-        self._tokens = itertools.count()
-        self._kick = gevent.event.Event()      # wakes the fetch loop
-        self._stop = gevent.event.Event()      # set once closing starts
-        self._force = gevent.event.Event()     # hand unfinished jobs back now
-        self._closed = gevent.event.Event()
-        self._loop_done = gevent.event.Event()
-        self._drained = False
-        #: tokens of pick-ups (or fetch-nexts) whose answer was lost; read back by the loop
-        self._unknown_pickups: List[str] = []
-        self._burst = 1
-        self._block_until = 0
-        self._limit_until = 0
-        self._signals = 0
-        self._close_greenlet: Optional[gevent.Greenlet] = None
-
-        # with one slot nothing can finish together: call directly
-        self._batcher: Optional[FinishBatcher] = FinishBatcher(self.scripts) if self.concurrency > 1 else None
-        self._pool: Optional[gevent.pool.Pool] = None
-        self._runtime: Any = None
-        self._blocking: Optional[redis.Redis] = None
-        self._marker: Optional[MarkerWaiter] = None
-        self._locks: Optional[LockRenewer] = None
-        self._stalled: Optional[StalledChecker] = None
-        self._hub_monitor: Optional[HubMonitor] = None
-        self._run_greenlet: Optional[gevent.Greenlet] = None
+        self.counters: Dict[str, int] = ctx.counters
+        #: read-only ``job id -> Job`` of the jobs in flight
+        self.active_jobs = ActiveJobs(ctx.active)
 
     # ------------------------------------------------------------------ public surface
     def __repr__(self) -> str:
@@ -190,21 +144,79 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         """How many jobs run at once. Assignable while the worker runs: a higher value is
         used at the next fetch (the loop is woken); a lower one lets the running jobs
         finish and fetches again only below it. No job is dropped or interrupted."""
-        return self._concurrency
+        return self._fetch.concurrency
 
     @concurrency.setter
     def concurrency(self, value: int) -> None:
         validate_worker_options(dict(self.options, concurrency=value), where=f"Worker for queue {self.queue_name!r}")
-        self._concurrency = value
+        self._fetch.concurrency = value
         self.options["concurrency"] = value
-        if getattr(self, "_batcher", 0) is None and value > 1:
-            self._batcher = FinishBatcher(self.scripts)
-        runtime_pool = getattr(getattr(self, "_runtime", None), "pool", None)
+        self._settler.concurrency_changed(value)
+        runtime_pool = getattr(self._ctx.runtime, "pool", None)
         if runtime_pool is not None:  # thread offload: one native thread per slot
             runtime_pool.maxsize = max(value, 1)
-        kick = getattr(self, "_kick", None)
-        if kick is not None:
-            kick.set()
+        self._ctx.hints.wake()
+
+    # settings read by the parts where they use them: assignable, as plain attributes were
+    @property
+    def name(self) -> Optional[str]:
+        """The worker's name (option ``name``): in its connection names and finishes."""
+        return self._ctx.name
+
+    @name.setter
+    def name(self, value: Optional[str]) -> None:
+        self._ctx.name = value
+
+    @property
+    def lock_duration(self) -> int:
+        """Milliseconds a job's lock lasts (option ``lock_duration``)."""
+        return self._ctx.lock_duration
+
+    @lock_duration.setter
+    def lock_duration(self, value: int) -> None:
+        self._ctx.lock_duration = value
+
+    @property
+    def limiter(self) -> Optional[Dict[str, int]]:
+        """The worker's rate limit ``{"max": n, "duration": ms}``, or None (option ``limiter``)."""
+        return self._ctx.limiter
+
+    @limiter.setter
+    def limiter(self, value: Optional[Dict[str, int]]) -> None:
+        self._ctx.limiter = value
+
+    @property
+    def drain_delay(self) -> float:
+        """Seconds an idle worker blocks on the marker per wait (option ``drain_delay``)."""
+        return self._ctx.drain_delay
+
+    @drain_delay.setter
+    def drain_delay(self, value: float) -> None:
+        self._ctx.drain_delay = value
+
+    @property
+    def processor(self) -> Optional[Callable[[Job], Any]]:
+        """The function that runs each job (None: asked of the plugins per job)."""
+        return self._fetch.processor
+
+    @processor.setter
+    def processor(self, value: Optional[Callable[[Job], Any]]) -> None:
+        self._fetch.processor = value
+
+    @property
+    def running(self) -> bool:
+        """Between ``run()`` starting and the close finishing."""
+        return self._ctx.running
+
+    @property
+    def closing(self) -> bool:
+        """A close has started (no new jobs)."""
+        return self._ctx.closing
+
+    @property
+    def last_fetch_at(self) -> Optional[float]:
+        """Wall-clock time (s) the fetch loop last heard from Redis (fetch or marker wait)."""
+        return self._fetch.last_fetch_at
 
     @property
     def completed_count(self) -> int:
@@ -216,122 +228,52 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
 
     @property
     def paused(self) -> bool:
-        return self._paused
+        return self._fetch.paused
 
     @property
     def closed(self) -> bool:
-        return self._closed.is_set()
+        return self._lifecycle.closed.is_set()
 
     def lock_thread_alive(self) -> bool:
         """True while the lock-renewal thread runs and ticks (health endpoints)."""
-        return self._locks is not None and self._locks.alive()
+        locks = self._ctx.locks
+        return locks is not None and locks.alive()
 
     def hub_blocked_for(self) -> float:
         """Seconds the hub has not run its loop (0 when healthy, or when not watched)."""
-        return self._hub_monitor.blocked_for() if self._hub_monitor is not None else 0.0
+        monitor = self._ctx.hub_monitor
+        return monitor.blocked_for() if monitor is not None else 0.0
 
-    def fetch_loop_alive(self) -> bool:
-        """True while the fetch loop runs (set up, not ended, its greenlet not dead).
-
-        Not before the set-up (connections, lock-renewal thread) is done: a readiness
-        probe that asks while the set-up waits on Redis must not see a worker without
-        its renewal thread as ready."""
-        g = self._run_greenlet
-        return (self.running and self._set_up and g is not None and not g.dead
-                and not self._loop_done.is_set())
+    fetch_loop_alive = forward("_lifecycle", Lifecycle.fetch_loop_alive)
 
     def health(self) -> WorkerHealth:
         """A snapshot of the worker's health; cheap, no Redis call. Any greenlet."""
         last = self.last_fetch_at
         return WorkerHealth(
             queue=self.queue_name, running=self.running, closing=self.closing,
-            active=len(self._active), concurrency=self.concurrency,
+            active=len(self._ctx.active), concurrency=self.concurrency,
             fetch_loop_alive=self.fetch_loop_alive(),
             last_fetch_age_s=None if last is None else round(max(0.0, time.time() - last), 3),
             lock_renewal_alive=self.lock_thread_alive(),
             hub_blocked_for_s=round(self.hub_blocked_for(), 3))
 
-    def start(self) -> gevent.Greenlet:
-        """Run the worker on a new greenlet of the current hub and return that greenlet."""
-        self._run_greenlet = gevent.spawn(self.run)
-        return self._run_greenlet
-
-    def run(self) -> None:
-        """Process jobs until :meth:`close` completes. Blocks the calling greenlet.
-
-        On the main greenlet of the main thread it also installs SIGTERM/SIGINT handlers:
-        the first signal closes gracefully (``shutdown_timeout``), the second hands the
-        unfinished jobs back at once.
-        """
-        if self.running:
-            raise WorkerStateError(f"the worker of queue {self.queue_name!r} is already running")
-        if self.closing:
-            if self._run_greenlet is not None and gevent.getcurrent() is self._run_greenlet:
-                return  # start() then close() before the greenlet ran: nothing to do
-            raise WorkerStateError(f"the worker of queue {self.queue_name!r} was closed; create a new Worker")
-        self.running = True
-        self._run_greenlet = gevent.getcurrent()
-        signals = ShutdownSignals(self._signal_graceful, self._signal_at_once)
-        signals.install()
-        try:
-            self._setup()
-            self._set_up = True
-            self.plugins.notify("echomq_worker_started", worker=self)
-            try:
-                self._loop()
-            except gevent.GreenletExit:
-                if not self.closing:  # killed from outside: still hand the jobs back
-                    log.warning("queue %r: the worker's greenlet was killed; closing now", self.queue_name)
-                    gevent.spawn(self.close, 0, "killed")
-                raise
-            finally:
-                self._loop_done.set()
-            self._closed.wait()
-        finally:
-            signals.cancel()
-            self.running = False
-            self._set_up = False
-
-    def close(self, timeout: Optional[float] = None, reason: str = "close") -> None:
-        """Stop taking jobs, let in-flight jobs finish for up to ``timeout`` s (default
-        ``shutdown_timeout``), hand the rest back to the front of ``wait``, close the
-        connections. Returns when all of that is done.
-
-        Safe to call from any greenlet of the worker's hub, and more than once: a second
-        call with a shorter ``timeout`` (``0``: now) shortens the wait. Called from inside
-        a job, it returns at once and the close runs on its own greenlet.
-        """
-        if timeout is None:
-            timeout = float(self.options["shutdown_timeout"])
-        self._close_manual()
-        if self.closing:
-            if timeout <= 0:
-                self._force.set()
-            else:
-                gevent.spawn_later(timeout, self._force.set)
-            if not self._inside_worker():
-                self._closed.wait()
-            return
-        self.closing = True
-        self._stop.set()
-        self._kick.set()
-        self._close_greenlet = gevent.spawn(self._do_close, timeout, reason)
-        if not self._inside_worker():
-            self._close_greenlet.join()
+    start = forward("_lifecycle", Lifecycle.start)
+    run = forward("_lifecycle", Lifecycle.run)
+    close = forward("_lifecycle", Lifecycle.close)
 
     def pause(self, wait: bool = False) -> None:
         """Stop taking new jobs in this worker (the queue is not paused); in-flight jobs
         go on. With ``wait`` it returns once they are done."""
-        self._paused = True
-        self._kick.set()  # out of a marker wait, so the loop sees the pause at once
+        self._fetch.paused = True
+        self._ctx.hints.wake()  # out of a marker wait, so the loop sees the pause at once
         if wait:
-            while self._active:
+            while self._ctx.active:
                 gevent.sleep(0.01)
 
     def resume(self) -> None:
         """Take jobs again after :meth:`pause`."""
-        self._paused = False
-        self._kick.set()
+        self._fetch.paused = False
+        self._ctx.hints.wake()
 
     def rate_limit(self, ms: int) -> None:
         """Block fetching for ``ms`` on every worker of the queue that has a limiter (or when
@@ -340,5 +282,10 @@ class Worker(Lifecycle, FetchLoop, Settling, Cancelling, ManualProcessing):
         if isinstance(ms, bool) or not isinstance(ms, int) or ms <= 0:
             raise ValueError(f"rate_limit(ms): ms must be an integer > 0, got {ms!r}")
         self.client.set(self.keys.limiter, _LIMITER_FULL, px=ms)
-        self._limit_until = max(self._limit_until, now_ms() + ms)
+        self._ctx.hints.limit(now_ms() + ms)
 
+    cancel_job = forward("_canceller", Canceller.cancel_job)
+    cancel_all_jobs = forward("_canceller", Canceller.cancel_all_jobs)
+    get_next_job = forward("_manual", ManualProcessing.get_next_job)
+    manual_complete = forward("_manual", ManualProcessing.manual_complete)
+    manual_fail = forward("_manual", ManualProcessing.manual_fail)

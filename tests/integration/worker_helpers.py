@@ -79,7 +79,7 @@ def make_worker(redis_url, prefix, qname, processor=None, **opts) -> Worker:
 def marker_wait_blocked(worker: Worker, r: Any) -> bool:
     """Whether ``worker``'s blocking connection is blocked in its marker wait (BZPOPMIN),
     as Redis reports it (CLIENT LIST flag ``b``)."""
-    name = worker._blocking_client_name()
+    name = worker._fetch.blocking_client_name()
     return any(c.get("name") == name and "b" in c.get("flags", "") for c in r.client_list())
 
 

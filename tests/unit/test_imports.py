@@ -160,6 +160,16 @@ def test_the_top_level_shows_the_layers():
             assert not clash, f"{os.path.relpath(folder, ROOT)}: {clash} begin with {a!r}: make a folder of them"
 
 
+
+def test_the_big_classes_are_made_of_parts_not_mixins():
+    """Worker, Queue, Scripts and Job hold their parts as objects made with what they need,
+    and inherit nothing: a reader finds what ``self`` has in the one class."""
+    from echomq_gevent import Job, Queue, Worker
+    from echomq_gevent.protocol.scripts import Scripts
+
+    for cls in (Worker, Queue, Scripts, Job):
+        assert cls.__bases__ == (object,), f"{cls.__name__} has the bases {cls.__bases__}"
+
 def test_loading_a_configuration_imports_neither_redis_nor_ssl(tmp_path):
     """gunicorn's master imports the integration and loads the YAML before gevent patches
     the workers: a redis (and with it ssl) imported there stays unpatched in every worker

@@ -122,3 +122,34 @@ def test_the_command_entry_point_and_python_m():
     # Python 3.9 lists a distribution once per place it is found (site-packages and a
     # checkout's egg-info): the same entry point may come twice
     assert {e.value for e in scripts if e.name == "echomq-gevent"} == {"echomq_gevent.host.cli:main"}  # (loading it would monkey-patch this process)
+
+
+def test_the_worker_keeps_its_public_surface():
+    """What users call on a Worker (docs/worker.md, docs/node-api.md, contrib, the runner)
+    is still there with the same signature, now carried out by the worker's parts."""
+    from echomq_gevent import Worker
+
+    params = {
+        "run": ["self"], "start": ["self"], "close": ["self", "timeout", "reason"], "pause": ["self", "wait"],
+        "resume": ["self"], "rate_limit": ["self", "ms"], "cancel_job": ["self", "job_id", "reason"],
+        "cancel_all_jobs": ["self", "reason"], "get_next_job": ["self", "token", "block", "timeout"],
+        "manual_complete": ["self", "job", "returnvalue", "token", "fetch_next"],
+        "manual_fail": ["self", "job", "err", "token", "fetch_next"], "health": ["self"],
+        "lock_thread_alive": ["self"], "hub_blocked_for": ["self"], "fetch_loop_alive": ["self"],
+    }
+    for name, expected in params.items():
+        method = getattr(Worker, name)
+        assert list(inspect.signature(method).parameters) == expected, name
+        assert method.__doc__, f"Worker.{name} has no docstring"
+    # attributes and properties users read, and the settings they may assign (no Redis needed)
+    w = Worker("q", lambda job: None, connection="redis://127.0.0.1:1/0", name="a", limiter={"max": 1, "duration": 9})
+    for name in ("options", "keys", "queue_name", "prefix", "connection_settings", "client", "scripts", "plugins",
+                 "id", "counters", "active_jobs", "concurrency", "paused", "closed", "completed_count",
+                 "failed_count", "running", "closing", "last_fetch_at"):
+        getattr(w, name)
+    assert (w.name, w.limiter, w.running, w.closing, w.paused, w.closed) == ("a", {"max": 1, "duration": 9}, False,
+                                                                           False, False, False)
+    for name, value in (("name", "b"), ("lock_duration", 1234), ("limiter", None), ("drain_delay", 1.5),
+                        ("processor", None), ("concurrency", 3)):
+        setattr(w, name, value)
+        assert getattr(w, name) == value, name

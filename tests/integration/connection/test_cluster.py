@@ -52,9 +52,9 @@ def test_queue_worker_and_events_on_a_cluster_url(cluster, qname, wait_for):
     try:
         wait_for(lambda: len(done) == 60, timeout=60, what="60 jobs done", details=lambda: f"{len(done)}")
         # the marker wait blocks on the primary serving the queue's slot, where getWorkers() finds it
-        assert isinstance(worker._blocking, SlotClient)
+        assert isinstance(worker._fetch.blocking, SlotClient)
         owner = cluster.owner_of(key_slot(f"{prefix}:{qname}:marker"))
-        assert worker._blocking.node == f"127.0.0.1:{owner}"
+        assert worker._fetch.blocking.node == f"127.0.0.1:{owner}"
         wait_for(lambda: len(queue.get_workers()) == 1, what="getWorkers() to see the worker")
         late = queue.add("late", {"i": 100})  # an idle worker is woken by the marker on its node
         wait_for(lambda: late.id in done, timeout=30, what="a job added to an idle worker")

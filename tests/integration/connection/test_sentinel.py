@@ -35,9 +35,9 @@ def test_worker_follows_a_failover_to_the_promoted_replica(sentinels, prefix, qn
     assert listener.wait_until_ready(10)
     worker.start()
     try:
-        wait_for(lambda: worker._locks is not None, what="the worker to set up its clients")
+        wait_for(lambda: worker._ctx.locks is not None, what="the worker to set up its clients")
         # every client the worker made asks the sentinels where the primary is
-        for client in (worker.client, worker._blocking, worker._locks.scripts.client, queue.client,
+        for client in (worker.client, worker._fetch.blocking, worker._ctx.locks.scripts.client, queue.client,
                        listener.client):
             assert isinstance(client.connection_pool, SentinelConnectionPool), client
         wait_for(lambda: len(done) >= 50, what="50 jobs done before the kill")

@@ -125,7 +125,7 @@ def test_a_worker_that_fails_to_run_stops_the_others(two_queues, redis_url, wait
 
     def refuse() -> None:
         raise ValueError("cannot run")
-    broken._setup = refuse
+    broken._lifecycle.setup = refuse
     runner.start()
     assert runner.wait(15)
     assert runner.failed and runner.state == "stopped"

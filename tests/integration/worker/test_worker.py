@@ -234,7 +234,7 @@ def test_a_resume_while_the_pause_cancels_the_marker_wait_is_not_lost(redis_url,
     w = make_worker(redis_url, prefix, qname, lambda j: j.id, drain_delay=5)
     with running(w):
         wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
-        marker = w._marker
+        marker = w._fetch.marker
         cancel = marker.cancel
 
         def slow_cancel(*args, **kw):
@@ -286,13 +286,13 @@ def test_a_worker_still_setting_up_is_not_reported_as_fetching(redis_url, prefix
     # fetch loop "alive" and the lock-renewal thread not yet made: ready 200, then live 503
     w = make_worker(redis_url, prefix, qname, lambda j: None)
     seen = []
-    setup = w._setup
+    setup = w._lifecycle.setup
 
     def observed_setup():
         seen.append(w.health())
         setup()
 
-    w._setup = observed_setup
+    w._lifecycle.setup = observed_setup
     with running(w):
         wait_for(lambda: w.health().fetch_loop_alive, what="the fetch loop")
         assert w.health().lock_renewal_alive  # whenever the loop counts as alive
@@ -316,8 +316,8 @@ def test_the_packed_finish_options_follow_the_job_and_the_worker(redis_url, pref
 
     def check():
         for opts, token, target in cases:
-            packed = w._packed_finish_opts(Job(w.scripts, "1", "n", {}, dict(opts)), token, target)
-            assert packed == pack(w._finish_opts(Job(w.scripts, "1", "n", {}, dict(opts)), token, target))
+            packed = w._settler.packed_finish_opts(Job(w.scripts, "1", "n", {}, dict(opts)), token, target)
+            assert packed == pack(w._settler.finish_opts(Job(w.scripts, "1", "n", {}, dict(opts)), token, target))
         return msgpack.unpackb(packed)
 
     try:

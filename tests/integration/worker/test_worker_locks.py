@@ -160,6 +160,6 @@ def test_jobs_finishing_together_share_a_pipeline_and_keep_errors_apart(redis_ur
         gate.set()
         wait_for(lambda: w.completed_count == 9 and rec.names("lock_lost"), what="results")
     assert rec.names("lock_lost") == [victim]
-    assert w._batcher.batches < w._batcher.calls, "finishes were not batched"
+    assert w._settler.batcher.batches < w._settler.batcher.calls, "finishes were not batched"
     assert "returnvalue" not in r.hgetall(f"{prefix}:{qname}:{victim}")
     assert r.zcard(f"{prefix}:{qname}:completed") == 9

@@ -16,7 +16,7 @@ from integration.worker_helpers import Recorder, host_with, make_worker, marker_
 
 
 def _blocking_entry(worker, r):
-    name = worker._blocking_client_name()
+    name = worker._fetch.blocking_client_name()
     return next(c for c in r.client_list() if c.get("name") == name)
 
 

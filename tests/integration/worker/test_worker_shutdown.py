@@ -66,7 +66,7 @@ def test_close_of_an_idle_worker_is_quick_and_final(redis_url, prefix, qname, r,
     g.join(2)
     assert g.ready() and w.closed
     # the blocking connection is gone: no BZPOPMIN left behind to eat other workers' markers
-    blocking_name = w._blocking_client_name()
+    blocking_name = w._fetch.blocking_client_name()
     assert not [c for c in r.client_list() if c.get("name") == blocking_name]
     with pytest.raises(RuntimeError, match="closed"):
         w.run()
