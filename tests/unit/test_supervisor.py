@@ -1,0 +1,68 @@
+"""The supervisor's small rules without processes: the restart backoff, how an exit is
+named, the job limit's jitter, the memory figure and the process label of log records."""
+from __future__ import annotations
+
+import io
+import json
+import logging
+import signal
+
+from echomq_gevent.host.logs import JsonFormatter, setup_logging
+from echomq_gevent.host.supervised import EXIT_RECYCLE, SupervisedChild, rss_mb
+from echomq_gevent.host.supervisor import BACKOFF_CAP, describe_exit, restart_delay
+
+
+def test_restart_delay_doubles_and_is_capped():
+    delays = [restart_delay(n) for n in range(1, 12)]
+    assert delays[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert all(a <= b for a, b in zip(delays, delays[1:]))
+    assert max(delays) == BACKOFF_CAP == delays[-1]
+
+
+def test_exits_are_named_by_code_or_signal():
+    assert describe_exit(1) == "exit code 1"
+    assert describe_exit(-signal.SIGKILL) == "killed by SIGKILL"
+    assert describe_exit(EXIT_RECYCLE) == f"exit code {EXIT_RECYCLE} (recycled)"
+    assert describe_exit(None) == "still running"
+
+
+def test_the_job_limit_is_jittered_upwards_by_at_most_a_tenth():
+    limits = {SupervisedChild(1, max_jobs=1000).job_limit for _ in range(200)}
+    assert min(limits) >= 1000 and max(limits) <= 1100 and len(limits) > 1
+    assert SupervisedChild(1, max_jobs=5).job_limit == 5
+    assert SupervisedChild(1).job_limit is None
+
+
+def test_rss_is_a_plausible_number_of_megabytes():
+    before = rss_mb()
+    blob = b"x" * (40 * 1024 * 1024)
+    assert 1 < before < 100_000
+    assert rss_mb() > before + 30
+    del blob
+
+
+def test_log_records_name_the_process_in_text_and_json():
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)
+    try:
+        out = io.StringIO()
+        setup_logging("info", "text", stream=out, process="2/4711")
+        logging.getLogger("echomq_gevent.test").info("hello")
+        assert " process=2/4711 echomq_gevent.test: hello" in out.getvalue()
+        out = io.StringIO()
+        setup_logging("info", "json", stream=out, process="supervisor/9")
+        logging.getLogger("echomq_gevent.test").info("hello")
+        record = json.loads(out.getvalue())
+        assert record["process"] == "supervisor/9" and "echomq_process" not in record
+        out = io.StringIO()
+        setup_logging("info", "text", stream=out)
+        logging.getLogger("echomq_gevent.test").info("hello")
+        assert "process=" not in out.getvalue()
+        assert isinstance(root.handlers[0].formatter, logging.Formatter)
+        assert not isinstance(root.handlers[0].formatter, JsonFormatter)
+    finally:
+        for h in list(root.handlers):
+            root.removeHandler(h)
+        for h in saved[0]:
+            root.addHandler(h)
+        root.setLevel(saved[1])
