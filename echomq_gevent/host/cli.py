@@ -235,8 +235,9 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """``status [QUEUE...] [--json]``: job counts per queue, the workers seen and the job
-    schedulers with their next run."""
+    """``status [QUEUE...] [--json]``: job counts per queue, the workers seen, the job
+    schedulers with their next run and, when a supervisor runs the file on this host, its
+    worker processes."""
     cfg = _load(args, required=False)
     prefix = args.prefix or (cfg.prefix if cfg else "bull")
     names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
@@ -245,7 +246,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     conn = _Connection(cfg, args.redis)
     try:
-        return print_status(conn.url, names, prefix, as_json=args.json)
+        from .process_state import read_state
+
+        processes = read_state(cfg.filename) if cfg is not None else None
+        return print_status(conn.url, names, prefix, as_json=args.json, processes=processes)
     finally:
         conn.close()
 

@@ -14,7 +14,7 @@ hidden ``--supervised-child INDEX`` flag; it runs the file's queues through the 
 - notices the parent's death (``PR_SET_PDEATHSIG`` on Linux turns it into a SIGTERM,
   which drains through the usual signal handling; a ``getppid()`` check every second
   is the portable fallback) and drains;
-- reports ``ready`` and its counters (jobs done, RSS) to the parent as JSON lines on the
+- reports ``ready`` and, every two seconds, its counters (jobs done, RSS) to the parent as JSON lines on the
   pipe whose write end the parent passed as ``ECHOMQ_SUPERVISOR_FD``.
 
 Everything here runs on the child's hub: the hooks on job greenlets, the watch loop on
@@ -149,7 +149,8 @@ class SupervisedChild:
         the parent-death signal, report ``ready`` and start the watch loop."""
         self.runner = runner
         ask_for_parent_death_signal(signal.SIGTERM)
-        self.report("ready", queues=list(runner.queue_names), started_at=self.started_at)
+        self.report("ready", queues=list(runner.queue_names), started_at=self.started_at, jobs=0,
+                    rss_mb=round(rss_mb(), 1))
         self._watcher = gevent.spawn(self._watch)
 
     def stop(self) -> None:
@@ -193,7 +194,7 @@ class SupervisedChild:
                 self.recycle(f"resident memory {rss:.0f} MB > max_memory_per_process {self.max_memory_mb}")
                 return
             now = time.monotonic()
-            if now - last_report >= 5 * WATCH_INTERVAL:
+            if now - last_report >= 2 * WATCH_INTERVAL:
                 last_report = now
                 self.report("stats", jobs=self.done, rss_mb=round(rss, 1))
 

@@ -48,6 +48,7 @@ import gevent.os
 import gevent.subprocess
 
 from .config import Config, load_config
+from .process_state import state_path, write_state
 from .supervised import EXIT_RECYCLE, FD_ENV, PARENT_ENV
 from ..errors import ConfigError
 
@@ -148,6 +149,10 @@ class Supervisor:
         self._restarts: Dict[int, gevent.Greenlet] = {}
         self._reloading: Optional[gevent.Greenlet] = None
         self._handlers: List[Any] = []
+        self.started_at = time.time()
+        #: the state file ``echomq-gevent status`` reads (:mod:`echomq_gevent.host.process_state`)
+        self.state_file = state_path(cfg.filename)
+        self._state_warned = False
 
     # -- the main greenlet ----------------------------------------------------------------
     def run(self) -> int:
@@ -165,6 +170,10 @@ class Supervisor:
         finally:
             for h in self._handlers:
                 h.cancel()
+            try:
+                os.remove(self.state_file)
+            except OSError:
+                pass
         log.info("every worker process has stopped; exiting %d", self.exit_code)
         return self.exit_code
 
@@ -175,6 +184,30 @@ class Supervisor:
         if self.cfg.max_memory_per_process is not None:
             parts.append(f"max_memory_per_process {self.cfg.max_memory_per_process} MB")
         return f"; recycled at {', '.join(parts)}" if parts else ""
+
+    # -- the state file -------------------------------------------------------------------
+    def write_state(self) -> None:
+        """Rewrite the state file from what the children reported (called on every change)."""
+        def state_of(child: ChildProcess) -> str:
+            if child.retiring is not None:
+                return child.retiring.split(":")[0]
+            return "running" if child.ready.is_set() else "starting"
+
+        state = {
+            "supervisor": {"pid": os.getpid(), "config": os.path.realpath(self.cfg.filename),
+                           "processes": self.processes, "started_at": self.started_at,
+                           "updated_at": time.time(), "stopping": bool(self.shutting_down)},
+            "processes": [{"index": c.index, "pid": c.pid, "state": state_of(c), "queues": c.queues,
+                           "jobs": c.jobs, "rss_mb": c.rss_mb, "started_at": c.started_at}
+                          for c in sorted(self.children, key=lambda c: (c.index, c.started_at))],
+        }
+        try:
+            write_state(self.state_file, state)
+        except OSError as exc:
+            if not self._state_warned:
+                self._state_warned = True
+                log.warning("cannot write the state file %s (status will not list the processes): %s",
+                            self.state_file, exc)
 
     # -- children -------------------------------------------------------------------------
     def _argv(self, index: int) -> List[str]:
@@ -198,6 +231,7 @@ class Supervisor:
         child = ChildProcess(index, proc, read_fd)
         self.children.append(child)
         log.info("started %s", child.label)
+        self.write_state()
         gevent.spawn(self._read_reports, child)
         gevent.spawn(self._wait_exit, child)
         return child
@@ -240,6 +274,7 @@ class Supervisor:
             child.drained = True
         elif event == "recycle":
             self._retire(child, f"recycling: {message.get('reason', '')}")
+        self.write_state()
 
     def _retire(self, child: ChildProcess, why: str) -> None:
         """``child`` is draining on purpose: free its slot and, unless stopping, start its
@@ -281,6 +316,7 @@ class Supervisor:
                 self._stop_all(signal.SIGTERM)
             else:
                 self._schedule_restart(child, how)
+        self.write_state()
         if self.shutting_down and not self.children:
             self._done.set()
 
@@ -318,6 +354,7 @@ class Supervisor:
         else:
             log.warning("%s again: the worker processes hand their jobs back now", name)
         self._stop_all(signal.SIGTERM)
+        self.write_state()
         if not self.children:
             self._done.set()
 

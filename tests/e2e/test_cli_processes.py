@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import os
 import re
+import json
 import signal
+import subprocess
 import textwrap
 import time
 from typing import Dict, List, Optional, Set
@@ -18,7 +20,8 @@ import pytest
 
 from echomq_gevent.queue.queue import Queue
 
-from test_cli_run import Cli
+from target import PYTHON
+from test_cli_run import ROOT, Cli
 
 PLUGIN = '''
 """Processors of the supervisor tests, for queue {queue!r}."""
@@ -29,6 +32,9 @@ from echomq_gevent import hookimpl
 
 RUNS = {runs!r}
 LEAKED = []
+
+if os.path.exists(RUNS + ".crash"):  # the crash-loop test: every new process dies at once
+    os._exit(9)
 
 
 def record(*words):
@@ -146,6 +152,14 @@ class Supervised:
         assert not twice, f"jobs that finished more than once: {twice}"
         assert set(ids) <= set(done)
 
+    def status(self, *args: str) -> str:
+        """``echomq-gevent -c FILE status ...``: its output."""
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        out = subprocess.run([PYTHON, "-m", "echomq_gevent", "-c", str(self.conf), "status", *args],
+                             cwd=str(self.tmp), env=env, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int:
         assert self.cli is not None
         return self.cli.stop(sig, timeout=timeout)
@@ -185,6 +199,18 @@ def test_every_process_takes_jobs_and_sigterm_drains_in_flight_jobs_and_exits_0(
     wait_for(lambda: len(sup.done_by_job()) == 40, timeout=60, what="40 jobs done", details=cli.output)
     by_pid = {pid for pids_ in sup.done_by_job().values() for pid in pids_}
     assert by_pid == set(pids), f"jobs ran in {by_pid}, the worker processes are {pids}"
+    # status lists each process: pid, queues, jobs done (reported every 2 s), RSS, started at
+    def counted() -> Optional[dict]:
+        state = json.loads(sup.status("--json")).get("echomq:supervisor")
+        return state if state and sum(p["jobs"] for p in state["processes"]) == 40 else None
+
+    state = wait_for(counted, timeout=30, what="status counting 40 jobs", details=cli.output)
+    rows = state["processes"]
+    assert sorted(p["pid"] for p in rows) == sorted(pids) and [p["index"] for p in rows] == [1, 2]
+    assert all(p["queues"] == [sup.queue] and p["state"] == "running" and p["rss_mb"] > 5
+               and p["started_at"] <= time.time() for p in rows), rows
+    table = sup.status()
+    assert f"supervisor pid {cli.proc.pid}" in table and all(f" {pid} " in table for pid in pids), table
     records = [line for line in cli.lines if re.match(r"\d{4}-\d\d-\d\d ", line)]
     assert records and all(re.search(r" process=(supervisor|[12])/\d+ ", line) for line in records), records
     # in-flight jobs at SIGTERM finish (shutdown_timeout 10 s) and the command exits 0
@@ -195,6 +221,7 @@ def test_every_process_takes_jobs_and_sigterm_drains_in_flight_jobs_and_exits_0(
     assert cli.saw("SIGTERM: draining 2 worker process(es)")
     sup.completed_once(r, ids + slow)
     assert not any(alive(p) for p in pids)
+    assert "supervisor pid" not in sup.status()  # the state file went with the supervisor
 
 
 def test_a_child_killed_mid_job_is_restarted_and_its_job_recovered_once(sup, r, wait_for):
@@ -217,6 +244,39 @@ def test_a_child_killed_mid_job_is_restarted_and_its_job_recovered_once(sup, r, 
     sup.completed_once(r, [job])
     starts = [w for w in sup.lines() if w[:2] == ["start", job]]
     assert len(starts) == 2 and int(starts[1][2]) != victim
+
+
+def test_a_crash_loop_is_slowed_by_a_doubling_delay_and_ends_when_the_cause_goes(sup, wait_for):
+    sup.write("max_jobs_per_process: 100000\n")  # one process, supervised
+    cli = sup.start()
+    [pid] = sup.ready(wait_for, 1)
+    crash = sup.runs + ".crash"
+    open(crash, "w").close()
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: cli.saw("exited unexpectedly (exit code 9); restarting in 2.0 s"), timeout=30,
+             what="three failures in a row", details=cli.output)
+    delays = [float(m) for line in list(cli.lines) for m in re.findall(r"restarting in ([\d.]+) s", line)]
+    assert delays[:3] == [0.5, 1.0, 2.0], delays
+    os.remove(crash)
+    sup.ready(wait_for, 2)  # the next restart comes up
+    assert sup.stop() == 0, cli.output()
+
+
+def test_a_second_sigterm_hands_the_jobs_back_at_once(sup, r, wait_for):
+    sup.write("processes: 2\n", queue_options="concurrency: 2")
+    cli = sup.start()
+    sup.ready(wait_for, 2)
+    ids = sup.add(2, first_s=120)
+    wait_for(lambda: sum(1 for w in sup.lines() if w[0] == "start") == 2, timeout=30, what="2 jobs running",
+             details=cli.output)
+    cli.proc.send_signal(signal.SIGTERM)
+    wait_for(lambda: cli.saw("SIGTERM: draining 2 worker process(es)"), timeout=10, what="the drain",
+             details=cli.output)
+    assert sup.stop(timeout=30) == 0, cli.output()  # well before the 10 s shutdown_timeout ran out twice
+    assert cli.saw("SIGTERM again: the worker processes hand their jobs back now")
+    waiting = set(r.lrange(f"{sup.prefix}:{sup.queue}:wait", 0, -1))
+    assert set(ids) <= waiting, cli.output()
+    assert not sup.done_by_job()
 
 
 def test_max_jobs_per_process_recycles_one_process_and_every_job_completes_once(sup, r, wait_for):

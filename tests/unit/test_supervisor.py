@@ -66,3 +66,25 @@ def test_log_records_name_the_process_in_text_and_json():
         for h in saved[0]:
             root.addHandler(h)
         root.setLevel(saved[1])
+
+
+def test_the_state_file_is_read_only_when_well_formed_and_its_supervisor_runs(tmp_path, monkeypatch):
+    import os
+
+    from echomq_gevent.host.process_state import RUN_DIR_ENV, read_state, state_path, write_state
+
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    conf = str(tmp_path / "worker.yaml")
+    assert read_state(conf) is None
+    path = state_path(conf)
+    assert path == state_path(str(tmp_path / "." / "worker.yaml")) and path.startswith(str(tmp_path))
+    good = {"supervisor": {"pid": os.getpid()}, "processes": [{"index": 1, "pid": 5}]}
+    write_state(path, good)
+    assert read_state(conf) == good
+    for bad in ({"supervisor": {"pid": 2 ** 22 + 12345}, "processes": []},  # no such process
+                {"supervisor": {"pid": os.getpid()}, "processes": "x"}, ["no"], {"processes": []}):
+        write_state(path, bad)
+        assert read_state(conf) is None, bad
+    with open(path, "w") as fh:
+        fh.write("{half")
+    assert read_state(conf) is None
