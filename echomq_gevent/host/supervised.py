@@ -106,8 +106,8 @@ class SupervisedChild:
     @classmethod
     def from_env(cls, index: int, cfg: Any) -> "SupervisedChild":
         """The child of ``cfg`` (its recycling limits) reporting where the parent said."""
-        fd = os.environ.get(FD_ENV)
-        parent = os.environ.get(PARENT_ENV)
+        fd = os.environ.pop(FD_ENV, None)  # not passed on to what the processors start
+        parent = os.environ.pop(PARENT_ENV, None)
         child = cls(index, cfg.max_jobs_per_process, cfg.max_memory_per_process,
                     fd=int(fd) if fd and fd.isdigit() else None,
                     parent_pid=int(parent) if parent and parent.isdigit() else None)
@@ -144,11 +144,13 @@ class SupervisedChild:
         self._finished()
 
     # -- running ------------------------------------------------------------------------
-    def start(self, runner: Any) -> None:
+    def start(self, runner: Any, death_signal: bool = True) -> None:
         """Called by the command on the main greenlet once ``runner`` has started: ask for
-        the parent-death signal, report ``ready`` and start the watch loop."""
+        the parent-death signal (unless ``death_signal`` is False: the ``getppid()`` check
+        alone), report ``ready`` and start the watch loop."""
         self.runner = runner
-        ask_for_parent_death_signal(signal.SIGTERM)
+        if death_signal:
+            ask_for_parent_death_signal(signal.SIGTERM)
         self.report("ready", queues=list(runner.queue_names), started_at=self.started_at, jobs=0,
                     rss_mb=round(rss_mb(), 1))
         self._watcher = gevent.spawn(self._watch)

@@ -382,7 +382,6 @@ class Supervisor:
         except ConfigError as exc:
             log.error("SIGHUP: the configuration is not valid; the running processes stay: %s", exc)
             return False
-        self.cfg = cfg
         processes = self.processes_override or cfg.processes
         log.info("SIGHUP: %s is valid; replacing the worker processes one by one (%d)", cfg.filename, processes)
         old_count, self.processes = self.processes, processes
@@ -406,5 +405,6 @@ class Supervisor:
             if old is not None:
                 old.retiring = "no longer needed"
                 old.send(signal.SIGTERM)
+        self.cfg = cfg
         log.info("SIGHUP: every worker process runs the new configuration")
         return True
