@@ -408,7 +408,7 @@ def run_supervisor(cfg: Config, processes: int, args: argparse.Namespace) -> int
     (:class:`~echomq_gevent.host.supervisor.Supervisor`) and return its exit code. The
     parent imports no plugin and connects to no Redis; with ``url: embedded`` it starts
     the embedded server (the children use it, and it outlives their recycling)."""
-    from .supervisor import Supervisor
+    from .supervisor import SharedMetrics, Supervisor
 
     setup_logging(args.log_level or cfg.log_level, args.log_format or cfg.log_format,
                   process=f"supervisor/{os.getpid()}")
@@ -419,7 +419,9 @@ def run_supervisor(cfg: Config, processes: int, args: argparse.Namespace) -> int
         child_args += ["--log-format", args.log_format]
     conn = _Connection(cfg, None) if cfg.redis.url == "embedded" else None
     try:
-        return Supervisor(cfg, processes, child_args, processes_override=args.processes, demo=args.demo).run()
+        metrics = SharedMetrics() if SharedMetrics.wanted(cfg) else None
+        return Supervisor(cfg, processes, child_args, processes_override=args.processes, demo=args.demo,
+                          metrics=metrics).run()
     finally:
         if conn is not None:
             conn.close()

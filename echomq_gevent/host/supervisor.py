@@ -34,11 +34,14 @@ exit, one per child reading its reports, the signal handlers, the restart timers
 """
 from __future__ import annotations
 
+import glob
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -54,7 +57,7 @@ from ..errors import ConfigError
 
 log = logging.getLogger("echomq_gevent.supervisor")
 
-__all__ = ["Supervisor", "ChildProcess", "describe_exit", "restart_delay", "EXIT_RECYCLE"]
+__all__ = ["Supervisor", "ChildProcess", "SharedMetrics", "describe_exit", "restart_delay", "EXIT_RECYCLE"]
 
 #: Restart backoff: the first delay, its cap (seconds), and how long a child must have
 #: stayed up for the next failure to count as a first one again.
@@ -84,6 +87,69 @@ def describe_exit(code: Optional[int]) -> str:
 def restart_delay(failures: int) -> float:
     """Seconds before the restart after ``failures`` unexpected exits in a row (1, 2, ...)."""
     return min(BACKOFF_CAP, BACKOFF_FIRST * (2 ** max(0, failures - 1)))
+
+
+class SharedMetrics:
+    """The Prometheus plugin's metrics summed over the worker processes.
+
+    When the file loads ``echomq_gevent.contrib.prometheus``, the parent turns on
+    prometheus_client's multiprocess mode for its children (``PROMETHEUS_MULTIPROC_DIR``:
+    the one set, else a folder of its own, removed at exit; stale files of an earlier run
+    are wiped, prometheus_client's rule), drops the live gauges of each child that exits,
+    and, with ``ECHOMQ_PROMETHEUS_PORT`` set, serves the sum itself on that port (a child
+    would lose the port when recycled); the children then do not serve it.
+    """
+
+    PLUGIN = "echomq_gevent.contrib.prometheus"
+    DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
+    PORT_ENV = "ECHOMQ_PROMETHEUS_PORT"
+
+    def __init__(self) -> None:
+        self.directory = ""
+        self.owned = False
+        self.port: Optional[int] = None
+
+    @classmethod
+    def wanted(cls, cfg: Config) -> bool:
+        return any(spec.split(":")[0] == cls.PLUGIN for spec in cfg.plugins)
+
+    def prepare(self, env: Dict[str, str]) -> None:
+        """Before the first child: the folder, in ``env`` and this process' environment
+        (prometheus_client reads it at import, which happens here and not before)."""
+        self.directory = env.get(self.DIR_ENV) or ""
+        if not self.directory:
+            self.directory = tempfile.mkdtemp(prefix="echomq-prometheus-")
+            self.owned = True
+        os.makedirs(self.directory, exist_ok=True)
+        os.environ[self.DIR_ENV] = env[self.DIR_ENV] = self.directory
+        for stale in glob.glob(os.path.join(self.directory, "*.db")):
+            try:
+                os.remove(stale)
+            except OSError:
+                pass
+        from prometheus_client import multiprocess  # noqa: F401 (imported once, now)
+
+        port = env.pop(self.PORT_ENV, None)
+        if port:
+            from prometheus_client import CollectorRegistry, start_http_server
+
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            start_http_server(int(port), registry=registry)
+            self.port = int(port)
+            log.info("Prometheus metrics of every worker process on port %d", self.port)
+
+    def child_exited(self, pid: int) -> None:
+        from prometheus_client import multiprocess
+
+        try:
+            multiprocess.mark_process_dead(pid, self.directory)
+        except OSError as exc:
+            log.debug("cannot drop the live gauges of pid %d: %s", pid, exc)
+
+    def close(self) -> None:
+        if self.owned:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 class ChildProcess:
@@ -130,13 +196,14 @@ class Supervisor:
 
     def __init__(self, cfg: Config, processes: int, child_args: Sequence[str] = (),
                  processes_override: Optional[int] = None, demo: bool = False,
-                 env: Optional[Dict[str, str]] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, metrics: Optional[SharedMetrics] = None) -> None:
         self.cfg = cfg
         self.processes = processes
         self.processes_override = processes_override
         self.child_args = list(child_args)
         self.demo = demo
         self.env = dict(os.environ if env is None else env)
+        self.metrics = metrics
         #: the current child of each slot
         self.current: Dict[int, ChildProcess] = {}
         #: every child still running (current, retiring, or started by a reload and not yet current)
@@ -163,6 +230,13 @@ class Supervisor:
             self._handlers.append(gevent.signal_handler(signum, fn, signum))
         log.info("supervising %d worker process(es) of %s (pid %d)%s", self.processes, self.cfg.filename,
                  os.getpid(), self._limits())
+        if self.metrics is not None:
+            try:
+                self.metrics.prepare(self.env)
+            except (OSError, ImportError, ValueError) as exc:
+                log.error("the Prometheus metrics of the worker processes cannot be shared: %s", exc)
+                self.metrics.close()
+                return EXIT_FAILURE
         try:
             for index in range(1, self.processes + 1):
                 self.current[index] = self._spawn(index)
@@ -174,6 +248,8 @@ class Supervisor:
                 os.remove(self.state_file)
             except OSError:
                 pass
+            if self.metrics is not None:
+                self.metrics.close()
         log.info("every worker process has stopped; exiting %d", self.exit_code)
         return self.exit_code
 
@@ -295,6 +371,8 @@ class Supervisor:
         child.exited.set()
         if child in self.children:
             self.children.remove(child)
+        if self.metrics is not None:
+            self.metrics.child_exited(child.pid)
         how = describe_exit(code)
         if self.shutting_down:
             if code not in (0, EXIT_RECYCLE) and not (code == -signal.SIGTERM and (child.drained or not was_ready)):

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import textwrap
 import time
+import urllib.request
 from typing import Dict, List, Optional, Set
 
 import pytest
@@ -81,13 +82,14 @@ class Supervised:
         (tmp_path / "plugins" / "procplugin.py").write_text(PLUGIN.format(queue=queue, runs=self.runs))
         self.conf = tmp_path / "worker.yaml"
         self.cli: Optional[Cli] = None
+        self.more_plugins = ""
 
     def write(self, extra: str = "", queue_options: str = "concurrency: 2") -> None:
         self.conf.write_text(textwrap.dedent(f"""\
             redis: {{url: "{self.redis_url}"}}
             prefix: {self.prefix}
             plugin_paths: [plugins]
-            plugins: [procplugin]
+            plugins: [procplugin{self.more_plugins}]
             entry_points: false
             logging: {{level: info, format: text}}
             """) + textwrap.dedent(extra) + textwrap.dedent(f"""\
@@ -95,8 +97,8 @@ class Supervised:
               {self.queue}: {{{queue_options}, lock_duration: 2000, stalled_interval: 1000, shutdown_timeout: 10}}
             """))
 
-    def start(self, *args: str) -> Cli:
-        self.cli = Cli(["-c", str(self.conf), "--no-progress", *args], cwd=str(self.tmp))
+    def start(self, *args: str, env: Optional[Dict[str, str]] = None) -> Cli:
+        self.cli = Cli(["-c", str(self.conf), "--no-progress", *args], cwd=str(self.tmp), env=env)
         return self.cli
 
     def children(self) -> Dict[int, int]:
@@ -372,3 +374,32 @@ def test_bad_processes_option_is_refused(sup):
     cli = sup.start("--processes", "0")
     assert cli.finish(60) == 2
     assert cli.saw("argument --processes: must be a whole number of processes"), cli.output()
+
+
+def test_prometheus_metrics_are_summed_over_the_processes_and_served_by_the_supervisor(sup, wait_for, tmp_path):
+    pytest.importorskip("prometheus_client")
+    from redis_server import free_port
+
+    port = free_port()
+    sup.more_plugins = ", echomq_gevent.contrib.prometheus"
+    sup.write("processes: 2\n")
+    metrics_dir = tmp_path / "prom"
+    cli = sup.start(env={"ECHOMQ_PROMETHEUS_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir)})
+    pids = sup.ready(wait_for, 2)
+    sup.add(20, s=0.05)
+    wait_for(lambda: len(sup.done_by_job()) == 20, timeout=60, what="20 jobs done", details=cli.output)
+    assert {p for ps in sup.done_by_job().values() for p in ps} == set(pids)
+
+    def completed() -> float:
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+                   if line.startswith("echomq_jobs_completed_total{") and f'queue="{sup.queue}"' in line)
+
+    assert wait_for(lambda: completed() == 20, timeout=20, what="the sum of both processes' counters",
+                    details=cli.output)
+    assert list(metrics_dir.glob(f"gauge_live*_{pids[0]}.db"))
+    os.kill(pids[0], signal.SIGKILL)  # its counters stay (they count what it did), its live gauge goes
+    wait_for(lambda: cli.saw("restarting in"), timeout=20, what="the restart", details=cli.output)
+    assert not list(metrics_dir.glob(f"gauge_live*_{pids[0]}.db"))
+    assert completed() == 20
+    assert sup.stop() == 0, cli.output()
