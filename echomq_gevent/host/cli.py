@@ -246,10 +246,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     conn = _Connection(cfg, args.redis)
     try:
-        from .process_state import read_state
+        from .process_state import read_states
 
-        processes = read_state(cfg.filename) if cfg is not None else None
-        return print_status(conn.url, names, prefix, as_json=args.json, processes=processes)
+        supervisors = read_states(cfg.filename) if cfg is not None else []
+        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors)
     finally:
         conn.close()
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 __all__ = ["STATUS_TYPES", "PROCESSES_KEY", "status_report", "print_status", "describe_scheduler",
            "describe_processes"]
 
-#: The key of the supervisor's processes in ``status --json`` (a queue name cannot hold ``:``).
-PROCESSES_KEY = "echomq:supervisor"
+#: The key of the supervisors' processes in ``status --json`` (a queue name cannot hold ``:``).
+PROCESSES_KEY = "echomq:supervisors"
 
 STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
 
@@ -40,16 +40,17 @@ def status_report(url: str, names: Sequence[str], prefix: str) -> Dict[str, Any]
 
 
 def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = False, out: Any = None,
-                 processes: Optional[Dict[str, Any]] = None) -> int:
+                 supervisors: Sequence[Dict[str, Any]] = ()) -> int:
     """Print the report of ``names`` as a table (or JSON) to ``out`` (stdout); returns 0.
-    ``processes``: the supervisor's state (:func:`echomq_gevent.host.process_state.read_state`),
-    shown after the queues (under :data:`PROCESSES_KEY` in JSON)."""
+    ``supervisors``: the state of each supervisor running the file on this host
+    (:func:`echomq_gevent.host.process_state.read_states`), shown after the queues (a list
+    under :data:`PROCESSES_KEY` in JSON, when there is one)."""
     out = out or sys.stdout
     report = status_report(url, names, prefix)
     if as_json:
         full: Dict[str, Any] = dict(report)
-        if processes is not None:
-            full[PROCESSES_KEY] = processes
+        if supervisors:
+            full[PROCESSES_KEY] = list(supervisors)
         print(json.dumps(full, indent=2, sort_keys=True), file=out)
         return 0
     width = max([len(n) for n in names] + [5])
@@ -63,8 +64,8 @@ def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = Fa
     for name, info in report.items():
         for s in info["schedulers"]:
             print(f"{name}: scheduler {describe_scheduler(s)}", file=out)
-    if processes is not None:
-        for line in describe_processes(processes):
+    for state in supervisors:
+        for line in describe_processes(state):
             print(line, file=out)
     return 0
 

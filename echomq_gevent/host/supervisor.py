@@ -51,7 +51,7 @@ import gevent.os
 import gevent.subprocess
 
 from .config import Config, load_config
-from .process_state import state_path, write_state
+from .process_state import remove_stale, state_path, write_state
 from .supervised import EXIT_RECYCLE, FD_ENV, PARENT_ENV
 from ..errors import ConfigError
 
@@ -66,6 +66,10 @@ BACKOFF_CAP = 30.0
 STABLE_AFTER = 30.0
 #: How long a child started by SIGHUP may take to report ready before the reload gives up.
 READY_TIMEOUT = 60.0
+#: Seconds a recycled or replaced child may take beyond its longest ``shutdown_timeout``
+#: (the hand-back, closing connections) before the parent kills it: its replacement runs
+#: already, and the stalled check recovers whatever it still held.
+RETIRE_GRACE = 30.0
 #: The command's exit codes the supervisor passes on (see :mod:`echomq_gevent.host.cli`).
 EXIT_OK, EXIT_FAILURE, EXIT_CONFIG, EXIT_REDIS = 0, 1, 2, 3
 
@@ -237,6 +241,7 @@ class Supervisor:
                 log.error("the Prometheus metrics of the worker processes cannot be shared: %s", exc)
                 self.metrics.close()
                 return EXIT_FAILURE
+        remove_stale(self.cfg.filename)
         try:
             for index in range(1, self.processes + 1):
                 self.current[index] = self._spawn(index)
@@ -358,12 +363,26 @@ class Supervisor:
         if child.retiring is not None:
             return
         child.retiring = why
+        self._watch_retiring(child)
         if self.current.get(child.index) is child:
             del self.current[child.index]
             if not self.shutting_down:
                 replacement = self._spawn(child.index)
                 self.current[child.index] = replacement
                 log.info("%s is %s; %s takes its place", child.label, why, replacement.label)
+
+    def _watch_retiring(self, child: ChildProcess) -> None:
+        """Kill ``child`` (recycled or replaced) if it is still there well past its drain."""
+        drain = max([float(q.options.get("shutdown_timeout") or 0) for q in self.cfg.queues.values()] + [0.0])
+        limit = drain + RETIRE_GRACE
+
+        def overdue() -> None:
+            if child.proc.returncode is None and not self.shutting_down:
+                log.warning("%s is still draining %.0f s after it began (%s); killing it", child.label, limit,
+                            child.retiring)
+                child.send(signal.SIGKILL)
+
+        gevent.spawn_later(limit, overdue)
 
     def _wait_exit(self, child: ChildProcess) -> None:
         code = child.proc.wait()
@@ -464,7 +483,6 @@ class Supervisor:
         log.info("SIGHUP: %s is valid; replacing the worker processes one by one (%d)", cfg.filename, processes)
         old_count, self.processes = self.processes, processes
         for index in range(1, processes + 1):
-            old = self.current.get(index)
             new = self._spawn(index)
             gevent.wait([new.ready, new.exited], timeout=READY_TIMEOUT, count=1)
             if new.exited.is_set() or not new.ready.is_set():
@@ -474,14 +492,17 @@ class Supervisor:
                 new.send(signal.SIGTERM)
                 self.processes = max(self.processes, old_count)
                 return False
+            old = self.current.get(index)  # looked up now: it may have been recycled meanwhile
             self.current[index] = new
-            if old is not None and old.proc.returncode is None:
+            if old is not None and old.proc.returncode is None and old.retiring is None:
                 old.retiring = "replaced"
+                self._watch_retiring(old)
                 old.send(signal.SIGTERM)
         for index in range(processes + 1, old_count + 1):
             old = self.current.pop(index, None)
-            if old is not None:
+            if old is not None and old.retiring is None:
                 old.retiring = "no longer needed"
+                self._watch_retiring(old)
                 old.send(signal.SIGTERM)
         self.cfg = cfg
         log.info("SIGHUP: every worker process runs the new configuration")

@@ -203,10 +203,11 @@ def test_every_process_takes_jobs_and_sigterm_drains_in_flight_jobs_and_exits_0(
     assert by_pid == set(pids), f"jobs ran in {by_pid}, the worker processes are {pids}"
     # status lists each process: pid, queues, jobs done (reported every 2 s), RSS, started at
     def counted() -> Optional[dict]:
-        state = json.loads(sup.status("--json")).get("echomq:supervisor")
-        return state if state and sum(p["jobs"] for p in state["processes"]) == 40 else None
+        states = json.loads(sup.status("--json")).get("echomq:supervisors")
+        return states[0] if states and sum(p["jobs"] for p in states[0]["processes"]) == 40 else None
 
     state = wait_for(counted, timeout=30, what="status counting 40 jobs", details=cli.output)
+    assert state["supervisor"]["pid"] == cli.proc.pid
     rows = state["processes"]
     assert sorted(p["pid"] for p in rows) == sorted(pids) and [p["index"] for p in rows] == [1, 2]
     assert all(p["queues"] == [sup.queue] and p["state"] == "running" and p["rss_mb"] > 5

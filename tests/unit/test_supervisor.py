@@ -68,23 +68,43 @@ def test_log_records_name_the_process_in_text_and_json():
         root.setLevel(saved[1])
 
 
-def test_the_state_file_is_read_only_when_well_formed_and_its_supervisor_runs(tmp_path, monkeypatch):
+def test_state_files_are_read_only_when_well_formed_and_their_supervisor_runs(tmp_path, monkeypatch):
     import os
 
-    from echomq_gevent.host.process_state import RUN_DIR_ENV, read_state, state_path, write_state
+    from echomq_gevent.host import process_state
+    from echomq_gevent.host.process_state import RUN_DIR_ENV, read_states, remove_stale, state_path, write_state
 
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    # this test process stands for a running supervisor (its command line names no echomq)
+    monkeypatch.setattr(process_state, "_alive", lambda pid: pid == os.getpid())
     conf = str(tmp_path / "worker.yaml")
-    assert read_state(conf) is None
+    assert read_states(conf) == []
     path = state_path(conf)
     assert path == state_path(str(tmp_path / "." / "worker.yaml")) and path.startswith(str(tmp_path))
+    assert path.endswith(f"-{os.getpid()}.json")
     good = {"supervisor": {"pid": os.getpid()}, "processes": [{"index": 1, "pid": 5}]}
     write_state(path, good)
-    assert read_state(conf) == good
-    for bad in ({"supervisor": {"pid": 2 ** 22 + 12345}, "processes": []},  # no such process
-                {"supervisor": {"pid": os.getpid()}, "processes": "x"}, ["no"], {"processes": []}):
+    dead = state_path(conf, pid=2 ** 22 + 12345)
+    write_state(dead, {"supervisor": {"pid": 2 ** 22 + 12345}, "processes": []})
+    write_state(state_path(str(tmp_path / "other.yaml")), good)  # another file's supervisor
+    assert read_states(conf) == [good]
+    for bad in ({"supervisor": {"pid": os.getpid()}, "processes": "x"}, ["no"], {"processes": []},
+                {"supervisor": {"pid": os.getpid() + 1}, "processes": []}):  # not the file's pid
         write_state(path, bad)
-        assert read_state(conf) is None, bad
+        assert read_states(conf) == [], bad
     with open(path, "w") as fh:
         fh.write("{half")
-    assert read_state(conf) is None
+    assert read_states(conf) == []
+    remove_stale(conf)
+    assert os.path.exists(path) and not os.path.exists(dead)
+    assert process_state._files(conf) == [(os.getpid(), path)]
+
+
+def test_a_pid_taken_by_another_program_is_not_a_supervisor():
+    import os
+
+    from echomq_gevent.host.process_state import _alive
+
+    assert not _alive(2 ** 22 + 12345) and not _alive(0) and not _alive("1")
+    if os.path.exists("/proc/self/cmdline"):
+        assert _alive(os.getpid()) == (b"echomq" in open("/proc/self/cmdline", "rb").read())
