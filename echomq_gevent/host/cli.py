@@ -397,7 +397,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         supervised = SupervisedChild.from_env(args.supervised_child, cfg)
     elif not args.check:
         processes = args.processes if args.processes is not None else cfg.processes
-        if processes > 1 or cfg.supervised:
+        recycling = cfg.max_jobs_per_process is not None or cfg.max_memory_per_process is not None
+        if processes > 1 or recycling:  # --processes 1 without recycling: the plain single process
             return run_supervisor(cfg, processes, args)
     return run_config(cfg, extra, check=args.check, demo=args.demo, progress=not args.no_progress,
                       log_level=args.log_level, log_format=args.log_format, supervised=supervised)

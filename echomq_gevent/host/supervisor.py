@@ -299,7 +299,9 @@ class Supervisor:
         return argv
 
     def _spawn(self, index: int) -> ChildProcess:
-        """Start the child of slot ``index``; returns at once (it reports ``ready`` later)."""
+        """Start the child of slot ``index``; returns once it was exec'd (it reports
+        ``ready`` later). Popen yields to the hub while it waits for the exec, so a signal
+        handler may run meanwhile: a child started across a SIGTERM is stopped at once."""
         read_fd, write_fd = os.pipe()
         env = dict(self.env)
         env[FD_ENV] = str(write_fd)
@@ -312,9 +314,12 @@ class Supervisor:
         child = ChildProcess(index, proc, read_fd)
         self.children.append(child)
         log.info("started %s", child.label)
-        self.write_state()
         gevent.spawn(self._read_reports, child)
         gevent.spawn(self._wait_exit, child)
+        if self.shutting_down:  # a SIGTERM/SIGINT came while Popen waited for the exec: this one stops too
+            child.retiring = "stopping"
+            child.send(signal.SIGTERM)
+        self.write_state()
         return child
 
     def _read_reports(self, child: ChildProcess) -> None:

@@ -298,6 +298,15 @@ def test_max_jobs_per_process_recycles_one_process_and_every_job_completes_once(
     # next job a finishing one fetched in the same round trip): a few more, never many
     assert max(by_pid.values()) <= 5 + 2 * 2, by_pid
     assert cli.saw("jobs done (max_jobs_per_process 5") and cli.saw("takes its place")
+    # capacity never dropped to zero: each replacement started before its predecessor exited
+    lines = list(cli.lines)
+    for i, line in enumerate(lines):
+        m = re.search(r"\(pid (\d+)\) is recycling: .*; process 1 \(pid (\d+)\) takes its place", line)
+        if m:
+            started = next(j for j, x in enumerate(lines) if f"started process 1 (pid {m.group(2)})" in x)
+            exited = next(j for j, x in enumerate(lines)  # (the last one may exit in the final drain)
+                          if re.search(rf"\(pid {m.group(1)}\) (finished recycling|drained)", x))
+            assert started < exited, (m.group(1), m.group(2))
     assert all(len(w) < 4 or w[3] == "1" for w in sup.lines() if w[0] == "start"), "a job ran twice"
 
 
