@@ -217,6 +217,7 @@ class Supervisor:
         self.exit_code = EXIT_OK
         self.ever_ready = False
         self._done = gevent.event.Event()
+        self._spawning = 0  # Popen calls under way (their children are not in ``children`` yet)
         self._restarts: Dict[int, gevent.Greenlet] = {}
         self._reloading: Optional[gevent.Greenlet] = None
         self._handlers: List[Any] = []
@@ -244,7 +245,10 @@ class Supervisor:
         remove_stale(self.cfg.filename)
         try:
             for index in range(1, self.processes + 1):
-                self.current[index] = self._spawn(index)
+                if self.shutting_down:
+                    break
+                self._start_slot(index)
+            self._done_if_all_gone()
             self._done.wait()
         finally:
             for h in self._handlers:
@@ -298,19 +302,43 @@ class Supervisor:
             argv.append("--demo")
         return argv
 
-    def _spawn(self, index: int) -> ChildProcess:
-        """Start the child of slot ``index``; returns once it was exec'd (it reports
-        ``ready`` later). Popen yields to the hub while it waits for the exec, so a signal
-        handler may run meanwhile: a child started across a SIGTERM is stopped at once."""
-        read_fd, write_fd = os.pipe()
-        env = dict(self.env)
-        env[FD_ENV] = str(write_fd)
-        env[PARENT_ENV] = str(os.getpid())
+    def _start_slot(self, index: int) -> Optional[ChildProcess]:
+        """Start the child of slot ``index`` and make it the slot's current one (None when
+        it could not start; a restart is then scheduled)."""
+        child = self._spawn(index)
+        if child is not None:
+            self.current[index] = child
+        return child
+
+    def _spawn(self, index: int) -> Optional[ChildProcess]:
+        """Start a child for slot ``index``; returns once it was exec'd (it reports
+        ``ready`` later), or None when the system refused (no memory, no file descriptors:
+        logged, and the slot is retried after the restart backoff). Popen yields to the
+        hub while it waits for the exec, so a signal handler may run meanwhile: a child
+        started across a SIGTERM is stopped at once."""
+        proc: Any = None
+        read_fd = -1
+        self._spawning += 1
         try:
-            proc = gevent.subprocess.Popen(self._argv(index), env=env, pass_fds=(write_fd,),
-                                           start_new_session=True)
+            read_fd, write_fd = os.pipe()
+            env = dict(self.env)
+            env[FD_ENV] = str(write_fd)
+            env[PARENT_ENV] = str(os.getpid())
+            try:
+                proc = gevent.subprocess.Popen(self._argv(index), env=env, pass_fds=(write_fd,),
+                                               start_new_session=True)
+            finally:
+                os.close(write_fd)
+        except (OSError, ValueError) as exc:
+            if read_fd >= 0:
+                os.close(read_fd)
+            if not self.shutting_down:
+                self._schedule_restart(index, f"process {index}", f"could not be started ({exc})", 0.0)
         finally:
-            os.close(write_fd)
+            self._spawning -= 1
+        if proc is None:
+            self._done_if_all_gone()  # stopping meanwhile: nothing of this one to wait for
+            return None
         child = ChildProcess(index, proc, read_fd)
         self.children.append(child)
         log.info("started %s", child.label)
@@ -372,9 +400,9 @@ class Supervisor:
         if self.current.get(child.index) is child:
             del self.current[child.index]
             if not self.shutting_down:
-                replacement = self._spawn(child.index)
-                self.current[child.index] = replacement
-                log.info("%s is %s; %s takes its place", child.label, why, replacement.label)
+                replacement = self._start_slot(child.index)
+                if replacement is not None:
+                    log.info("%s is %s; %s takes its place", child.label, why, replacement.label)
 
     def _watch_retiring(self, child: ChildProcess) -> None:
         """Kill ``child`` (recycled or replaced) if it is still there well past its drain."""
@@ -411,35 +439,35 @@ class Supervisor:
         elif self.current.get(child.index) is child:
             del self.current[child.index]
             if code == EXIT_RECYCLE:  # recycled without a word (its report was lost): replace it now
-                self.current[child.index] = self._spawn(child.index)
+                self._start_slot(child.index)
             elif not self.ever_ready and code in (EXIT_CONFIG, EXIT_REDIS):
                 log.error("%s could not start (%s); stopping", child.label, how)
                 self.exit_code = code
                 self._stop_all(signal.SIGTERM)
             else:
-                self._schedule_restart(child, how)
+                self._schedule_restart(child.index, child.label, f"exited unexpectedly ({how})",
+                                       time.monotonic() - child.started_mono)
         self.write_state()
-        if self.shutting_down and not self.children:
-            self._done.set()
+        self._done_if_all_gone()
 
-    def _schedule_restart(self, child: ChildProcess, how: str) -> None:
-        index = child.index
-        if time.monotonic() - child.started_mono >= STABLE_AFTER:
+    def _schedule_restart(self, index: int, label: str, what: str, uptime: float) -> None:
+        """Start slot ``index`` again after the backoff its failures in a row call for
+        (``uptime``: how long the failed child ran; :data:`STABLE_AFTER` resets the count)."""
+        if uptime >= STABLE_AFTER:
             self.failures[index] = 0
         failures = self.failures[index] = self.failures.get(index, 0) + 1
         delay = restart_delay(failures)
         if delay >= BACKOFF_CAP:
-            log.error("%s exited unexpectedly (%s), %d times in a row: a crash loop; restarting in %.1f s",
-                      child.label, how, failures, delay)
+            log.error("%s %s, %d times in a row: a crash loop; restarting in %.1f s", label, what, failures, delay)
         else:
-            log.warning("%s exited unexpectedly (%s); restarting in %.1f s", child.label, how, delay)
+            log.warning("%s %s; restarting in %.1f s", label, what, delay)
         self._restarts[index] = gevent.spawn_later(delay, self._restart, index)
 
     def _restart(self, index: int) -> None:
         self._restarts.pop(index, None)
         if self.shutting_down or index in self.current or index > self.processes:
             return
-        self.current[index] = self._spawn(index)
+        self._start_slot(index)
 
     # -- signals --------------------------------------------------------------------------
     def _on_stop(self, signum: int) -> None:
@@ -457,7 +485,11 @@ class Supervisor:
             log.warning("%s again: the worker processes hand their jobs back now", name)
         self._stop_all(signal.SIGTERM)
         self.write_state()
-        if not self.children:
+        self._done_if_all_gone()
+
+    def _done_if_all_gone(self) -> None:
+        """Stopping, and no child left nor being started: :meth:`run` may return."""
+        if self.shutting_down and not self.children and not self._spawning:
             self._done.set()
 
     def _stop_all(self, signum: int) -> None:
@@ -489,6 +521,10 @@ class Supervisor:
         old_count, self.processes = self.processes, processes
         for index in range(1, processes + 1):
             new = self._spawn(index)
+            if new is None:
+                log.error("SIGHUP: a new process %d could not be started; the running processes stay", index)
+                self.processes = max(self.processes, old_count)
+                return False
             gevent.wait([new.ready, new.exited], timeout=READY_TIMEOUT, count=1)
             if new.exited.is_set() or not new.ready.is_set():
                 log.error("SIGHUP: the new %s did not start (%s); the running processes stay",

@@ -108,3 +108,41 @@ def test_a_pid_taken_by_another_program_is_not_a_supervisor():
     assert not _alive(2 ** 22 + 12345) and not _alive(0) and not _alive("1")
     if os.path.exists("/proc/self/cmdline"):
         assert _alive(os.getpid()) == (b"echomq" in open("/proc/self/cmdline", "rb").read())
+
+
+def _supervisor(tmp_path, monkeypatch, argv):
+    from echomq_gevent.host.config import parse_config
+    from echomq_gevent.host.process_state import RUN_DIR_ENV
+    from echomq_gevent.host.supervisor import Supervisor
+
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    cfg = parse_config("queues: {q: {}}\n", filename=str(tmp_path / "worker.yaml"))
+    sup = Supervisor(cfg, 1)
+    sup._argv = lambda index: list(argv)  # the program a child runs, instead of the command
+    return sup
+
+
+def test_a_child_the_system_cannot_start_is_retried_after_the_backoff(tmp_path, monkeypatch):
+    sup = _supervisor(tmp_path, monkeypatch, [str(tmp_path / "no-such-program")])
+    try:
+        assert sup._start_slot(1) is None
+        assert not sup.children and 1 not in sup.current and sup._spawning == 0
+        assert sup.failures[1] == 1 and 1 in sup._restarts  # after restart_delay(1) s
+    finally:
+        for g in sup._restarts.values():
+            g.kill()
+
+
+def test_a_child_started_while_a_sigterm_arrived_is_stopped_at_once(tmp_path, monkeypatch):
+    import sys
+
+    sup = _supervisor(tmp_path, monkeypatch, [sys.executable, "-c", "import time; time.sleep(60)"])
+    sup.shutting_down = 1  # as when the signal handler ran while Popen waited for the exec
+    child = sup._spawn(1)
+    try:
+        assert child is not None and child.retiring == "stopping"
+        assert child.proc.wait(20) == -signal.SIGTERM
+        child.exited.wait(5)
+        assert sup._done.wait(5) and not sup.children
+    finally:
+        child.proc.kill()
