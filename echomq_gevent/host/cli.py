@@ -43,7 +43,7 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Dict, List, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, Dict, List, Optional, Sequence  # noqa: E402
 
 import gevent  # noqa: E402
 import gevent.event  # noqa: E402
@@ -397,35 +397,73 @@ def cmd_run(args: argparse.Namespace) -> int:
         supervised = SupervisedChild.from_env(args.supervised_child, cfg)
     elif not args.check:
         processes = args.processes if args.processes is not None else cfg.processes
-        recycling = cfg.max_jobs_per_process is not None or cfg.max_memory_per_process is not None
-        if processes > 1 or recycling:  # --processes 1 without recycling: the plain single process
+        if wants_supervisor(cfg, processes):  # --processes 1 without recycling: the plain single process
             return run_supervisor(cfg, processes, args)
     return run_config(cfg, extra, check=args.check, demo=args.demo, progress=not args.no_progress,
                       log_level=args.log_level, log_format=args.log_format, supervised=supervised)
 
 
 def run_supervisor(cfg: Config, processes: int, args: argparse.Namespace) -> int:
-    """Run ``processes`` supervised worker processes of ``cfg``
-    (:class:`~echomq_gevent.host.supervisor.Supervisor`) and return its exit code. The
-    parent imports no plugin and connects to no Redis; with ``url: embedded`` it starts
-    the embedded server (the children use it, and it outlives their recycling)."""
-    from .supervisor import SharedMetrics, Supervisor
-
-    setup_logging(args.log_level or cfg.log_level, args.log_format or cfg.log_format,
-                  process=f"supervisor/{os.getpid()}")
+    """``echomq-gevent -c FILE`` with more than one process or a recycling limit: the
+    children run this command with ``-c FILE`` (:func:`supervise`)."""
     child_args: List[str] = []
     if args.log_level:
         child_args += ["--log-level", args.log_level]
     if args.log_format:
         child_args += ["--log-format", args.log_format]
+    return supervise(cfg, processes, processes_override=args.processes, demo=args.demo,
+                     log_level=args.log_level, log_format=args.log_format, child_args=child_args)
+
+
+def wants_supervisor(cfg: Config, processes: Optional[int]) -> bool:
+    """Whether a worker command runs the supervisor: more than one process (``processes``
+    from the command line, else the config's), or a recycling limit."""
+    count = processes if processes is not None else cfg.processes
+    return count > 1 or cfg.max_jobs_per_process is not None or cfg.max_memory_per_process is not None
+
+
+def supervise(cfg: Config, processes: Optional[int] = None, *, processes_override: Optional[int] = None,
+              demo: bool = False, log_level: Optional[str] = None, log_format: Optional[str] = None,
+              child_args: Sequence[str] = (), child_argv: Optional[Callable[[int], List[str]]] = None) -> int:
+    """Run ``processes`` (default: the config's) supervised worker processes of ``cfg``
+    (:class:`~echomq_gevent.host.supervisor.Supervisor`) and return its exit code. The
+    parent connects to no Redis; with ``url: embedded`` it starts the embedded server
+    (the children use it, and it outlives their recycling). ``child_argv(index)``: the
+    command line of child ``index`` (the framework commands give their own; default:
+    this command with ``-c FILE``)."""
+    from .supervisor import SharedMetrics, Supervisor
+
+    setup_logging(log_level or cfg.log_level, log_format or cfg.log_format, process=f"supervisor/{os.getpid()}")
+    if PREIMPORTED:
+        log.warning("these modules were imported before gevent patched the standard library: %s",
+                    ", ".join(PREIMPORTED))
+    count = processes_override or processes or cfg.processes
     conn = _Connection(cfg, None) if cfg.redis.url == "embedded" else None
     try:
         metrics = SharedMetrics() if SharedMetrics.wanted(cfg) else None
-        return Supervisor(cfg, processes, child_args, processes_override=args.processes, demo=args.demo,
-                          metrics=metrics).run()
+        return Supervisor(cfg, count, child_args, processes_override=processes_override, demo=demo,
+                          metrics=metrics, child_argv=child_argv).run()
     finally:
         if conn is not None:
             conn.close()
+
+
+def child_command_line(argv: Sequence[str], index: int) -> List[str]:
+    """``argv`` (a worker command's own arguments) without ``--processes N`` and with
+    ``--supervised-child INDEX``: how a framework command starts its children."""
+    out: List[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes":
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        out.append(arg)
+    return out + ["--supervised-child", str(index)]
 
 
 def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = False, demo: bool = False,
@@ -441,18 +479,14 @@ def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = Fal
     stderr is a terminal. ``supervised`` is set in a child of the supervisor. Raises
     ConfigError for a plugin or processor that fails.
 
-    It always runs one process: the file's ``processes`` and recycling limits are for
-    the ``echomq-gevent`` command's supervisor (:func:`run_supervisor`).
+    It always runs one process: the file's ``processes`` and recycling limits are the
+    supervisor's (:func:`supervise`), which the caller runs instead when they ask for it.
     """
     setup_logging(log_level or cfg.log_level, log_format or cfg.log_format,
                   process=supervised.label if supervised is not None else None)
     if PREIMPORTED:
         log.warning("these modules were imported before gevent patched the standard library: %s",
                     ", ".join(PREIMPORTED))
-    if supervised is None and cfg.supervised and not check:
-        log.warning("%s: processes, max_jobs_per_process and max_memory_per_process are applied by the "
-                    "echomq-gevent command's supervisor; this command runs one process without recycling",
-                    cfg.filename)
     counter = ProgressPlugin()
     extra = tuple(extra_plugins) + (counter,) + ((supervised,) if supervised is not None else ())
     host, processors = build_plugin_host(cfg, extra)

@@ -43,7 +43,7 @@ import signal
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import gevent
 import gevent.event
@@ -196,11 +196,18 @@ class Supervisor:
     ``child_args`` are the command-line options every child gets after ``-c FILE`` (log
     level and format); ``processes_override`` is ``--processes`` (it wins over the file,
     also after SIGHUP); ``demo`` makes child 1 enqueue the demo jobs.
+
+    The framework commands run their own command line in the children instead:
+    ``child_argv(index)`` gives it (with ``--supervised-child INDEX``), and
+    ``reload_config`` is None (their settings cannot be read again in this process: on
+    SIGHUP the new children read them, and a child that fails to start stops the reload).
     """
 
     def __init__(self, cfg: Config, processes: int, child_args: Sequence[str] = (),
                  processes_override: Optional[int] = None, demo: bool = False,
-                 env: Optional[Dict[str, str]] = None, metrics: Optional[SharedMetrics] = None) -> None:
+                 env: Optional[Dict[str, str]] = None, metrics: Optional[SharedMetrics] = None,
+                 child_argv: Optional[Callable[[int], List[str]]] = None,
+                 reload_config: Optional[Callable[[], Config]] = None) -> None:
         self.cfg = cfg
         self.processes = processes
         self.processes_override = processes_override
@@ -208,6 +215,10 @@ class Supervisor:
         self.demo = demo
         self.env = dict(os.environ if env is None else env)
         self.metrics = metrics
+        self.child_argv = child_argv
+        if reload_config is None and child_argv is None:
+            reload_config = lambda: load_config(self.cfg.filename)  # noqa: E731
+        self.reload_config = reload_config
         #: the current child of each slot
         self.current: Dict[int, ChildProcess] = {}
         #: every child still running (current, retiring, or started by a reload and not yet current)
@@ -296,6 +307,8 @@ class Supervisor:
 
     # -- children -------------------------------------------------------------------------
     def _argv(self, index: int) -> List[str]:
+        if self.child_argv is not None:
+            return self.child_argv(index)
         argv = [sys.executable, "-m", "echomq_gevent", "-c", self.cfg.filename, "--no-progress",
                 "--supervised-child", str(index)] + self.child_args
         if self.demo:  # every child serves the demo queue; child 1 alone enqueues
@@ -511,11 +524,13 @@ class Supervisor:
         """SIGHUP: read the file again; if it validates, replace the children one by one
         (each old one drains once its replacement is ready). True when every slot runs
         a child of the new file."""
-        try:
-            cfg = load_config(self.cfg.filename)
-        except ConfigError as exc:
-            log.error("SIGHUP: the configuration is not valid; the running processes stay: %s", exc)
-            return False
+        cfg = self.cfg
+        if self.reload_config is not None:
+            try:
+                cfg = self.reload_config()
+            except ConfigError as exc:
+                log.error("SIGHUP: the configuration is not valid; the running processes stay: %s", exc)
+                return False
         processes = self.processes_override or cfg.processes
         log.info("SIGHUP: %s is valid; replacing the worker processes one by one (%d)", cfg.filename, processes)
         old_count, self.processes = self.processes, processes

@@ -261,6 +261,14 @@ def test_example_request_enqueues_worker_command_processes_and_drains_on_sigterm
         integration.reset()
 
 
+def test_worker_command_runs_supervised_processes(shop, redis_url, prefix, command, wait_for):
+    env = {"SHOP_DB": shop, "REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix, "DJANGO_SETTINGS_MODULE": "shop.settings"}
+    worker = command([sys.executable, "manage.py", "echomq_worker", "--processes", "2"], PROJECT, env)
+    _two_processes_up_then_drained(worker, wait_for)
+    bad = command([sys.executable, "manage.py", "echomq_worker", "--processes", "0"], PROJECT, env)
+    assert bad.finish() != 0 and bad.saw("must be a whole number of processes"), bad.output()
+
+
 def test_worker_command_refuses_a_bad_setting_at_start(shop, redis_url, command):
     env = {"SHOP_DB": shop, "REDIS_URL": "mysql://nope", "DJANGO_SETTINGS_MODULE": "shop.settings"}
     worker = command([sys.executable, "manage.py", "echomq_worker"], PROJECT, env)
@@ -315,3 +323,18 @@ def _json_output(cmd):
     lines = cmd.lines
     start = next(i for i, line in enumerate(lines) if line.startswith("{"))
     return json.loads("\n".join(lines[start:]))
+
+
+def _two_processes_up_then_drained(worker, wait_for):
+    """``--processes 2``: two children run the queue, logs name them; SIGTERM drains both, exit 0."""
+    import re
+
+    def up():
+        return len({m for line in list(worker.lines)
+                    for m in re.findall(r"process=(\d)/\d+ echomq_gevent.cli: echomq-gevent .*1 queue\(s\) \(orders\)",
+                                        line)}) == 2
+
+    wait_for(up, timeout=60, what="two worker processes", details=worker.output, give_up=worker.exited)
+    assert worker.stop(signal.SIGTERM) == 0, worker.output()
+    assert worker.saw("SIGTERM: draining 2 worker process(es)"), worker.output()
+    assert worker.saw("every worker process has stopped; exiting 0"), worker.output()
