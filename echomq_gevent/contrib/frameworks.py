@@ -251,10 +251,12 @@ class Integration:
         return cfg, plugins
 
     def print_status(self, queues: Sequence[str] = (), as_json: bool = False, out: Any = None) -> int:
+        from ..host.process_state import read_states
         from ..host.status import print_status
 
         cfg = self.select(queues)
-        return print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out)
+        return print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out,
+                            supervisors=read_states(self.cfg.filename))
 
 
 # --- SQLAlchemy sessions ----------------------------------------------------------------------
