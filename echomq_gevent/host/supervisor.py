@@ -4,12 +4,14 @@ recycling limit) runs N worker processes and keeps them running.
 The parent is kept boring: it has read and validated the file, and then only starts
 children, waits for them, reads their one-line reports and forwards signals. It holds
 no Redis connection, no plugin host, no worker; it imports no plugin or processor of
-the user's. (It is the same command, so gevent has patched it like any run of the
-command; its hub runs nothing but the greenlets below.)
+the user's (under a framework's worker command it has loaded the app, which is how it
+read the settings, but it still builds nothing of the workers). It is the same command,
+so gevent has patched it like any run of the command; its hub runs nothing but the
+greenlets below.
 
-Each child is a fresh interpreter running the same command with the hidden
-``--supervised-child INDEX`` flag (:mod:`echomq_gevent.host.supervised` is its side): a
-new ``exec`` rather than a fork, so a child never inherits a patched hub, a lock held
+Each child is a fresh interpreter running the same command (the framework commands:
+their own command line) with the hidden ``--supervised-child INDEX`` flag
+(:mod:`echomq_gevent.host.supervised` is its side): a new ``exec`` rather than a fork, so a child never inherits a patched hub, a lock held
 by a thread or a half-used socket, and a child started after SIGHUP runs the code on
 disk now (a deploy needs no restart of the parent).
 
@@ -27,7 +29,8 @@ disk now (a deploy needs no restart of the parent).
   by one, each old one draining only once its replacement reported ``ready``.
 - **Parent death**: the children are in sessions of their own (Ctrl-C on a terminal
   reaches only the parent, which drains them once); each asks Linux for a SIGTERM when
-  the parent dies and checks ``getppid()`` every second elsewhere.
+  the parent dies, and checks ``getppid()`` every second besides (all there is where
+  ``prctl`` is not).
 
 Everything here runs on greenlets of the parent's hub: one per child waiting for its
 exit, one per child reading its reports, the signal handlers, the restart timers.
