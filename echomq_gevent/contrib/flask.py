@@ -24,8 +24,9 @@
 ``app.config`` keys (each maps onto the YAML file's key of the same meaning and is
 checked by the same validator): ``ECHOMQ_REDIS_URL``, ``ECHOMQ_PREFIX``,
 ``ECHOMQ_QUEUES``, ``ECHOMQ_DEFAULTS``, ``ECHOMQ_PLUGINS``, ``ECHOMQ_PLUGIN_PATHS``,
-``ECHOMQ_ENTRY_POINTS``, ``ECHOMQ_LOGGING``; or ``ECHOMQ_CONFIG``: the YAML file to read
-instead. ``ECHOMQ_OUTBOX`` (``True`` or a mapping of outbox options) makes
+``ECHOMQ_ENTRY_POINTS``, ``ECHOMQ_LOGGING``, ``ECHOMQ_PROCESSES``,
+``ECHOMQ_MAX_JOBS_PER_PROCESS``, ``ECHOMQ_MAX_MEMORY_PER_PROCESS``; or ``ECHOMQ_CONFIG``: the
+YAML file to read instead. ``ECHOMQ_OUTBOX`` (``True`` or a mapping of outbox options) makes
 :meth:`EchoMQ.enqueue_after_commit` write the job into the ``echomq_outbox`` table in the
 session's transaction; the relay in the worker processes adds it once it commits.
 Commands: ``flask echomq worker``, ``flask echomq status`` and ``flask echomq outbox``.
@@ -35,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from ..errors import ConfigError
 from ..plugins.hookspecs import hookimpl
@@ -53,6 +54,9 @@ CONFIG_KEYS: Dict[str, str] = {
     "ECHOMQ_PLUGIN_PATHS": "plugin_paths",
     "ECHOMQ_ENTRY_POINTS": "entry_points",
     "ECHOMQ_LOGGING": "logging",
+    "ECHOMQ_PROCESSES": "processes",
+    "ECHOMQ_MAX_JOBS_PER_PROCESS": "max_jobs_per_process",
+    "ECHOMQ_MAX_MEMORY_PER_PROCESS": "max_memory_per_process",
 }
 _YAML_TO_KEY = {v: k for k, v in CONFIG_KEYS.items()}
 #: app.config keys of the integration itself (not YAML keys)
@@ -220,6 +224,28 @@ class FlaskJobContext:
                     self.ext.session.remove()
 
 
+def _processes_option(ctx: Any, param: Any, value: Optional[str]) -> Optional[int]:
+    import click
+
+    from ..host.config import parse_processes
+
+    if value is None:
+        return None
+    try:
+        return parse_processes(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def _child_argv(index: int) -> List[str]:
+    """A supervised child: ``python -m flask ...`` with this command's arguments, patched
+    for gevent before the app loads."""
+    from ..host.cli import child_command_line
+
+    return [sys.executable, "-m", "echomq_gevent.contrib.patched", "-m", "flask",
+            *child_command_line(sys.argv[1:], index)]
+
+
 def _command_group(ext: EchoMQ) -> Any:
     import click
     from flask import current_app
@@ -231,7 +257,11 @@ def _command_group(ext: EchoMQ) -> Any:
     @click.option("--queue", "-Q", "queues", multiple=True, help="run only this queue (repeat for more)")
     @click.option("--check", is_flag=True, help="validate the settings, import the processors, ping Redis")
     @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error", "critical"]))
-    def worker(queues: Tuple[str, ...], check: bool, log_level: Optional[str]) -> None:
+    @click.option("--processes", callback=_processes_option, metavar="N",
+                  help="run N supervised worker processes (auto: the CPU count); overrides ECHOMQ_PROCESSES")
+    @click.option("--supervised-child", type=int, hidden=True)
+    def worker(queues: Tuple[str, ...], check: bool, log_level: Optional[str], processes: Optional[int],
+               supervised_child: Optional[int]) -> None:
         """Run the job workers in this process; SIGTERM/SIGINT drains them."""
         from gevent import monkey
 
@@ -244,7 +274,8 @@ def _command_group(ext: EchoMQ) -> Any:
             restart_patched(sys.argv[1:], module="flask")
         state = ext.state(current_app._get_current_object())
         try:
-            code = state.run_worker(list(queues), check=check, log_level=log_level)
+            code = state.run_worker(list(queues), check=check, log_level=log_level, processes=processes,
+                                    supervised_child=supervised_child, child_argv=_child_argv)
         except ConfigError as exc:
             click.echo(f"echomq: configuration error: {exc}", err=True)
             sys.exit(2)

@@ -223,15 +223,34 @@ class Integration:
 
     def run_worker(self, queues: Sequence[str] = (), check: bool = False,
                    log_level: Optional[str] = None, progress: bool = False,
-                   plugins: Optional[Sequence[Any]] = None) -> int:
+                   plugins: Optional[Sequence[Any]] = None, processes: Optional[int] = None,
+                   supervised_child: Optional[int] = None,
+                   child_argv: Optional[Callable[[int], List[str]]] = None) -> int:
         """Run the workers of the (selected) queues in this process until SIGTERM/SIGINT
         drains them; returns the exit code. Uses the command's runner, so signals,
         draining and hand-back behave as ``echomq-gevent -c FILE``. ``plugins`` default
-        to the integration's own."""
-        cfg, plugins = self.prepare(queues, plugins)
+        to the integration's own.
+
+        With more than one process (``processes``, the command's ``--processes``, else the
+        settings' ``processes``) or a recycling limit, this process becomes the supervisor
+        (:func:`echomq_gevent.host.cli.supervise`) and runs ``child_argv(index)`` (the
+        command's own command line, with ``--supervised-child INDEX``) in each child;
+        ``supervised_child`` is that index in a child."""
         from ..host import cli  # patches the process for gevent if it is not yet
 
-        return cli.run_config(cfg, plugins, check=check, log_level=log_level, progress=progress)
+        if supervised_child is None and not check and child_argv is not None \
+                and cli.wants_supervisor(self.select(queues), processes):
+            cfg = self.select(queues)
+            return cli.supervise(cfg, processes, processes_override=processes, log_level=log_level,
+                                 child_argv=child_argv)
+        cfg, plugins = self.prepare(queues, plugins)
+        supervised = None
+        if supervised_child is not None:
+            from ..host.supervised import SupervisedChild
+
+            supervised = SupervisedChild.from_env(supervised_child, cfg)
+        return cli.run_config(cfg, plugins, check=check, log_level=log_level, progress=progress,
+                              supervised=supervised)
 
     def prepare(self, queues: Sequence[str] = (), plugins: Optional[Sequence[Any]] = None) -> Tuple[
             Config, List[Any]]:
@@ -249,10 +268,12 @@ class Integration:
         return cfg, plugins
 
     def print_status(self, queues: Sequence[str] = (), as_json: bool = False, out: Any = None) -> int:
+        from ..host.process_state import read_states
         from ..host.status import print_status
 
         cfg = self.select(queues)
-        code = print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out)
+        code = print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out,
+                            supervisors=read_states(self.cfg.filename))
         if self.outbox is not None and not as_json:
             import sys
 

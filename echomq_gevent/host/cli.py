@@ -3,6 +3,8 @@
 ::
 
     echomq-gevent -c conf/worker.yaml            run every queue of the file (one process, one hub)
+    echomq-gevent -c conf/worker.yaml --processes 4
+                                                 ... in four supervised worker processes
     echomq-gevent -c conf/worker.yaml --check    validate, resolve processors and plugins, ping Redis
     echomq-gevent -c conf/worker.yaml --demo     also enqueue demo jobs every second
     echomq-gevent --demo                         the same on the demo file shipped in the package
@@ -17,7 +19,8 @@ anything that imports ``socket``, ``ssl``, ``threading`` users or ``redis``; the
 package's ``__init__`` loads its redis-using names lazily for that reason.
 
 Exit codes: 0 success (also after a SIGTERM/SIGINT drain), 1 a runtime failure,
-2 a configuration error, 3 Redis cannot be reached.
+2 a configuration error, 3 Redis cannot be reached; a supervised worker process exits 4
+when it recycled (:mod:`echomq_gevent.host.supervisor`).
 """
 from __future__ import annotations
 
@@ -40,19 +43,20 @@ import logging  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import time  # noqa: E402
-from typing import Any, Dict, List, Optional, Sequence  # noqa: E402
+from typing import Any, Callable, Dict, List, Optional, Sequence  # noqa: E402
 
 import gevent  # noqa: E402
 import gevent.event  # noqa: E402
 
 from .. import __version__  # noqa: E402
-from .config import Config, load_config, redact_url  # noqa: E402
+from .config import Config, load_config, parse_processes, redact_url  # noqa: E402
 from .status import STATUS_TYPES, print_status  # noqa: E402,F401
 from ..errors import ConfigError  # noqa: E402
 from ..plugins.hookspecs import hookimpl  # noqa: E402
 from .logs import JsonFormatter, setup_logging  # noqa: E402,F401
 from .logs import isatty as _isatty  # noqa: E402
 from .runner import Runner, build_plugin_host  # noqa: E402
+from .supervised import SupervisedChild  # noqa: E402
 
 log = logging.getLogger("echomq_gevent.cli")
 
@@ -231,8 +235,9 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """``status [QUEUE...] [--json]``: job counts per queue, the workers seen and the job
-    schedulers with their next run."""
+    """``status [QUEUE...] [--json]``: job counts per queue, the workers seen, the job
+    schedulers with their next run and, when a supervisor runs the file on this host, its
+    worker processes."""
     cfg = _load(args, required=False)
     prefix = args.prefix or (cfg.prefix if cfg else "bull")
     names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
@@ -241,7 +246,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     conn = _Connection(cfg, args.redis)
     try:
-        return print_status(conn.url, names, prefix, as_json=args.json)
+        from .process_state import read_states
+
+        supervisors = read_states(cfg.filename) if cfg is not None else []
+        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors)
     finally:
         conn.close()
 
@@ -337,17 +345,22 @@ def _progress_loop(progress: ProgressPlugin, stream: Any, names: List[str], runn
 
 
 def serve(cfg: Config, host: Any, processors: Dict[str, Any], url: str, demo: bool = False,
-          progress: Optional[ProgressPlugin] = None, progress_stream: Any = None) -> int:
+          progress: Optional[ProgressPlugin] = None, progress_stream: Any = None,
+          supervised: Optional[SupervisedChild] = None) -> int:
     """Run every queue of ``cfg`` in this process (a :class:`~echomq_gevent.host.runner.Runner`
     on the main hub) until the workers stop; returns the exit code. The first
     SIGTERM/SIGINT drains (in-flight jobs finish or are handed back after
-    ``shutdown_timeout``); a second one hands the unfinished jobs back at once."""
+    ``shutdown_timeout``); a second one hands the unfinished jobs back at once.
+    ``supervised``: this process is a supervisor's child (it reports, recycles, watches
+    its parent; only child 1 runs the demo producer)."""
     runner = Runner(cfg, url, host=host, processors=processors)
     runner.handle_signals()
     runner.start()
+    if supervised is not None:
+        supervised.start(runner)
     done = gevent.event.Event()
     side: List[gevent.Greenlet] = []
-    if demo:
+    if demo and (supervised is None or supervised.index == 1):
         side.append(gevent.spawn(_demo_loop, cfg, url, runner.stopping_event))
     if progress is not None and progress_stream is not None:
         side.append(gevent.spawn(_progress_loop, progress, progress_stream, list(cfg.queues), runner, done))
@@ -358,9 +371,15 @@ def serve(cfg: Config, host: Any, processors: Dict[str, Any], url: str, demo: bo
     done.set()
     gevent.joinall(side, timeout=5)
     runner.stop_handling_signals()
+    if supervised is not None:
+        supervised.stop()
     if progress is not None:
         log.info("stopped: %s", progress.summary())
-    return EXIT_FAILURE if runner.failed else EXIT_OK
+    if runner.failed:
+        return EXIT_FAILURE
+    if supervised is not None:
+        return supervised.exit_code() or EXIT_OK
+    return EXIT_OK
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -373,13 +392,83 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise cfg.error(("queues",), "--demo needs a queue named 'demo' (served by the demo plugin)")
         if DEMO_PLUGIN not in cfg.plugins and "demo" not in cfg.plugins:
             extra.append(DEMO_PLUGIN)
+    supervised: Optional[SupervisedChild] = None
+    if args.supervised_child is not None:  # a child the supervisor started: one process, whatever the file says
+        supervised = SupervisedChild.from_env(args.supervised_child, cfg)
+    elif not args.check:
+        processes = args.processes if args.processes is not None else cfg.processes
+        if wants_supervisor(cfg, processes):  # --processes 1 without recycling: the plain single process
+            return run_supervisor(cfg, processes, args)
     return run_config(cfg, extra, check=args.check, demo=args.demo, progress=not args.no_progress,
-                      log_level=args.log_level, log_format=args.log_format)
+                      log_level=args.log_level, log_format=args.log_format, supervised=supervised)
+
+
+def run_supervisor(cfg: Config, processes: int, args: argparse.Namespace) -> int:
+    """``echomq-gevent -c FILE`` with more than one process or a recycling limit: the
+    children run this command with ``-c FILE`` (:func:`supervise`)."""
+    child_args: List[str] = []
+    if args.log_level:
+        child_args += ["--log-level", args.log_level]
+    if args.log_format:
+        child_args += ["--log-format", args.log_format]
+    return supervise(cfg, processes, processes_override=args.processes, demo=args.demo,
+                     log_level=args.log_level, log_format=args.log_format, child_args=child_args)
+
+
+def wants_supervisor(cfg: Config, processes: Optional[int]) -> bool:
+    """Whether a worker command runs the supervisor: more than one process (``processes``
+    from the command line, else the config's), or a recycling limit."""
+    count = processes if processes is not None else cfg.processes
+    return count > 1 or cfg.max_jobs_per_process is not None or cfg.max_memory_per_process is not None
+
+
+def supervise(cfg: Config, processes: Optional[int] = None, *, processes_override: Optional[int] = None,
+              demo: bool = False, log_level: Optional[str] = None, log_format: Optional[str] = None,
+              child_args: Sequence[str] = (), child_argv: Optional[Callable[[int], List[str]]] = None) -> int:
+    """Run ``processes`` (default: the config's) supervised worker processes of ``cfg``
+    (:class:`~echomq_gevent.host.supervisor.Supervisor`) and return its exit code. The
+    parent connects to no Redis; with ``url: embedded`` it starts the embedded server
+    (the children use it, and it outlives their recycling). ``child_argv(index)``: the
+    command line of child ``index`` (the framework commands give their own; default:
+    this command with ``-c FILE``)."""
+    from .supervisor import SharedMetrics, Supervisor
+
+    setup_logging(log_level or cfg.log_level, log_format or cfg.log_format, process=f"supervisor/{os.getpid()}")
+    if PREIMPORTED:
+        log.warning("these modules were imported before gevent patched the standard library: %s",
+                    ", ".join(PREIMPORTED))
+    count = processes_override or processes or cfg.processes
+    conn = _Connection(cfg, None) if cfg.redis.url == "embedded" else None
+    try:
+        metrics = SharedMetrics() if SharedMetrics.wanted(cfg) else None
+        return Supervisor(cfg, count, child_args, processes_override=processes_override, demo=demo,
+                          metrics=metrics, child_argv=child_argv).run()
+    finally:
+        if conn is not None:
+            conn.close()
+
+
+def child_command_line(argv: Sequence[str], index: int) -> List[str]:
+    """``argv`` (a worker command's own arguments) without ``--processes N`` and with
+    ``--supervised-child INDEX``: how a framework command starts its children."""
+    out: List[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == "--processes":
+            skip = True
+            continue
+        if arg.startswith("--processes="):
+            continue
+        out.append(arg)
+    return out + ["--supervised-child", str(index)]
 
 
 def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = False, demo: bool = False,
                progress: bool = True, log_level: Optional[str] = None,
-               log_format: Optional[str] = None) -> int:
+               log_format: Optional[str] = None, supervised: Optional[SupervisedChild] = None) -> int:
     """Run (or, with ``check``, validate) the workers of a loaded config in this process
     and return the exit code: what ``echomq-gevent -c FILE`` does after reading the file.
 
@@ -387,14 +476,20 @@ def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = Fal
     Pyramid runner) call it with the config they built from the app's settings and their
     own plugins in ``extra_plugins``. Logging is set up from the config unless
     ``log_level``/``log_format`` override it; ``progress`` draws the progress line when
-    stderr is a terminal. Raises ConfigError for a plugin or processor that fails.
+    stderr is a terminal. ``supervised`` is set in a child of the supervisor. Raises
+    ConfigError for a plugin or processor that fails.
+
+    It always runs one process: the file's ``processes`` and recycling limits are the
+    supervisor's (:func:`supervise`), which the caller runs instead when they ask for it.
     """
-    setup_logging(log_level or cfg.log_level, log_format or cfg.log_format)
+    setup_logging(log_level or cfg.log_level, log_format or cfg.log_format,
+                  process=supervised.label if supervised is not None else None)
     if PREIMPORTED:
         log.warning("these modules were imported before gevent patched the standard library: %s",
                     ", ".join(PREIMPORTED))
     counter = ProgressPlugin()
-    host, processors = build_plugin_host(cfg, tuple(extra_plugins) + (counter,))
+    extra = tuple(extra_plugins) + (counter,) + ((supervised,) if supervised is not None else ())
+    host, processors = build_plugin_host(cfg, extra)
     if check:
         return cmd_check(cfg, host, processors)
     conn = _Connection(cfg, None)  # starts the embedded server when the config asks for it
@@ -407,12 +502,19 @@ def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = Fal
     try:
         stream = sys.stderr if (_isatty(sys.stderr) and progress) else None
         return serve(cfg, host, processors, conn.url, demo=demo, progress=counter,
-                     progress_stream=stream)
+                     progress_stream=stream, supervised=supervised)
     finally:
         conn.close()
 
 
 # --- argument parsing ---------------------------------------------------------------------------------
+def _processes_arg(value: str) -> int:
+    try:
+        return parse_processes(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="echomq-gevent",
@@ -428,6 +530,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="overrides logging.level of the file")
     p.add_argument("--log-format", choices=["text", "json"], help="overrides logging.format of the file")
     p.add_argument("--no-progress", action="store_true", help="no progress line, even on a terminal")
+    p.add_argument("--processes", type=_processes_arg, metavar="N",
+                   help="run N supervised worker processes (auto: the CPU count); overrides processes: of the file")
+    p.add_argument("--supervised-child", type=int, metavar="INDEX", help=argparse.SUPPRESS)
     p.add_argument("--redis", help="Redis URL for add/status (overrides the file's redis.url)")
     p.add_argument("--prefix", help="key prefix for add/status (overrides the file's prefix)")
     p.add_argument("--version", action="version",

@@ -24,6 +24,9 @@ The file::
     entry_points: true         # also load the `echomq_gevent` entry-point plugins
     logging: {level: info, format: text}
     defaults: {concurrency: 10}
+    processes: 1               # or auto (the CPU count): a supervisor runs that many children
+    max_jobs_per_process: 1000 # recycle a child after this many jobs (null: never)
+    max_memory_per_process: 512  # ... or once its RSS passes this many MB (null: never)
     queues:
       demo: {processor: "demo:process", concurrency: 20}
 
@@ -51,7 +54,7 @@ from ..worker.options import WORKER_OPTIONS, OptionError, check_worker_option, v
 
 __all__ = [
     "Config", "QueueConfig", "RedisSettings", "load_config", "parse_config", "config_from_mapping",
-    "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS",
+    "TOP_LEVEL_KEYS", "QUEUE_ONLY_KEYS", "PROCESS_KEYS", "parse_processes", "cpu_count",
     "EMBEDDED", "DEFAULT_REDIS_URL", "redact_url", "SCHEDULER_KEYS",
     # the redis: section's keys live in config_redis; named here too for callers of this module
     "REDIS_KEYS", "SENTINEL_KEYS", "EMBEDDED_KEYS",
@@ -60,7 +63,9 @@ __all__ = [
 
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
-                  "defaults", "queues")
+                  "defaults", "processes", "max_jobs_per_process", "max_memory_per_process", "queues")
+#: The process keys: how many worker processes the command supervises, and when one is recycled.
+PROCESS_KEYS = ("processes", "max_jobs_per_process", "max_memory_per_process")
 LOGGING_KEYS = ("level", "format")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
@@ -99,6 +104,12 @@ class Config:
     log_level: str = "info"
     log_format: str = "text"
     defaults: Dict[str, Any] = field(default_factory=dict)
+    #: worker processes the command runs (``processes:``; ``auto`` is resolved to the CPU count)
+    processes: int = 1
+    #: a worker process is recycled after this many finished jobs (None: never)
+    max_jobs_per_process: Optional[int] = None
+    #: ... or once its resident memory passes this many MB (None: never)
+    max_memory_per_process: Optional[int] = None
     queues: Dict[str, QueueConfig] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
     marks: Marks = field(default_factory=Marks, repr=False)
@@ -111,6 +122,13 @@ class Config:
         if self.where is not None:
             return ConfigError(f"{self.where(tuple(path))}: {message}")
         return ConfigError(format_error(self.filename, self.marks.line(path), path, message))
+
+    @property
+    def supervised(self) -> bool:
+        """True when the command runs a supervisor: more than one process, or a
+        recycling limit (recycling needs a parent to start the replacement)."""
+        return (self.processes > 1 or self.max_jobs_per_process is not None
+                or self.max_memory_per_process is not None)
 
     def activate_paths(self) -> None:
         """Put ``plugin_paths`` (and the working directory) at the front of ``sys.path``
@@ -196,6 +214,7 @@ def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
         cfg.entry_points = data["entry_points"]
     _parse_logging(cfg, data.get("logging"))
     cfg.defaults = _parse_options(cfg, data.get("defaults"), ("defaults",), allow_processor=False)
+    _parse_processes(cfg, data)
     _parse_queues(cfg, data)
     _check_cluster_hash_tags(cfg)
     return cfg
@@ -241,6 +260,50 @@ def _parse_logging(cfg: Config, value: Any) -> None:
             cfg.log_level = v.lower()
         else:
             cfg.log_format = v.lower()
+
+
+def cpu_count() -> int:
+    """The CPUs this process may run on (its affinity mask where the platform has one),
+    what ``processes: auto`` means."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined]
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def parse_processes(value: Any) -> int:
+    """``processes:`` or ``--processes``: a whole number of at least 1, or ``auto`` (the
+    CPU count). Raises ValueError saying what is allowed."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return cpu_count()
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"must be a whole number of processes, at least 1, or auto (the CPU count), "
+                         f"got {value!r}")
+    return value
+
+
+def _parse_processes(cfg: Config, data: Mapping[str, Any]) -> None:
+    """The top-level process keys (:data:`PROCESS_KEYS`), each refused at its own line."""
+    if data.get("processes") is not None:
+        try:
+            cfg.processes = parse_processes(data["processes"])
+        except ValueError as exc:
+            raise cfg.error(("processes",), str(exc)) from None
+    jobs = data.get("max_jobs_per_process")
+    if jobs is not None:
+        if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+            raise cfg.error(("max_jobs_per_process",),
+                            f"must be a whole number of jobs, at least 1 (or null: never recycle), got {jobs!r}")
+        cfg.max_jobs_per_process = jobs
+    memory = data.get("max_memory_per_process")
+    if memory is not None:
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
+            raise cfg.error(("max_memory_per_process",),
+                            f"must be a whole number of megabytes of resident memory, at least 1, e.g. 1024 "
+                            f"for 1 GB (or null: never recycle), got {memory!r}")
+        cfg.max_memory_per_process = memory
 
 
 def _parse_options(cfg: Config, value: Any, path: Path, allow_processor: bool) -> Dict[str, Any]:

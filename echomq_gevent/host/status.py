@@ -1,4 +1,5 @@
-"""The status table: job counts per queue, the workers seen and the job schedulers.
+"""The status table: job counts per queue, the workers seen, the job schedulers and,
+when a supervisor runs the file on this host, its worker processes.
 
 Printed by ``echomq-gevent status`` and by the framework status commands
 (``manage.py echomq_status``, ``flask echomq status``); it only reads Redis, so it does
@@ -8,9 +9,13 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence
 
-__all__ = ["STATUS_TYPES", "status_report", "print_status", "describe_scheduler"]
+__all__ = ["STATUS_TYPES", "PROCESSES_KEY", "status_report", "print_status", "describe_scheduler",
+           "describe_processes"]
+
+#: The key of the supervisors' processes in ``status --json`` (a queue name cannot hold ``:``).
+PROCESSES_KEY = "echomq:supervisors"
 
 STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
 
@@ -34,12 +39,19 @@ def status_report(url: str, names: Sequence[str], prefix: str) -> Dict[str, Any]
     return report
 
 
-def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = False, out: Any = None) -> int:
-    """Print the report of ``names`` as a table (or JSON) to ``out`` (stdout); returns 0."""
+def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = False, out: Any = None,
+                 supervisors: Sequence[Dict[str, Any]] = ()) -> int:
+    """Print the report of ``names`` as a table (or JSON) to ``out`` (stdout); returns 0.
+    ``supervisors``: the state of each supervisor running the file on this host
+    (:func:`echomq_gevent.host.process_state.read_states`), shown after the queues (a list
+    under :data:`PROCESSES_KEY` in JSON, when there is one)."""
     out = out or sys.stdout
     report = status_report(url, names, prefix)
     if as_json:
-        print(json.dumps(report, indent=2, sort_keys=True), file=out)
+        full: Dict[str, Any] = dict(report)
+        if supervisors:
+            full[PROCESSES_KEY] = list(supervisors)
+        print(json.dumps(full, indent=2, sort_keys=True), file=out)
         return 0
     width = max([len(n) for n in names] + [5])
     cols = [(t, max(len(t), 7)) for t in STATUS_TYPES]
@@ -52,7 +64,32 @@ def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = Fa
     for name, info in report.items():
         for s in info["schedulers"]:
             print(f"{name}: scheduler {describe_scheduler(s)}", file=out)
+    for state in supervisors:
+        for line in describe_processes(state):
+            print(line, file=out)
     return 0
+
+
+def describe_processes(state: Dict[str, Any]) -> List[str]:
+    """The lines of the supervisor's processes: a heading, then one row per process
+    (slot, pid, state, jobs done, RSS, started at, queues)."""
+    from datetime import datetime
+
+    def when(ts: Any) -> str:
+        return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if isinstance(ts, (int, float)) else "?"
+
+    sup = state["supervisor"]
+    rows = state["processes"]
+    lines = [f"supervisor pid {sup.get('pid')} ({sup.get('config')}), {len(rows)} worker process(es)"
+             + (", stopping" if sup.get("stopping") else "")]
+    lines.append(f"  {'process':>7}  {'pid':>7}  {'state':<10}  {'jobs':>7}  {'RSS MB':>7}  "
+                 f"{'started at':<19}  queues")
+    for p in rows:
+        rss = p.get("rss_mb")
+        lines.append(f"  {p.get('index', '?'):>7}  {p.get('pid', '?'):>7}  {str(p.get('state', '?')):<10}  "
+                     f"{p.get('jobs', 0):>7}  {(f'{rss:.1f}' if isinstance(rss, (int, float)) else '?'):>7}  "
+                     f"{when(p.get('started_at')):<19}  {', '.join(str(q) for q in p.get('queues') or [])}")
+    return lines
 
 
 def describe_scheduler(s: Dict[str, Any]) -> str:

@@ -261,6 +261,14 @@ def test_example_request_enqueues_worker_command_processes_and_drains_on_sigterm
         integration.reset()
 
 
+def test_worker_command_runs_supervised_processes(shop, redis_url, prefix, command, wait_for):
+    env = {"SHOP_DB": shop, "REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix, "DJANGO_SETTINGS_MODULE": "shop.settings"}
+    worker = command([sys.executable, "manage.py", "echomq_worker", "--processes", "2"], PROJECT, env)
+    _two_processes_up_then_drained(worker, wait_for, lambda: _supervisor_status(command, env))
+    bad = command([sys.executable, "manage.py", "echomq_worker", "--processes", "0"], PROJECT, env)
+    assert bad.finish() != 0 and bad.saw("must be a whole number of processes"), bad.output()
+
+
 def test_worker_command_refuses_a_bad_setting_at_start(shop, redis_url, command):
     env = {"SHOP_DB": shop, "REDIS_URL": "mysql://nope", "DJANGO_SETTINGS_MODULE": "shop.settings"}
     worker = command([sys.executable, "manage.py", "echomq_worker"], PROJECT, env)
@@ -315,3 +323,30 @@ def _json_output(cmd):
     lines = cmd.lines
     start = next(i for i, line in enumerate(lines) if line.startswith("{"))
     return json.loads("\n".join(lines[start:]))
+
+
+def _supervisor_status(command, env):
+    """What ``manage.py echomq_status --json`` says of the supervisor's processes."""
+    status = command([sys.executable, "manage.py", "echomq_status", "--json"], PROJECT, env)
+    assert status.finish() == 0, status.output()
+    return _json_output(status).get("echomq:supervisors")
+
+
+def _two_processes_up_then_drained(worker, wait_for, supervisors=None):
+    """``--processes 2``: two children run the queue, logs name them; SIGTERM drains both, exit 0."""
+    import re
+
+    def up():
+        return len({m for line in list(worker.lines)
+                    for m in re.findall(r"process=(\d)/\d+ echomq_gevent.cli: echomq-gevent .*1 queue\(s\) \(orders\)",
+                                        line)}) == 2
+
+    wait_for(up, timeout=60, what="two worker processes", details=worker.output, give_up=worker.exited)
+    if supervisors is not None:  # the status command lists them
+        [state] = supervisors()
+        assert state["supervisor"]["pid"] == worker.proc.pid  # (a restart to patch gevent first keeps the pid)
+        assert sorted(p["index"] for p in state["processes"]) == [1, 2], state
+        assert all(p["queues"] == ["orders"] and p["state"] == "running" for p in state["processes"]), state
+    assert worker.stop(signal.SIGTERM) == 0, worker.output()
+    assert worker.saw("SIGTERM: draining 2 worker process(es)"), worker.output()
+    assert worker.saw("every worker process has stopped; exiting 0"), worker.output()

@@ -268,6 +268,15 @@ def test_flask_echomq_worker_processes_the_example_and_drains_on_sigterm(
     assert _json_output(status)["orders"]["counts"]["completed"] == 1
 
 
+def test_flask_echomq_worker_runs_supervised_processes(tmp_path, redis_url, prefix, command, wait_for):
+    flask_bin = [sys.executable, "-m", "flask", "--app", "flaskshop"]
+    env = {"SHOP_DB": str(tmp_path / "shop.sqlite3"), "REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix}
+    worker = command(flask_bin + ["echomq", "worker", "--processes", "2"], APP_DIR, env)
+    _two_processes_up_then_drained(worker, wait_for)
+    bad = command(flask_bin + ["echomq", "worker", "--processes", "many"], APP_DIR, env)
+    assert bad.finish() != 0 and bad.saw("must be a whole number of processes"), bad.output()
+
+
 def test_flask_echomq_worker_refuses_a_bad_setting_at_start(tmp_path, command):
     env = {"SHOP_DB": str(tmp_path / "shop.sqlite3"), "REDIS_URL": "localhost"}
     worker = command([sys.executable, "-m", "flask", "--app", "flaskshop", "echomq", "worker"], APP_DIR, env)
@@ -281,3 +290,18 @@ def _json_output(cmd):
     lines = cmd.lines
     start = next(i for i, line in enumerate(lines) if line.startswith("{"))
     return json.loads("\n".join(lines[start:]))
+
+
+def _two_processes_up_then_drained(worker, wait_for):
+    """``--processes 2``: two children run the queue, logs name them; SIGTERM drains both, exit 0."""
+    import re
+
+    def up():
+        return len({m for line in list(worker.lines)
+                    for m in re.findall(r"process=(\d)/\d+ echomq_gevent.cli: echomq-gevent .*1 queue\(s\) \(orders\)",
+                                        line)}) == 2
+
+    wait_for(up, timeout=60, what="two worker processes", details=worker.output, give_up=worker.exited)
+    assert worker.stop(signal.SIGTERM) == 0, worker.output()
+    assert worker.saw("SIGTERM: draining 2 worker process(es)"), worker.output()
+    assert worker.saw("every worker process has stopped; exiting 0"), worker.output()

@@ -13,6 +13,15 @@ import sys  # noqa: E402
 from typing import List, Optional  # noqa: E402
 
 
+def _processes(value: str) -> int:
+    from ...host.config import parse_processes
+
+    try:
+        return parse_processes(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m echomq_gevent.contrib.pyramid",
                                 description="Run (or show the status of) the job workers of a Pyramid app; "
@@ -26,11 +35,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--check", action="store_true", help="validate, import the processors, ping Redis; exit")
     p.add_argument("--json", action="store_true", help="status as JSON")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
-    args = p.parse_args(argv)
+    p.add_argument("--processes", type=_processes, metavar="N",
+                   help="run N supervised worker processes (auto: the CPU count); overrides echomq.processes")
+    p.add_argument("--supervised-child", type=int, help=argparse.SUPPRESS)
+    given = list(sys.argv[1:] if argv is None else argv)
+    args = p.parse_args(given)
 
     from pyramid.paster import bootstrap, setup_logging
 
     from ...errors import ConfigError
+    from ...host.cli import child_command_line
     from . import integration
 
     try:
@@ -55,7 +69,11 @@ def main(argv: Optional[List[str]] = None) -> int:
                 print(f"echomq: {exc}", file=sys.stderr)
                 return 2
             return run_outbox_command(state.outbox, args.action or "list", ids, args.all_rows, args.json)
-        return state.run_worker(args.queues, check=args.check, log_level=args.log_level)
+        return state.run_worker(
+            args.queues, check=args.check, log_level=args.log_level, processes=args.processes,
+            supervised_child=args.supervised_child,
+            child_argv=lambda index: [sys.executable, "-m", "echomq_gevent.contrib.pyramid",
+                                      *child_command_line(given, index)])
     except ConfigError as exc:
         print(f"echomq: configuration error: {exc}", file=sys.stderr)
         return 2

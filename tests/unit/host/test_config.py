@@ -584,3 +584,46 @@ def test_make_client_refuses_a_bad_sentinel_url_with_the_form():
 
     with pytest.raises(ValueError, match=r"redis\+sentinel://\[\[user\]:password@\]host:port"):
         make_client("redis+sentinel://s1:26379")
+
+
+def test_process_keys_default_to_one_process_without_recycling():
+    cfg = parse("""
+        queues:
+          mail: {}
+    """)
+    assert (cfg.processes, cfg.max_jobs_per_process, cfg.max_memory_per_process) == (1, None, None)
+    assert cfg.supervised is False
+
+
+def test_process_keys_are_read_and_auto_is_the_cpu_count(monkeypatch):
+    from echomq_gevent.host import config
+
+    monkeypatch.setattr(config, "cpu_count", lambda: 6)
+    cfg = parse("""
+        processes: auto
+        max_jobs_per_process: 500
+        max_memory_per_process: 300
+        queues: {mail: {}}
+    """)
+    assert (cfg.processes, cfg.max_jobs_per_process, cfg.max_memory_per_process) == (6, 500, 300)
+    assert cfg.supervised is True
+    assert parse("processes: 1\nmax_memory_per_process: 64\nqueues: {mail: {}}").supervised is True
+    assert parse("processes: '${N:-3}'\nqueues: {mail: {}}").processes == 3  # a quoted number from the environment
+
+
+@pytest.mark.parametrize("line, key, words", [
+    ("processes: 0", "processes", "at least 1, or auto"),
+    ("processes: -1", "processes", "got -1"),
+    ("processes: many", "processes", "got 'many'"),
+    ("processes: 2.5", "processes", "whole number"),
+    ("processes: true", "processes", "got True"),
+    ("max_jobs_per_process: 0", "max_jobs_per_process", "at least 1"),
+    ("max_jobs_per_process: ten", "max_jobs_per_process", "whole number of jobs"),
+    ('max_memory_per_process: "1GB"', "max_memory_per_process", "megabytes"),
+    ("max_memory_per_process: -5", "max_memory_per_process", "got -5"),
+])
+def test_bad_process_values_are_refused_naming_line_and_key(line, key, words):
+    with pytest.raises(ConfigError) as info:
+        parse(f"prefix: bull\n{line}\nqueues: {{mail: {{}}}}\n")
+    assert f"worker.yaml, line 2, key {key}:" in str(info.value)
+    assert words in str(info.value)

@@ -1,13 +1,31 @@
 """``python manage.py echomq_worker``: run the job workers of ``settings.ECHOMQ``."""
 from __future__ import annotations
 
+import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, List
 
 from django.core.management.base import BaseCommand, CommandError
 
 from echomq_gevent.errors import ConfigError
+
+
+def _processes(value: str) -> int:
+    from echomq_gevent.host.config import parse_processes
+
+    try:
+        return parse_processes(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _child_argv(index: int) -> List[str]:
+    """A supervised child: this command line again (``manage.py echomq_worker ...``),
+    patched for gevent before Django loads."""
+    from echomq_gevent.host.cli import child_command_line
+
+    return [sys.executable, "-m", "echomq_gevent.contrib.patched", *child_command_line(sys.argv, index)]
 
 
 class Command(BaseCommand):
@@ -21,6 +39,10 @@ class Command(BaseCommand):
         parser.add_argument("--check", action="store_true",
                             help="validate the settings, import the processors, ping Redis; then exit")
         parser.add_argument("--log-level", choices=["debug", "info", "warning", "error", "critical"])
+        parser.add_argument("--processes", type=_processes, metavar="N",
+                            help="run N supervised worker processes (auto: the CPU count); overrides "
+                                 "ECHOMQ['processes']")
+        parser.add_argument("--supervised-child", type=int, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from gevent import monkey
@@ -44,7 +66,8 @@ class Command(BaseCommand):
         try:
             code = integration.integration().run_worker(
                 options["queues"], check=options["check"], log_level=options["log_level"],
-                plugins=integration.worker_plugins())
+                plugins=integration.worker_plugins(), processes=options["processes"],
+                supervised_child=options["supervised_child"], child_argv=_child_argv)
         except ConfigError as exc:
             raise CommandError(f"configuration error: {exc}", returncode=2) from None
         if code:
