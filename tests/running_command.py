@@ -2,10 +2,13 @@
 runs: the end-to-end tests of the command line and the framework tests share it."""
 from __future__ import annotations
 
+import http.client
+import json
+import re
 import signal
 import subprocess
 import threading
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 
 class RunningCommand:
@@ -39,6 +42,15 @@ class RunningCommand:
     def saw(self, text: str) -> bool:
         return any(text in line for line in list(self.lines))
 
+    def gunicorn_port(self) -> Optional[int]:
+        """The port a gunicorn started with ``BIND=127.0.0.1:0`` said it listens on (None
+        until it has said so)."""
+        for line in list(self.lines):
+            m = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                return int(m.group(1))
+        return None
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int:
         """Send ``sig`` (unless it has exited) and wait for the exit; its status."""
         if self.proc.poll() is None:
@@ -62,3 +74,15 @@ class RunningCommand:
             raise AssertionError(f"the command did not {what}:\n{self.output()}") from None
         self._reader.join(5)
         return code
+
+
+def http_json(port: int, method: str, path: str, body: Any = None) -> Tuple[int, bytes]:
+    """One request to ``127.0.0.1:port``, with ``body`` as JSON; ``(status, body)``."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None,
+                     headers={"Content-Type": "application/json"})
+        res = conn.getresponse()
+        return res.status, res.read()
+    finally:
+        conn.close()

@@ -11,6 +11,8 @@ import sys
 
 import pytest
 
+from running_command import http_json
+
 django = pytest.importorskip("django")
 
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
@@ -280,31 +282,13 @@ def test_example_under_gunicorn_reads_the_same_settings(shop, redis_url, prefix,
     """``gunicorn -c gunicorn.conf.py`` (the example's): the web app and its job workers
     in one gevent worker process, configured from settings.ECHOMQ; a POST enqueues after
     the commit, the co-hosted worker confirms, SIGTERM stops gunicorn cleanly."""
-    import http.client
-    import re
-
     env = {"SHOP_DB": shop, "REDIS_URL": redis_url, "ECHOMQ_PREFIX": prefix, "BIND": "127.0.0.1:0",
            "DJANGO_SETTINGS_MODULE": "shop.settings"}
     server = command([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"], PROJECT, env)
-
-    def port():
-        for line in list(server.lines):
-            m = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                return int(m.group(1))
-        return None
-
-    number = wait_for(port, what="gunicorn to listen", details=server.output, give_up=server.exited)
+    number = wait_for(server.gunicorn_port, what="gunicorn to listen", details=server.output, give_up=server.exited)
 
     def call(method, path, body=None):
-        conn = http.client.HTTPConnection("127.0.0.1", number, timeout=10)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json"})
-            res = conn.getresponse()
-            return res.status, res.read()
-        finally:
-            conn.close()
+        return http_json(number, method, path, body)
 
     status, body = wait_for(lambda: (lambda r: r if r[0] == 201 else None)(
         call("POST", "/orders", {"email": "gunicorn@example.com"})),

@@ -4,7 +4,6 @@ Django example shop co-hosted in gunicorn with the outbox on (two gevent worker
 processes, each with a relay: every order confirmed once, through the outbox)."""
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
@@ -12,6 +11,8 @@ import signal
 import sys
 
 import pytest
+
+from running_command import http_json
 
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
@@ -145,24 +146,10 @@ def test_example_co_hosted_in_gunicorn_relays_through_the_outbox(tmp_path, redis
     migrate = command([sys.executable, "manage.py", "migrate", "--verbosity", "0"], PROJECT, env)
     assert migrate.finish() == 0, migrate.output()
     server = command([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py"], PROJECT, env)
-
-    def port():
-        for line in list(server.lines):
-            m = re.search(r"Listening at: http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                return int(m.group(1))
-        return None
-    number = wait_for(port, what="gunicorn to listen", details=server.output, give_up=server.exited)
+    number = wait_for(server.gunicorn_port, what="gunicorn to listen", details=server.output, give_up=server.exited)
 
     def call(method, path, body=None):
-        conn = http.client.HTTPConnection("127.0.0.1", number, timeout=10)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json"})
-            res = conn.getresponse()
-            return res.status, res.read()
-        finally:
-            conn.close()
+        return http_json(number, method, path, body)
 
     wait_for(lambda: len([line for line in server.lines if "outbox relay" in line and "started" in line]) >= 2,
              what="both processes' relays", details=server.output, give_up=server.exited)
