@@ -51,12 +51,16 @@ HANDED_BACK = Counter("echomq_jobs_handed_back", "Unfinished jobs handed back at
 DURATION = Histogram("echomq_job_duration_seconds", "Processor run time of completed jobs", ["queue", "name"],
                      buckets=(.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300))
 IN_FLIGHT = Gauge("echomq_jobs_in_flight", "Jobs running now", ["queue"], multiprocess_mode="livesum")
+#: How the outbox gauges of several processes combine: the largest value of the live ones
+#: (every relay of an app reads the same table); prometheus_client before 0.15 has no
+#: ``livemax`` and gives one series per live process instead (a ``pid`` label).
+OUTBOX_MODE = "livemax" if "livemax" in getattr(Gauge, "_MULTIPROC_MODES", ()) else "liveall"
 OUTBOX_WAITING = Gauge("echomq_outbox_waiting", "Outbox rows committed and not yet added to Redis", ["app"],
-                       multiprocess_mode="livemax")
+                       multiprocess_mode=OUTBOX_MODE)
 OUTBOX_AGE = Gauge("echomq_outbox_oldest_age_seconds", "Age of the oldest waiting outbox row", ["app"],
-                   multiprocess_mode="livemax")
+                   multiprocess_mode=OUTBOX_MODE)
 OUTBOX_PARKED = Gauge("echomq_outbox_parked", "Outbox rows parked with a reason (never added)", ["app"],
-                      multiprocess_mode="livemax")
+                      multiprocess_mode=OUTBOX_MODE)
 
 _server_lock = threading.Lock()
 _server_started = False

@@ -20,7 +20,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROBE = """
 import json, os, sysconfig
 import echomq_gevent
-from echomq_gevent import scripts
+from echomq_gevent.protocol import scripts
 from echomq_gevent.contrib import demo, logging, prometheus
 from echomq_gevent.contrib.dashboard import render
 print(json.dumps({
