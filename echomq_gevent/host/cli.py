@@ -269,8 +269,14 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     conn = _Connection(cfg, args.redis)
     try:
         conn.ping()
+        processes = None
+        if cfg is not None and cfg.filename:
+            from .process_state import read_states
+
+            def processes() -> List[Dict[str, Any]]:
+                return read_states(cfg.filename)
         app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth,
-                        known_queues=list(cfg.queues) if cfg else ())
+                        known_queues=list(cfg.queues) if cfg else (), processes=processes)
         server = serve(app, host, port, log=None)
         stop = gevent.event.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -22,6 +22,7 @@ import pytest
 from echomq_gevent.queue.queue import Queue
 
 from target import PYTHON
+from test_cli_dashboard import get, start as start_dashboard
 from test_cli_run import ROOT, Cli
 
 PLUGIN = '''
@@ -214,6 +215,15 @@ def test_every_process_takes_jobs_and_sigterm_drains_in_flight_jobs_and_exits_0(
                and p["started_at"] <= time.time() for p in rows), rows
     table = sup.status()
     assert f"supervisor pid {cli.proc.pid}" in table and all(f" {pid} " in table for pid in pids), table
+    # and so does the dashboard of the same file
+    dashboard, where = start_dashboard("-c", str(sup.conf), "dashboard", "--bind", "127.0.0.1:0")
+    try:
+        code, page = get(f"http://{where}/")
+    finally:
+        dashboard.terminate()
+        dashboard.wait(10)
+    assert code == 200 and f'data-supervisor="{cli.proc.pid}"' in page, page
+    assert all(f'<tr data-pid="{pid}">' in page for pid in pids), page
     records = [line for line in cli.lines if re.match(r"\d{4}-\d\d-\d\d ", line)]
     assert records and all(re.search(r" process=(supervisor|[12])/\d+ ", line) for line in records), records
     # in-flight jobs at SIGTERM finish (shutdown_timeout 10 s) and the command exits 0

@@ -36,14 +36,18 @@ class Dashboard:
     buttons that change queues and jobs. ``auth`` is called with the WSGI environ of
     every request and must return true to let it in (see
     :func:`~echomq_gevent.contrib.dashboard.basic_auth`); without it anyone who reaches
-    the address may look (and act, with ``actions=True``).
+    the address may look (and act, with ``actions=True``). ``processes``, when given, is
+    called for each overview page and returns the state of each supervisor of worker
+    processes to show (what :func:`echomq_gevent.host.process_state.read_states` reads;
+    ``echomq-gevent -c FILE dashboard`` passes the file's).
     """
 
     def __init__(self, connection: Any = "redis://localhost:6379/0", prefix: str = "bull",
                  queues: Optional[Sequence[str]] = None, actions: bool = False,
                  auth: Optional[Callable[[Environ], bool]] = None, page_size: int = 20,
                  title: str = "echomq", discover_every_s: float = 10.0,
-                 known_queues: Sequence[str] = (), sample_every_s: float = SAMPLE_EVERY_S) -> None:
+                 known_queues: Sequence[str] = (), sample_every_s: float = SAMPLE_EVERY_S,
+                 processes: Optional[Callable[[], Sequence[Dict[str, Any]]]] = None) -> None:
         from ...connection.clients import make_client
         from ...protocol.keys import validate_prefix, validate_queue_name
 
@@ -51,6 +55,9 @@ class Dashboard:
             raise ValueError(f"page_size must be an integer from 1 to 500, got {page_size!r}")
         if auth is not None and not callable(auth):
             raise TypeError(f"auth must be a callable taking the WSGI environ, got {auth!r}")
+        if processes is not None and not callable(processes):
+            raise TypeError(f"processes must be a callable returning the supervisors' states, got {processes!r}")
+        self.processes = processes
         self.prefix = validate_prefix(prefix)
         self.client = make_client(connection)
         self.actions = bool(actions)

@@ -38,8 +38,9 @@ def overview(ui: Any, req: Request) -> Response:
                f'<table id="queues"><tr><th>queue</th>{head}<th>workers</th><th>throughput</th></tr>'
                + "".join(rows) + "</table>"))
     from .outbox import outbox_section
+    from .processes import processes_section
 
-    return ui.page(req, "Queues", body + outbox_section(ui, req))
+    return ui.page(req, "Queues", body + processes_section(ui) + outbox_section(ui, req))
 
 
 def queue(ui: Any, req: Request) -> Response:
