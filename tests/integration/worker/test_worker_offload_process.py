@@ -1,0 +1,185 @@
+"""``offload: process`` against a real Redis with real child processes: parallel CPU
+work, results and errors crossing, crashes, timeouts, cancels, calls from the child."""
+from __future__ import annotations
+
+import os
+import sys
+import types
+
+import gevent
+import pytest
+
+from echomq_gevent.errors import ConfigError
+
+from integration import offload_helpers
+from integration.worker_helpers import make_worker, running
+
+
+def job_hash(r, prefix, qname, job_id):
+    return r.hgetall(f"{prefix}:{qname}:{job_id}")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def logged_pid(r, prefix, qname, job_id):
+    lines = r.lrange(f"{prefix}:{qname}:{job_id}:logs", 0, -1)
+    return int(lines[0].split()[1]) if lines else None
+
+
+def test_cpu_bound_jobs_run_at_once_in_distinct_processes(redis_url, prefix, qname, queue, r, wait_for, tmp_path):
+    jobs = [queue.add("burn", {"dir": str(tmp_path), "n": 2, "within": 30}) for _ in range(2)]
+    ticks = []
+
+    def ticker():
+        while True:
+            ticks.append(1)
+            gevent.sleep(0.01)
+
+    w = make_worker(redis_url, prefix, qname, offload_helpers.rendezvous, concurrency=2, offload="process")
+    t = gevent.spawn(ticker)
+    try:
+        with running(w):
+            wait_for(lambda: w.completed_count == 2, timeout=60, what="both jobs")
+    finally:
+        t.kill()
+    results = [__import__("json").loads(job_hash(r, prefix, qname, j.id)["returnvalue"]) for j in jobs]
+    pids = {res["pid"] for res in results}
+    # each job saw the other running at the same time, in another process, not this one
+    assert len(pids) == 2 and os.getpid() not in pids
+    assert all(res["seen"] == sorted(pids) for res in results)
+    assert ticks, "the hub ran while the children worked"
+
+
+def test_return_values_and_exceptions_cross(redis_url, prefix, qname, queue, r, wait_for):
+    ok = queue.add("echo", {"x": [1, "two", {"three": 3.5}]})
+    bad = queue.add("fail", {"x": 7})
+    final = queue.add("unrecoverable", {}, {"attempts": 3})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, concurrency=2, offload="process")
+    with running(w):
+        wait_for(lambda: w.completed_count == 1 and w.failed_count == 2, timeout=30, what="three jobs")
+    import json
+
+    value = json.loads(job_hash(r, prefix, qname, ok.id)["returnvalue"])
+    assert value["data"] == {"x": [1, "two", {"three": 3.5}]} and value["pid"] != os.getpid()
+    h = job_hash(r, prefix, qname, bad.id)
+    assert h["failedReason"] == "bad input 7"
+    stack = json.loads(h["stacktrace"])
+    assert "ValueError: bad input 7" in stack[-1] and "offload_helpers.py" in stack[-1] and "dispatch" in stack[-1]
+    # an UnrecoverableError raised in the child stays one: no retry although attempts are left
+    h = job_hash(r, prefix, qname, final.id)
+    assert h["failedReason"] == "give up now" and h["atm"] == "1"
+
+
+def test_abort_fails_the_attempt_naming_sigabrt_and_the_next_job_runs(redis_url, prefix, qname, queue, r,
+                                                                      wait_for):
+    aborting = queue.add("abort", {}, {"attempts": 2})
+    after = queue.add("echo", {"n": 1})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, concurrency=1, offload="process")
+    with running(w):
+        wait_for(lambda: w.failed_count == 1 and w.completed_count == 1, timeout=30, what="abort then echo")
+    h = job_hash(r, prefix, qname, aborting.id)
+    assert "died of SIGABRT" in h["failedReason"] and h["atm"] == "2"  # retried once, aborted again
+    assert r.zscore(f"{prefix}:{qname}:completed", after.id) is not None
+    first = logged_pid(r, prefix, qname, aborting.id)
+    assert first is not None and not pid_alive(first)
+
+
+def test_os_exit_names_the_exit_status(redis_url, prefix, qname, queue, r, wait_for):
+    job = queue.add("exit3", {})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, concurrency=1, offload="process")
+    with running(w):
+        wait_for(lambda: w.failed_count == 1, timeout=30, what="exit failure")
+    assert "exited with status 3" in job_hash(r, prefix, qname, job.id)["failedReason"]
+
+
+def test_job_timeout_kills_the_hung_child_and_the_next_job_gets_a_fresh_one(redis_url, prefix, qname, queue, r,
+                                                                          wait_for):
+    hung = queue.add("hang", {})
+    after = queue.add("echo", {})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, concurrency=1, offload="process",
+                    job_timeout=1500)
+    with running(w):
+        wait_for(lambda: w.failed_count == 1 and w.completed_count == 1, timeout=30, what="timeout then echo")
+    import json
+
+    h = job_hash(r, prefix, qname, hung.id)
+    assert "job_timeout (1500 ms)" in h["failedReason"] and "was killed" in h["failedReason"]
+    hung_pid = logged_pid(r, prefix, qname, hung.id)
+    assert not pid_alive(hung_pid)
+    assert json.loads(job_hash(r, prefix, qname, after.id)["returnvalue"])["pid"] != hung_pid
+
+
+def test_cancel_job_terminates_the_running_child(redis_url, prefix, qname, queue, r, wait_for):
+    hung = queue.add("hang", {})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, concurrency=1, offload="process")
+    with running(w):
+        wait_for(lambda: logged_pid(r, prefix, qname, hung.id) is not None, timeout=30, what="the child's pid")
+        pid = logged_pid(r, prefix, qname, hung.id)
+        w.cancel_job(hung.id, "operator said stop")
+        wait_for(lambda: w.failed_count == 1, timeout=10, what="the cancelled job to fail")
+        wait_for(lambda: not pid_alive(pid), timeout=10, what="the child to be gone")
+        after = queue.add("echo", {})
+        wait_for(lambda: w.completed_count == 1, timeout=30, what="a job after the cancel")
+    assert job_hash(r, prefix, qname, hung.id)["failedReason"] == "job cancelled: operator said stop"
+    assert r.zscore(f"{prefix}:{qname}:completed", after.id) is not None
+
+
+def test_progress_log_and_update_data_from_the_child_reach_redis(redis_url, prefix, qname, queue, r, wait_for):
+    job = queue.add("talk", {"a": 1})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, offload="process")
+    with running(w):
+        wait_for(lambda: w.completed_count == 1, timeout=30, what="the job")
+    import json
+
+    h = job_hash(r, prefix, qname, job.id)
+    assert h["progress"] == "100"
+    assert json.loads(h["data"]) == {"a": 1, "seen": True}
+    assert r.lrange(f"{prefix}:{qname}:{job.id}:logs", 0, -1) == ["hello from the child"]
+    assert json.loads(h["returnvalue"])["log_count"] == 1
+
+
+def test_a_return_value_that_cannot_cross_fails_the_attempt(redis_url, prefix, qname, queue, r, wait_for):
+    job = queue.add("bad_return", {})
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, offload="process")
+    with running(w):
+        wait_for(lambda: w.failed_count == 1, timeout=30, what="the failure")
+    assert "cannot be sent back to the worker" in job_hash(r, prefix, qname, job.id)["failedReason"]
+
+
+def test_a_processor_the_child_cannot_import_fails_the_start_naming_it(redis_url, prefix, qname):
+    module = types.ModuleType("offload_only_in_parent")
+    exec("def work(job):\n    return 1\n", module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        w = make_worker(redis_url, prefix, qname, module.work, offload="process")
+        with pytest.raises(ConfigError, match=r"offload_only_in_parent:work cannot be imported in a child process"):
+            w.run()
+    finally:
+        del sys.modules[module.__name__]
+
+
+@pytest.mark.parametrize("processor, words", [
+    (lambda job: 1, "is a closure or a lambda"),
+    (offload_helpers.shadowed_original, "names another object"),
+])
+def test_processors_a_fresh_process_cannot_find_are_refused_at_start(redis_url, prefix, qname, processor, words):
+    w = make_worker(redis_url, prefix, qname, processor, offload="process")
+    with pytest.raises(ConfigError, match=words):
+        w.run()
+
+
+@pytest.mark.parametrize("opts, words", [
+    ({"offload": "process", "offload_processes": 0}, "offload_processes must be an integer >= 1"),
+    ({"offload": "process", "offload_processes": "two"}, "offload_processes must be an integer or null"),
+    ({"offload": "process", "concurrency": 2, "offload_processes": 3}, "more than concurrency"),
+    ({"offload": "thread", "offload_processes": 1}, "is for offload: process"),
+])
+def test_bad_offload_processes_are_refused_naming_the_key(redis_url, prefix, qname, opts, words):
+    with pytest.raises(ConfigError, match=words):
+        make_worker(redis_url, prefix, qname, offload_helpers.dispatch, **opts)
