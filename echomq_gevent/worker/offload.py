@@ -315,6 +315,12 @@ class ProcessRuntime:
             timer.start()
         try:
             child = self._idle.get()
+            while child.popen.poll() is not None:  # died while idle (OOM killer, a signal): not this job's fault
+                log.warning("%s: offload process %d %s while idle; starting another", self.label, child.pid,
+                            describe_exit(child.popen.returncode))
+                dead, child = child, None
+                self._replace(dead)
+                child = self._idle.get()
             return self._exchange(child, spec, job)
         except gevent.Timeout as exc:
             if exc is not timer:

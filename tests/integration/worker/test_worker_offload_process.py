@@ -12,7 +12,9 @@ import pytest
 from echomq_gevent.errors import ConfigError
 
 from integration import offload_helpers
-from integration.worker_helpers import make_worker, running
+from echomq_gevent.plugins.hookspecs import hookimpl
+
+from integration.worker_helpers import host_with, make_worker, running
 
 
 def job_hash(r, prefix, qname, job_id):
@@ -183,3 +185,43 @@ def test_processors_a_fresh_process_cannot_find_are_refused_at_start(redis_url, 
 def test_bad_offload_processes_are_refused_naming_the_key(redis_url, prefix, qname, opts, words):
     with pytest.raises(ConfigError, match=words):
         make_worker(redis_url, prefix, qname, offload_helpers.dispatch, **opts)
+
+
+class RoutesToDispatch:
+    """A plugin that registers the helpers' dispatch for every job name of one queue."""
+
+    def __init__(self, queue: str) -> None:
+        self.queue = queue
+
+    @hookimpl
+    def echomq_register_processors(self, registry):
+        registry.add(self.queue, "*", offload_helpers.dispatch)
+
+
+def test_a_processor_registered_by_a_plugin_runs_in_the_child(redis_url, prefix, qname, queue, r, wait_for):
+    job = queue.add("echo", {"via": "plugin"})
+    w = make_worker(redis_url, prefix, qname, None, offload="process", plugins=host_with(RoutesToDispatch(qname)))
+    with running(w):
+        wait_for(lambda: w.completed_count == 1, timeout=30, what="the job")
+    import json
+
+    value = json.loads(job_hash(r, prefix, qname, job.id)["returnvalue"])
+    assert value["data"] == {"via": "plugin"} and value["pid"] != os.getpid()
+
+
+def test_a_child_killed_while_idle_is_replaced_before_the_next_job(redis_url, prefix, qname, queue, r, wait_for):
+    import signal
+
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, offload="process")
+    with running(w):
+        wait_for(lambda: w.fetch_loop_alive(), timeout=30, what="the worker to start")
+        (idle_pid,) = list(w._ctx.runtime.children)
+        os.kill(idle_pid, signal.SIGKILL)
+        wait_for(lambda: not pid_alive(idle_pid) or w._ctx.runtime.children[idle_pid].popen.poll() is not None,
+                 timeout=10, what="the child to die")
+        job = queue.add("echo", {})
+        wait_for(lambda: w.completed_count == 1, timeout=30, what="the job, in a new child")
+    import json
+
+    assert json.loads(job_hash(r, prefix, qname, job.id)["returnvalue"])["pid"] != idle_pid
+    assert w.failed_count == 0
