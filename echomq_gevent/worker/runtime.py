@@ -14,14 +14,9 @@ from typing import Any, Callable, Optional, Sequence
 
 import gevent
 
-from ..errors import EchoMQError
+from ..errors import JobTimeoutError  # defined with the other errors; its public home is here
 
 __all__ = ["JobTimeoutError", "GreenletRuntime", "ThreadRuntime", "make_runtime"]
-
-
-class JobTimeoutError(EchoMQError):
-    """A processor ran longer than the worker's ``job_timeout``; the attempt failed
-    (retries apply)."""
 
 
 class GreenletRuntime:

@@ -1,5 +1,5 @@
-"""The frames of offload: process (:mod:`echomq_gevent.worker.offload_wire`) and the
-processor names a child can import (:func:`echomq_gevent.worker.offload.processor_spec`)."""
+"""The frames of offload: process (:mod:`echomq_gevent.worker.offload.wire`) and the
+processor names a child can import (:func:`echomq_gevent.worker.offload.pool.processor_spec`)."""
 from __future__ import annotations
 
 import io
@@ -8,8 +8,8 @@ import struct
 import pytest
 
 from echomq_gevent.errors import ConfigError
-from echomq_gevent.worker.offload import describe_exit, processor_spec
-from echomq_gevent.worker.offload_wire import MAX_FRAME, WireError, encode, read_frame
+from echomq_gevent.worker.offload.pool import describe_exit, processor_spec
+from echomq_gevent.worker.offload.wire import MAX_FRAME, WireError, encode, read_frame
 
 
 def reader(data: bytes):

@@ -1,6 +1,6 @@
-"""The child process of ``offload: process``: ``python -m echomq_gevent.worker.offload_child``.
+"""The child process of ``offload: process``: ``python -m echomq_gevent.worker.offload.child``.
 
-Started by :class:`~echomq_gevent.worker.offload.ProcessRuntime` with pipes on its stdin
+Started by :class:`~echomq_gevent.worker.offload.pool.ProcessRuntime` with pipes on its stdin
 and stdout; it moves them to private descriptors at once, so what a processor prints goes
 to stderr (the worker's log stream) and never into the protocol. Plain blocking Python,
 no gevent hub, no monkey-patching: the processor has the process to itself.
@@ -10,7 +10,7 @@ job at a time (``run``): the processor gets an :class:`OffloadedJob`, whose
 ``update_progress``, ``log`` and ``update_data`` are sent to the worker, which performs
 them on its own job (one round trip each) and answers. The return value goes back as
 ``result``, an exception as ``error`` (type, message, traceback text). End of its stdin
-(the worker closed the pipe or died) ends the process. Messages: :mod:`.offload_wire`.
+(the worker closed the pipe or died) ends the process. Messages: :mod:`.wire`.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import sys
 import traceback
 from typing import Any, Callable, Dict, List, Optional
 
-from .offload_wire import encode, read_frame
+from .wire import encode, read_frame
 
 __all__ = ["OffloadedJob", "OffloadCallError", "resolve_spec", "main"]
 
@@ -122,7 +122,7 @@ class OffloadedJob:
 
 
 def _error_message(exc: BaseException) -> Dict[str, Any]:
-    from .tracebacks import format_failure
+    from ..tracebacks import format_failure
 
     try:
         message = str(exc)
@@ -173,6 +173,20 @@ def _load(channel: _Channel, processors: Dict[str, Callable[..., Any]], specs: L
     channel.send({"op": "loaded", "pid": os.getpid()})
 
 
+def _die_with_parent() -> None:
+    """Linux: be sent SIGKILL when the worker dies, even by SIGKILL (prctl
+    PR_SET_PDEATHSIG); elsewhere an idle child still ends when its pipe closes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL), 0, 0, 0)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover
+        pass
+
+
 def main() -> int:
     """Serve the worker until its pipe closes. Returns the exit status."""
     fd_in, fd_out = os.dup(0), os.dup(1)
@@ -180,13 +194,7 @@ def main() -> int:
     os.dup2(devnull, 0)
     os.close(devnull)
     os.dup2(2, 1)  # print() in a processor goes to stderr, not into the protocol
-    try:
-        from ..host.supervised import ask_for_parent_death_signal
-        import signal
-
-        ask_for_parent_death_signal(signal.SIGKILL)  # a worker killed -9 takes its children along
-    except Exception:  # pragma: no cover - the closed pipe still ends an idle child
-        pass
+    _die_with_parent()
     channel = _Channel(fd_in, fd_out)
     processors: Dict[str, Callable[..., Any]] = {}
     while True:

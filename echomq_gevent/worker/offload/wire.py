@@ -2,8 +2,8 @@
 
 One frame is a 4-byte big-endian length, then that many bytes of msgpack (a map with an
 ``op``). Both ends use these two functions: the worker's side reads and writes gevent's
-cooperative pipe objects (:mod:`.offload`), the child plain blocking file descriptors
-(:mod:`.offload_child`). No gevent here: the child imports it without a hub.
+cooperative pipe objects (:mod:`.pool`), the child plain blocking file descriptors
+(:mod:`.child`). No gevent here: the child imports it without a hub.
 
 What crosses, parent to child: ``load`` (processor specs to import, answered ``loaded``
 or ``load_error``), ``run`` (a spec and the job's fields), ``reply`` (the answer to a

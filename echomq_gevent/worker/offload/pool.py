@@ -3,8 +3,8 @@
 :class:`ProcessRuntime` is the processor runtime of a queue with ``offload: process``
 (made by :func:`~echomq_gevent.worker.runtime.make_runtime`). It starts
 ``offload_processes`` children (default: the queue's ``concurrency``), each
-``python -m echomq_gevent.worker.offload_child`` started with :mod:`gevent.subprocess`, and
-speaks :mod:`.offload_wire` with them over their stdin/stdout pipes, which gevent reads
+``python -m echomq_gevent.worker.offload.child`` started with :mod:`gevent.subprocess`, and
+speaks :mod:`.wire` with them over their stdin/stdout pipes, which gevent reads
 and writes cooperatively: a job greenlet waiting for its child never blocks the hub.
 
 * Processors cross by name: the child imports ``module:qualified.name`` of the function
@@ -35,15 +35,15 @@ import gevent
 import gevent.queue
 from gevent import subprocess as gsubprocess
 
-from ..errors import ConfigError, EchoMQError, UnrecoverableError
-from .offload_wire import WireError, encode, read_frame
+from ...errors import ConfigError, EchoMQError, JobTimeoutError, UnrecoverableError
+from .wire import WireError, encode, read_frame
 
 log = logging.getLogger("echomq_gevent.worker")
 
 __all__ = ["ProcessRuntime", "OffloadedError", "ProcessorDied", "processor_spec", "CHILD_MODULE"]
 
 #: What each child runs (``python -m CHILD_MODULE``).
-CHILD_MODULE = "echomq_gevent.worker.offload_child"
+CHILD_MODULE = "echomq_gevent.worker.offload.child"
 #: Seconds a child may take to start and import the processors.
 START_TIMEOUT = 60.0
 #: Exceptions of the child kept as their own type in the worker (the failure policy reads them).
@@ -304,10 +304,8 @@ class ProcessRuntime:
         """On the job greenlet: run ``fn`` for ``job`` in an idle child and return what it
         returned; raise :class:`OffloadedError` for what it raised,
         :class:`ProcessorDied` when the child died,
-        :class:`~echomq_gevent.worker.runtime.JobTimeoutError` after ``timeout_s``. An
+        :class:`~echomq_gevent.errors.JobTimeoutError` after ``timeout_s``. An
         exception thrown into this greenlet (cancel, hand-back) kills the child."""
-        from .runtime import JobTimeoutError
-
         spec = self.spec_for(fn)
         child: Optional[_Child] = None
         timer = gevent.Timeout(timeout_s) if timeout_s is not None else None
@@ -400,7 +398,7 @@ class ProcessRuntime:
 
 
 def _job_fields(job: Any) -> Dict[str, Any]:
-    from .offload_child import JOB_FIELDS
+    from .child import JOB_FIELDS
 
     return {name: getattr(job, name, None) for name in JOB_FIELDS}
 
