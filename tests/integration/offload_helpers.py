@@ -63,6 +63,8 @@ def dispatch(job: Any) -> Any:
         return {"log_count": count, "pid": os.getpid()}
     if name == "bad_return":
         return object()
+    if name == "huge_int":
+        return 2 ** 70
     raise LookupError(f"no behaviour for job name {name!r}")
 
 

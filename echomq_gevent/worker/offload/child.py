@@ -92,7 +92,7 @@ class OffloadedJob:
     def _call(self, method: str, *args: Any) -> Any:
         try:
             self._channel.send({"op": "call", "method": method, "args": list(args)})
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise TypeError(f"job.{method}: its argument cannot be sent to the worker ({exc}); "
                             f"use JSON-like values (dicts, lists, strings, numbers, booleans, None)") from None
         reply = self._channel.receive()
@@ -150,7 +150,7 @@ def _run(channel: _Channel, processors: Dict[str, Callable[..., Any]], message: 
     try:
         frame = {"op": "result", "value": result}
         encode(frame)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         channel.send({"op": "error", "type": "builtins.TypeError",
                       "message": f"the processor's return value cannot be sent back to the worker ({exc}); "
                                  f"return dicts, lists, strings, numbers, booleans or None",

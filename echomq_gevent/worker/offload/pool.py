@@ -129,8 +129,11 @@ class _Child:
         self.usable = True
 
     def send(self, message: Dict[str, Any]) -> None:
+        self.send_frame(encode(message))
+
+    def send_frame(self, frame: bytes) -> None:
         stdin = self.popen.stdin
-        stdin.write(encode(message))
+        stdin.write(frame)
         stdin.flush()
 
     def _read_exactly(self, n: int) -> Optional[bytes]:
@@ -339,9 +342,14 @@ class ProcessRuntime:
     def _exchange(self, child: _Child, spec: str, job: Any) -> Any:
         """Send the job to ``child`` and serve it until its result. Marks the child unusable
         unless it ended cleanly (so :meth:`call` replaces it)."""
+        try:
+            frame = encode({"op": "run", "spec": spec, "job": _job_fields(job)})
+        except (TypeError, ValueError, OverflowError) as exc:  # it never will cross: no retry
+            raise UnrecoverableError(f"job {job.id} ({job.name!r}): its fields cannot be sent to an offload "
+                                     f"process ({type(exc).__name__}: {exc})") from None
         done = False
         try:
-            child.send({"op": "run", "spec": spec, "job": _job_fields(job)})
+            child.send_frame(frame)
             while True:
                 message = child.receive()
                 if message is None:

@@ -146,12 +146,27 @@ def test_progress_log_and_update_data_from_the_child_reach_redis(redis_url, pref
     assert json.loads(h["returnvalue"])["log_count"] == 1
 
 
-def test_a_return_value_that_cannot_cross_fails_the_attempt(redis_url, prefix, qname, queue, r, wait_for):
-    job = queue.add("bad_return", {})
+@pytest.mark.parametrize("name", ["bad_return", "huge_int"])
+def test_a_return_value_that_cannot_cross_fails_the_attempt(redis_url, prefix, qname, queue, r, wait_for, name):
+    job = queue.add(name, {})
     w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, offload="process")
     with running(w):
         wait_for(lambda: w.failed_count == 1, timeout=30, what="the failure")
+        assert len(w._ctx.runtime.children) == 1  # the child that answered so is kept
     assert "cannot be sent back to the worker" in job_hash(r, prefix, qname, job.id)["failedReason"]
+
+
+def test_job_data_that_cannot_cross_fails_for_good_without_killing_a_child(redis_url, prefix, qname, queue, r,
+                                                                          wait_for):
+    job = queue.add("echo", {"big": 2 ** 70}, {"attempts": 3})  # JSON holds it; msgpack cannot
+    w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, offload="process")
+    with running(w):
+        wait_for(lambda: w.fetch_loop_alive(), timeout=30, what="the worker to start")
+        (pid,) = list(w._ctx.runtime.children)
+        wait_for(lambda: w.failed_count == 1, timeout=30, what="the failure")
+        assert list(w._ctx.runtime.children) == [pid]
+    h = job_hash(r, prefix, qname, job.id)
+    assert "cannot be sent to an offload process" in h["failedReason"] and h["atm"] == "1"
 
 
 def test_a_processor_the_child_cannot_import_fails_the_start_naming_it(redis_url, prefix, qname):
