@@ -38,7 +38,7 @@ def rendezvous(job: Any) -> Any:
 
 
 def dispatch(job: Any) -> Any:
-    """By job name: echo, fail, unrecoverable, abort, exit3, hang, talk, bad_return."""
+    """By job name: echo, fail, unrecoverable, abort, segv, exit3, hang, talk, bad_return, huge_int."""
     name = job.name
     if name == "echo":
         return {"data": job.data, "pid": os.getpid(), "attempts_made": job.attempts_made}
@@ -49,6 +49,11 @@ def dispatch(job: Any) -> Any:
     if name == "abort":
         job.log(f"pid {os.getpid()}")
         os.abort()
+    if name == "segv":
+        import ctypes
+
+        job.log(f"pid {os.getpid()}")
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
     if name == "exit3":
         os._exit(3)
     if name == "hang":

@@ -78,15 +78,16 @@ def test_return_values_and_exceptions_cross(redis_url, prefix, qname, queue, r, 
     assert h["failedReason"] == "give up now" and h["atm"] == "1"
 
 
-def test_abort_fails_the_attempt_naming_sigabrt_and_the_next_job_runs(redis_url, prefix, qname, queue, r,
-                                                                      wait_for):
-    aborting = queue.add("abort", {}, {"attempts": 2})
+@pytest.mark.parametrize("how, signame", [("abort", "SIGABRT"), ("segv", "SIGSEGV")])
+def test_a_crash_fails_the_attempt_naming_the_signal_and_the_next_job_runs(redis_url, prefix, qname, queue, r,
+                                                                           wait_for, how, signame):
+    aborting = queue.add(how, {}, {"attempts": 2})
     after = queue.add("echo", {"n": 1})
     w = make_worker(redis_url, prefix, qname, offload_helpers.dispatch, concurrency=1, offload="process")
     with running(w):
         wait_for(lambda: w.failed_count == 1 and w.completed_count == 1, timeout=30, what="abort then echo")
     h = job_hash(r, prefix, qname, aborting.id)
-    assert "died of SIGABRT" in h["failedReason"] and h["atm"] == "2"  # retried once, aborted again
+    assert f"died of {signame}" in h["failedReason"] and h["atm"] == "2"  # retried once, crashed again
     assert r.zscore(f"{prefix}:{qname}:completed", after.id) is not None
     first = logged_pid(r, prefix, qname, aborting.id)
     assert first is not None and not pid_alive(first)
