@@ -139,6 +139,147 @@ def measure_cpu(bench: Any, n: int, rounds: int) -> Dict[str, Any]:
             "ratio": medians["process"] / medians["thread"]}
 
 
+def _fill(url: str, name: str, n: int, loops: int, paused: bool = False) -> None:
+    from echomq_gevent.queue.queue import Queue
+
+    queue = Queue(name, connection=url, prefix="benchcpu")
+    try:
+        if paused:
+            queue.pause()
+        for start in range(0, n, 1000):
+            queue.add_bulk([{"name": "burn", "data": {"loops": loops}, "opts": {}}
+                            for _ in range(min(1000, n - start))])
+    finally:
+        queue.close()
+
+
+def _resume_when_workers(url: str, name: str, workers: int, procs: List[subprocess.Popen],
+                         timeout: float = 60.0) -> None:
+    """Resume the paused queue once ``workers`` workers are connected to it (so no
+    implementation's start-up is measured)."""
+    from echomq_gevent.queue.queue import Queue
+
+    queue = Queue(name, connection=url, prefix="benchcpu")
+    try:
+        deadline = time.monotonic() + timeout
+        while queue.get_workers_count() < workers:
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"queue {name}: {queue.get_workers_count()} of {workers} workers connected")
+            time.sleep(0.05)
+        queue.resume()
+    finally:
+        queue.close()
+
+
+def _window_rate(client: Any, name: str, n: int, timeout: float = 600.0) -> float:
+    """Jobs/s between 5 % and 95 % of ``n`` completed (start-up and tail left out)."""
+    key = f"benchcpu:{name}:completed"
+    low, high = max(1, n // 20), n - n // 20
+    t_low = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = client.zcard(key)
+        now = time.monotonic()
+        if t_low is None and done >= low:
+            t_low, at_low = now, done
+        if done >= high and t_low is not None:
+            return (done - at_low) / max(now - t_low, 1e-6)
+        time.sleep(0.01)
+    raise RuntimeError(f"queue {name}: {client.zcard(key)} of {n} jobs completed within {timeout:.0f} s")
+
+
+def _stop(procs: List[subprocess.Popen]) -> None:
+    import signal
+
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def measure_scaling(bench: Any, n: int, rounds: int, node: str) -> Dict[str, Any]:
+    """The same ~2 ms jobs (each implementation's loop calibrated to 2 ms in its own
+    language) under ``echomq-gevent --processes 1`` and ``--processes N`` (N = the CPU
+    count; concurrency 1 a process: a CPU-bound job holds its hub anyway), and under 1 and
+    N Node BullMQ worker processes. The jobs wait in a paused queue until every worker
+    is connected; jobs/s between 5 % and 95 % completed."""
+    import tempfile
+
+    cpus = os.cpu_count() or 1
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    driver = os.path.join(here, "bench", "drivers", "node_cpu_worker.js")
+    py_loops = calibrate()
+    out = subprocess.run([node, driver, json.dumps({"calibrate": JOB_MS})], capture_output=True, text=True, timeout=60)
+    js_loops = int(json.loads(out.stdout.strip().splitlines()[-1])["loops"])
+    bench.log(f"bench cpu scaling: {py_loops} Python loops, {js_loops} JS loops a job (~{JOB_MS} ms), "
+              f"1 and {cpus} processes, {n} jobs, {rounds} round(s)")
+    runs: List[Dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for r in range(rounds):
+            for impl in (("ours", "node") if r % 2 == 0 else ("node", "ours")):
+                for procs in (1, cpus):
+                    name = f"scale-{impl}-{procs}-{r}-{int(time.time() * 1000)}"
+                    _fill(bench.url, name, n, py_loops if impl == "ours" else js_loops, paused=True)
+                    load = _load1()
+                    if impl == "ours":
+                        conf = os.path.join(tmp, f"{name}.yaml")
+                        with open(conf, "w") as fh:
+                            fh.write(f'redis: {{url: "{bench.url}"}}\nprefix: benchcpu\nplugin_paths: ["{here}"]\n'
+                                     f'entry_points: false\nlogging: {{level: warning}}\nqueues:\n'
+                                     f'  {name}: {{processor: "bench.cpu:burn", concurrency: 1, '
+                                     f'hub_block_threshold: null, drain_delay: 1}}\n')
+                        started = [subprocess.Popen([sys.executable, "-m", "echomq_gevent", "-c", conf, "--processes",
+                                                     str(procs), "--no-progress"], cwd=here,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
+                    else:
+                        cfg = json.dumps({"url": bench.url, "queue": name, "prefix": "benchcpu", "concurrency": 1})
+                        started = [subprocess.Popen([node, driver, cfg], stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL) for _ in range(procs)]
+                    try:
+                        _resume_when_workers(bench.url, name, procs, started)
+                        rate = _window_rate(bench.client, name, n)
+                    finally:
+                        _stop(started)
+                    bench.log(f"bench cpu scaling: round {r + 1} {impl} x{procs}: {rate:,.0f} jobs/s (load {load:.2f})")
+                    runs.append({"impl": impl, "processes": procs, "round": r, "jobs_per_s": rate,
+                                 "load1_before": load})
+    med = {(impl, p): statistics.median(x["jobs_per_s"] for x in runs if x["impl"] == impl and x["processes"] == p)
+           for impl in ("ours", "node") for p in (1, cpus)}
+    return {"n": n, "rounds": rounds, "cpus": cpus, "py_loops": py_loops, "js_loops": js_loops, "runs": runs,
+            "medians": {f"{impl} x{p}": v for (impl, p), v in med.items()},
+            "scaling": {impl: med[(impl, cpus)] / med[(impl, 1)] for impl in ("ours", "node")},
+            "to_node": {p: med[("ours", p)] / med[("node", p)] for p in (1, cpus)}}
+
+
+def scaling_markdown(result: Dict[str, Any]) -> str:
+    """The report of :func:`measure_scaling` (appended to ``cpu.md``)."""
+    cpus = result["cpus"]
+    med = result["medians"]
+    loads = [r["load1_before"] for r in result["runs"]]
+    lines = [
+        f"## --processes 1 against --processes {cpus}, beside Node BullMQ",
+        "",
+        f"{result['n']} jobs per run, each ~2 ms of CPU ({result['py_loops']} loops in Python, {result['js_loops']} "
+        f"in JavaScript, each calibrated here); ours: `echomq-gevent --processes 1` and `--processes {cpus}` "
+        f"(concurrency 1 a process); Node: 1 and {cpus} worker processes (concurrency 1). The queue is resumed once "
+        f"every worker is connected; jobs/s between 5 % and 95 % completed; load average before the runs {min(loads):.2f}–{max(loads):.2f}.",
+        "",
+        f"| | 1 process | {cpus} processes | scaling ({cpus} ÷ 1) |",
+        "|---|---|---|---|",
+    ]
+    for impl, label in (("ours", "echomq-gevent"), ("node", "BullMQ Node")):
+        lines.append(f"| {label} | {med[f'{impl} x1']:,.0f} | {med[f'{impl} x{cpus}']:,.0f} | "
+                     f"{result['scaling'][impl]:.2f}× |")
+    lines += ["", f"ours ÷ Node: {result['to_node'][1]:.2f} with 1 process, {result['to_node'][cpus]:.2f} with "
+                  f"{cpus} (target for the scaling: ≥ {0.8 * cpus:.1f}× on an idle machine).", ""]
+    return "\n".join(lines)
+
+
 def cpu_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
     """The report of :func:`measure_cpu`."""
     med = result["medians"]

@@ -364,7 +364,7 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
     ``cpu.json`` and, for a full run, a history row."""
     import json
 
-    from .cpu import cpu_markdown, measure_cpu
+    from .cpu import cpu_markdown, measure_cpu, measure_scaling, scaling_markdown
 
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "cpu": cpu_model(), "python": platform.python_version(), "uptime": _version(["uptime"]),
@@ -373,10 +373,16 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             meta["redis"] = bench.redis_version
             result = measure_cpu(bench, n=200 if args.quick else 3000, rounds=rounds)
+            scaling = None
+            if "node" in args.impl.split(",") and shutil.which(node_binary()):
+                scaling = measure_scaling(bench, n=200 if args.quick else 3000, rounds=rounds, node=node_binary())
     except (BenchError, RuntimeError, subprocess.SubprocessError) as exc:
         sys.stderr.write(f"bench: FAILED cpu: {exc}\n")
         return 1
     text = cpu_markdown(result, meta)
+    if scaling is not None:
+        text += "\n" + scaling_markdown(scaling)
+        result["scaling"] = scaling
     with open(os.path.join(args.out, "cpu.md"), "w", encoding="utf-8") as fh:
         fh.write(text)
     with open(os.path.join(args.out, "cpu.json"), "w", encoding="utf-8") as fh:
@@ -390,6 +396,16 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
                      f"{min(loads):.2f}–{max(loads):.2f} | CPU-bound 2 ms jobs, one worker process, offload: process "
                      f"÷ offload: thread jobs/s ({med['process']:,.0f} against {med['thread']:,.0f}) | "
                      f"{result['ratio']:.2f} |\n")
+            if scaling is not None:
+                cpus = scaling["cpus"]
+                sm = scaling["medians"]
+                fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
+                         f"{min(r['load1_before'] for r in scaling['runs']):.2f}–"
+                         f"{max(r['load1_before'] for r in scaling['runs']):.2f} | CPU-bound 2 ms jobs, --processes "
+                         f"{cpus} ÷ --processes 1 jobs/s (ours {sm[f'ours x{cpus}']:,.0f} against {sm['ours x1']:,.0f}; "
+                         f"Node {cpus} processes {sm[f'node x{cpus}']:,.0f} against 1 {sm['node x1']:,.0f}, "
+                         f"{scaling['scaling']['node']:.2f}×; ours ÷ Node at {cpus}: {scaling['to_node'][cpus]:.2f}) | "
+                         f"{scaling['scaling']['ours']:.2f} |\n")
     if not args.quiet:
         sys.stdout.write(text)
     return 0
