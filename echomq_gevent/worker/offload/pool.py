@@ -348,6 +348,7 @@ class ProcessRuntime:
             raise UnrecoverableError(f"job {job.id} ({job.name!r}): its fields cannot be sent to an offload "
                                      f"process ({type(exc).__name__}: {exc})") from None
         done = False
+        garbled: Optional[WireError] = None
         try:
             child.send_frame(frame)
             while True:
@@ -365,12 +366,17 @@ class ProcessRuntime:
                     done = True
                     raise _rebuild(message)
                 raise WireError(f"unexpected message {op!r}")
-        except (OSError, WireError) as exc:  # a broken pipe: the child is dying; say how below
+        except OSError as exc:  # a broken pipe: the child is dying; say how below
             log.debug("%s: offload process %d: %s", self.label, child.pid, exc)
+        except WireError as exc:  # alive but talking nonsense: killed below
+            garbled = exc
         finally:
             if not done:
                 child.usable = False
                 child.kill()
+        if garbled is not None:
+            raise ProcessorDied(f"job {job.id} ({job.name!r}): the processor's process (pid {child.pid}) sent a "
+                                f"malformed message ({garbled}) and was killed")
         how = describe_exit(child.exit_status())
         raise ProcessorDied(f"job {job.id} ({job.name!r}): the processor's process (pid {child.pid}) {how}")
 
