@@ -355,6 +355,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stderr.write(f"bench: skipping the outbox case: {why}\n")
         elif run_outbox(args):
             failures.append("outbox")
+    if not args.only and _run_cpu(args, rounds):  # the CPU case runs last in a full run too
+        failures.append("cpu")
     return 1 if failures else 0
 
 
