@@ -241,3 +241,46 @@ def test_a_child_killed_while_idle_is_replaced_before_the_next_job(redis_url, pr
 
     assert json.loads(job_hash(r, prefix, qname, job.id)["returnvalue"])["pid"] != idle_pid
     assert w.failed_count == 0
+
+
+WORKER_SCRIPT = r'''
+import sys
+from gevent import monkey
+monkey.patch_all()
+from echomq_gevent import Worker
+from integration import offload_helpers
+
+url, prefix, qname = sys.argv[1:4]
+Worker(qname, offload_helpers.dispatch, connection=url, prefix=prefix, offload="process", drain_delay=0.5).run()
+'''
+
+
+def test_a_worker_killed_with_sigkill_takes_its_busy_child_along(redis_url, prefix, qname, queue, r, wait_for,
+                                                                  tmp_path):
+    import signal
+    import subprocess
+
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER_SCRIPT)
+    tests_dir = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([tests_dir] + sys.path))
+    proc = subprocess.Popen([sys.executable, str(script), redis_url, prefix, qname], env=env)
+    try:
+        hung = queue.add("hang", {})
+        wait_for(lambda: logged_pid(r, prefix, qname, hung.id) is not None, timeout=30, what="the busy child",
+                 give_up=lambda: "the worker exited" if proc.poll() is not None else None)
+        child = logged_pid(r, prefix, qname, hung.id)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+        def ended() -> bool:  # gone, or a zombie left to init: not sleeping in the processor any more
+            try:
+                with open(f"/proc/{child}/stat") as fh:
+                    return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+            except OSError:
+                return True
+        wait_for(ended, timeout=5, what="the child to die with its worker (PR_SET_PDEATHSIG)")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
