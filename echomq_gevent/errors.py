@@ -136,6 +136,12 @@ class RateLimitError(EchoMQError):
         super().__init__(message)
 
 
+class JobTimeoutError(EchoMQError):
+    """A processor ran longer than the worker's ``job_timeout``; the attempt failed
+    (retries apply). Exported as ``echomq_gevent.JobTimeoutError`` (and from
+    ``echomq_gevent.worker.runtime``, where it was defined before ``offload: process``)."""
+
+
 class JobCancelled(EchoMQError):
     """The job was cancelled while its processor ran (``Worker.cancel_job``,
     ``cancel_all_jobs``, or its lock was lost). Raised inside a greenlet processor at its

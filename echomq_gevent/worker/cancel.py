@@ -10,7 +10,10 @@ processor is stopped the way its runtime allows:
   exception is thrown from a hub callback that first checks the processor is still
   running, so it can never land in the worker's own code that writes the result;
 * offloaded to a thread, ``job.cancelled`` becomes true; the processor polls it (or
-  calls ``job.check_cancelled()``) and raises.
+  calls ``job.check_cancelled()``) and raises;
+* offloaded to a process, the exception is thrown the same way into the job greenlet,
+  which waits for the child: the child is killed (and replaced) and the attempt fails
+  with ``JobCancelled``.
 
 A processor that raises ``JobCancelled`` fails its attempt like any other error, so the
 job is retried if attempts are left (as in Node, where the processor throws on abort),
@@ -69,13 +72,13 @@ class Canceller:
         return len(slots)
 
     def cancel_slot(self, slot: Slot, reason: Optional[str]) -> None:
-        """Flag the job and, on the greenlet runtime, interrupt its processor (also used
-        when the job's lock is lost)."""
+        """Flag the job and, on the greenlet and process runtimes, interrupt its processor
+        (also used when the job's lock is lost)."""
         if slot.job.cancelled:
             return
         slot.job.mark_cancelled(reason)
         log.info("queue %r: job %s cancelled%s", self.ctx.queue_name, slot.job.id, f" ({reason})" if reason else "")
-        if getattr(self.ctx.runtime, "name", None) != "greenlet":
+        if getattr(self.ctx.runtime, "name", None) not in ("greenlet", "process"):
             return
         exc = JobCancelled(reason)
 

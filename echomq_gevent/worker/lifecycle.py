@@ -128,7 +128,9 @@ class Lifecycle:
         """On the run greenlet: everything a running worker needs, in this order."""
         ctx = self.ctx
         opts = ctx.options
-        ctx.runtime = make_runtime(opts["offload"], self.fetch.concurrency, ctx.scripts)
+        ctx.runtime = make_runtime(opts["offload"], self.fetch.concurrency, ctx.scripts,
+                                   processes=opts["offload_processes"], specs=self.offload_specs(),
+                                   label=ctx.label)
         self.fetch.setup()
 
         # a renewal must never wait on a dead connection longer than a lock can spare
@@ -153,6 +155,31 @@ class Lifecycle:
             self.stalled = StalledChecker(ctx.scripts, opts["max_stalled_count"], opts["stalled_interval"],
                                           self.on_stalled, label=ctx.label)
             self.stalled.start(check_now=True)
+
+    def offload_specs(self) -> List[str]:
+        """With ``offload: process``: the names of the processors known at start (the
+        worker's ``processor``, else the plugins' registry entries for this queue), which
+        every child imports as it starts. Raises ConfigError for one a child cannot find
+        (a closure, a lambda, an object of ``__main__``). Empty for the other runtimes."""
+        ctx = self.ctx
+        if ctx.options["offload"] != "process":
+            return []
+        from ..errors import ConfigError
+        from .offload import processor_spec
+
+        fn = self.fetch.processor
+        if fn is not None:
+            found = [fn]
+        else:
+            routes = getattr(getattr(ctx.plugins, "registry", None), "routes", lambda: {})()
+            found = [proc for (queue, _name), proc in routes.items() if queue == ctx.queue_name]
+        specs = []
+        for proc in found:
+            try:
+                specs.append(processor_spec(proc))
+            except ConfigError as exc:
+                raise ConfigError(f"{ctx.label}: offload: process: {exc}") from None
+        return specs
 
     # ------------------------------------------------------------------ callbacks
     def on_locks_lost(self, lost: List[Tuple[str, str]]) -> None:

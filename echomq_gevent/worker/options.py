@@ -91,8 +91,8 @@ def _metrics(name: str, v: Any) -> None:
 
 
 def _offload(name: str, v: Any) -> None:
-    if v not in (None, "thread"):
-        raise ConfigError(f"{name} must be 'thread' or left out, got {v!r}")
+    if v not in (None, "thread", "process"):
+        raise ConfigError(f"{name} must be 'thread', 'process' or left out, got {v!r}")
 
 
 def _name(name: str, v: Any) -> None:
@@ -138,7 +138,12 @@ WORKER_OPTIONS: Dict[str, Option] = {o.name: o for o in (
     Option("name", (str, type(None)), None, "Worker name, stored as processedBy (pb) on the jobs it takes.",
            _name),
     Option("offload", (str, type(None)), None,
-           "'thread' runs the processor in gevent's native thread pool (for blocking code).", _offload),
+           "'thread' runs the processor in gevent's native thread pool (for blocking code); 'process' in a "
+           "pool of child processes (CPU-bound code on every core; job_timeout and cancel_job kill it).",
+           _offload),
+    Option("offload_processes", (int, type(None)), None,
+           "With offload: process, how many child processes run processors; default the concurrency, "
+           "at most the concurrency.", _optional(_positive_int)),
     Option("job_timeout", (int, type(None)), None,
            "Fail a job whose processor runs longer than this (retries apply).", _optional(_positive_int), "ms"),
     Option("max_started_attempts", (int, type(None)), None,
@@ -196,6 +201,8 @@ def check_worker_option(key: str, value: Any) -> None:
 MIN_LOCK_DURATION_MS = 100
 #: Most native threads ``offload: thread`` may start (one per job in flight).
 MAX_OFFLOAD_THREADS = 1000
+#: Most child processes ``offload: process`` may start.
+MAX_OFFLOAD_PROCESSES = 256
 
 
 def check_combinations(out: Mapping[str, Any]) -> None:
@@ -216,6 +223,20 @@ def check_combinations(out: Mapping[str, Any]) -> None:
         raise OptionError(f"offload: thread runs each job in a native thread; concurrency "
                           f"{out['concurrency']} threads is more than {MAX_OFFLOAD_THREADS}; lower it or "
                           f"drop offload", "concurrency")
+    processes = out["offload_processes"]
+    if processes is not None:
+        if out["offload"] != "process":
+            raise OptionError(f"offload_processes ({processes}) is for offload: process; set offload: process "
+                              f"or remove it", "offload_processes")
+        if processes > out["concurrency"]:
+            raise OptionError(f"offload_processes ({processes}) is more than concurrency "
+                              f"({out['concurrency']}): at most concurrency jobs run at once, the other "
+                              f"processes would never be used; lower it or raise concurrency",
+                              "offload_processes")
+    if out["offload"] == "process" and (processes or out["concurrency"]) > MAX_OFFLOAD_PROCESSES:
+        raise OptionError(f"offload: process starts one child process per slot; {processes or out['concurrency']} "
+                          f"is more than {MAX_OFFLOAD_PROCESSES}; set offload_processes lower",
+                          "offload_processes")
 
 
 def validate_worker_options(options: Mapping[str, Any], where: str = "worker option") -> Dict[str, Any]:

@@ -3,23 +3,20 @@
 :func:`make_runtime` picks for the ``offload`` option: :class:`GreenletRuntime` calls the
 processor on the job's greenlet (cooperative code, the default); :class:`ThreadRuntime`
 (``offload="thread"``) runs it in a gevent native thread pool, so blocking C calls and
-CPU-heavy code leave the hub free. The worker never asks ``if gevent`` in its body.
+CPU-heavy code leave the hub free; :class:`~echomq_gevent.worker.offload.ProcessRuntime`
+(``offload="process"``) runs it in a pool of child processes, so CPU-bound code uses
+more than one core and can be stopped. The worker never asks ``if gevent`` in its body.
 (Where a blocking Redis call waits is :mod:`echomq_gevent.connection.blocking`.)
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import gevent
 
-from ..errors import EchoMQError
+from ..errors import JobTimeoutError  # defined with the other errors; its public home is here
 
 __all__ = ["JobTimeoutError", "GreenletRuntime", "ThreadRuntime", "make_runtime"]
-
-
-class JobTimeoutError(EchoMQError):
-    """A processor ran longer than the worker's ``job_timeout``; the attempt failed
-    (retries apply)."""
 
 
 class GreenletRuntime:
@@ -112,11 +109,21 @@ class ThreadRuntime:
         also raced gevent's per-thread hub teardown with interpreter shutdown.)"""
 
 
-def make_runtime(offload: Optional[str], concurrency: int, scripts: Any = None) -> Any:
-    """The processor runtime for the ``offload`` option (``None`` or ``"thread"``);
-    ``scripts`` (the worker's) lets offloaded processors reach Redis through their job."""
+def make_runtime(offload: Optional[str], concurrency: int, scripts: Any = None, processes: Optional[int] = None,
+                 specs: Sequence[str] = (), label: str = "worker") -> Any:
+    """The processor runtime for the ``offload`` option (``None``, ``"thread"`` or
+    ``"process"``); ``scripts`` (the worker's) lets thread-offloaded processors reach Redis
+    through their job. For ``"process"``: ``processes`` children (default
+    ``concurrency``), started here, each importing ``specs`` (the processors known at
+    start); raises ConfigError naming one that a child cannot import."""
     if offload == "thread":
         return ThreadRuntime(concurrency, scripts)
+    if offload == "process":
+        from .offload import ProcessRuntime
+
+        runtime = ProcessRuntime(processes or concurrency, specs, label)
+        runtime.start()
+        return runtime
     if offload is None:
         return GreenletRuntime()
-    raise ValueError(f"offload must be 'thread' or None, got {offload!r}")
+    raise ValueError(f"offload must be 'thread', 'process' or None, got {offload!r}")

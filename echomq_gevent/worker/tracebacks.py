@@ -43,7 +43,12 @@ def _one(err: BaseException) -> List[str]:
 
 def format_failure(err: BaseException) -> str:
     """``err`` as ``traceback.format_exception`` formats it, without the caret lines and
-    without the final newline."""
+    without the final newline. An error that carries the text of a traceback taken in
+    another process (``remote_traceback``: a processor run under ``offload: process``)
+    is that text."""
+    remote = getattr(err, "remote_traceback", None)
+    if isinstance(remote, str) and remote:
+        return remote
     chain = []
     seen: Set[int] = set()
     current = err

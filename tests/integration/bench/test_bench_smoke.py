@@ -133,3 +133,13 @@ def test_round_trip_floor_measures_every_client_stack(tmp_path):
     for row in rows:
         per_s = float(row.split("|")[3].replace(",", ""))
         assert per_s > 0, row
+
+
+def test_the_cpu_case_ran_both_offloads(quick_run):
+    out, impls, _ = quick_run
+    data = json.loads((out / "cpu.json").read_text(encoding="utf-8"))
+    assert set(data["medians"]) == {"thread", "process"} and all(v > 0 for v in data["medians"].values())
+    assert all(run["failed"] == 0 for run in data["runs"])
+    assert "process ÷ thread" in (out / "cpu.md").read_text(encoding="utf-8")
+    if "node" in impls:
+        assert set(data["scaling"]["scaling"]) == {"ours", "node"}

@@ -186,8 +186,33 @@ BAD = [
      """, 4, "queues.mail.metrics", ["metrics.maxDataPoints must be an integer >= 1"]),
     ("bad-offload", """
         queues:
-          mail: {offload: process}
-     """, 3, "queues.mail.offload", ["'thread'"]),
+          mail: {offload: processes}
+     """, 3, "queues.mail.offload", ["'thread'", "'process'"]),
+    ("offload-processes-zero", """
+        queues:
+          mail:
+            offload: process
+            offload_processes: 0
+     """, 5, "queues.mail.offload_processes", ["integer >= 1"]),
+    ("offload-processes-words", """
+        queues:
+          mail:
+            offload: process
+            offload_processes: "four"
+     """, 5, "queues.mail.offload_processes", ["an integer or null"]),
+    ("offload-processes-above-concurrency", """
+        queues:
+          mail:
+            offload: process
+            concurrency: 2
+            offload_processes: 3
+     """, 6, "queues.mail.offload_processes", ["more than concurrency (2)"]),
+    ("offload-processes-without-process", """
+        defaults:
+          offload_processes: 2
+        queues:
+          mail: {concurrency: 4}
+     """, 3, "defaults.offload_processes", ["is for offload: process"]),
     ("remove-on-complete-negative", """
         queues:
           mail:

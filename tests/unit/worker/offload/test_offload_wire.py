@@ -1,0 +1,75 @@
+"""The frames of offload: process (:mod:`echomq_gevent.worker.offload.wire`) and the
+processor names a child can import (:func:`echomq_gevent.worker.offload.pool.processor_spec`)."""
+from __future__ import annotations
+
+import io
+import struct
+
+import pytest
+
+from echomq_gevent.errors import ConfigError
+from echomq_gevent.worker.offload.pool import describe_exit, processor_spec
+from echomq_gevent.worker.offload.wire import MAX_FRAME, WireError, encode, read_frame
+
+
+def reader(data: bytes):
+    stream = io.BytesIO(data)
+    return lambda n: stream.read(n)
+
+
+def test_frames_round_trip_in_order():
+    messages = [{"op": "run", "job": {"data": {"x": [1, 2.5, None, "é"]}, "id": "7"}}, {"op": "result", "value": b"\x00"}]
+    read = reader(b"".join(encode(m) for m in messages))
+    assert [read_frame(read), read_frame(read), read_frame(read)] == messages + [None]
+
+
+def test_a_frame_cut_short_is_the_end_of_the_stream():
+    frame = encode({"op": "result", "value": "x" * 100})
+    assert read_frame(reader(frame[:-1])) is None
+    assert read_frame(reader(frame[:2])) is None
+
+
+@pytest.mark.parametrize("data, words", [
+    (struct.pack(">I", MAX_FRAME + 1), "more than"),
+    (struct.pack(">I", 1) + b"\xc1", "not msgpack"),
+    (struct.pack(">I", 1) + b"\x01", "without an op"),
+])
+def test_bad_frames_are_refused(data, words):
+    with pytest.raises(WireError, match=words):
+        read_frame(reader(data))
+
+
+def test_a_value_msgpack_cannot_carry_raises_type_error():
+    with pytest.raises(TypeError):
+        encode({"op": "result", "value": object()})
+
+
+def module_level(job):
+    return 1
+
+
+class Holder:
+    def method(self, job):
+        return 1
+
+
+def test_processor_names():
+    assert processor_spec(module_level) == f"{__name__}:module_level"
+    with pytest.raises(ConfigError, match="bound method"):
+        processor_spec(Holder().method)
+    with pytest.raises(ConfigError, match="closure or a lambda"):
+        processor_spec(lambda job: 1)
+    with pytest.raises(ConfigError, match="no module and name"):
+        processor_spec(functools_partial())
+
+
+def functools_partial():
+    import functools
+
+    return functools.partial(module_level)
+
+
+def test_exit_statuses_are_described():
+    assert describe_exit(-6) == "died of SIGABRT"
+    assert describe_exit(-9) == "died of SIGKILL"
+    assert describe_exit(3) == "exited with status 3"
