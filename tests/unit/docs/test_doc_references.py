@@ -67,6 +67,16 @@ def _loggers() -> set:
     return found
 
 
+def _module_file(name: str) -> bool:
+    """Whether the module ``name`` has a file, without running it (its package must import)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ImportError:
+        return False
+
+
 def _resolve(dotted: str) -> bool:
     """Whether ``dotted`` names a module, or an attribute of one, at its current path (an old
     module name that still imports with a DeprecationWarning does not count)."""
@@ -81,7 +91,10 @@ def _resolve(dotted: str) -> bool:
                 obj = importlib.import_module(".".join(parts[:i]))
         except DeprecationWarning:
             return False
-        except ImportError:
+        except ImportError as exc:
+            missing = getattr(exc, "name", None) or ""
+            if missing and missing.split(".")[0] != "echomq_gevent" and _module_file(".".join(parts[:i])):
+                return True  # the module is there; an optional dependency of it is not installed here
             continue
         for part in parts[i:]:
             if not hasattr(obj, part):
