@@ -609,6 +609,26 @@ def test_drain_spares_each_schedulers_current_job(r, sc, k):
     assert not r.exists(k.job(f"repeat:s1:{TS}"), k.job("w1"), k.job("w2"))
 
 
+def test_drain_with_a_count_deletes_that_many_per_key_and_says_when_it_is_done(r, sc, k):
+    r.zadd(k.repeat, {"s1": TS + 1000})
+    cur = f"repeat:s1:{TS + 1000}"
+    put_job(r, k, cur, "wait", rjk="s1")  # the scheduler's next job, at the head of wait
+    for i in range(5):
+        put_job(r, k, f"w{i}", "wait")
+        put_job(r, k, f"p{i}", "prioritized", score=PRIO + i)
+    put_job(r, k, "d1", "delayed", score=TS * 4096)
+    assert sc.admin.drain(count=2) == 1
+    # each key is read 2 + 1 deep (one more per spared job): w4, w3, w2 and p0, p1, p2 go
+    assert r.lrange(k.wait, 0, -1) == ["w1", "w0", cur] and r.zcard(k.prioritized) == 2
+    assert sc.admin.drain(count=2) == 1  # 2 more from each: a full batch, maybe more left
+    assert sc.admin.drain(count=2) == 0  # none left but the spared job
+    assert r.lrange(k.wait, 0, -1) == [cur]
+    assert not r.exists(k.prioritized)
+    assert r.exists(k.job(cur), k.job("d1")) == 2  # spared; delayed stays without the flag
+    assert not any(r.exists(k.job(f"w{i}"), k.job(f"p{i}")) for i in range(5))
+    assert sc.admin.drain(count=2) == 0  # nothing left: a no-op
+
+
 def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent(r, sc, k, prefix, events):
     pq = QueueKeys("parents", prefix)
     other_parent = put_job(r, pq, "op", "waiting-children")
