@@ -931,6 +931,43 @@ def test_retry_completed_jobs_up_to_a_finish_time(r, sc, k, prefix):
     assert r.smembers(parent + ":dependencies") == {k.job("old")}
 
 
+def test_retry_a_batch_larger_than_one_slice_keeps_the_order_and_each_jobs_parent(r, sc, k, prefix):
+    # 6,001 failed jobs in one call: the bulk ZREM and LPUSH go in slices of 5,000
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "waiting-children")
+    pipe = r.pipeline(transaction=False)
+    for i in range(6000):
+        pipe.hset(k.job(f"f{i}"), mapping={"name": "j", "data": "{}", "failedReason": "x",
+                                           "finishedOn": TS, "priority": 2 if i % 1000 == 7 else 0})
+        pipe.zadd(k.failed, {f"f{i}": TS + i})
+    pipe.execute()
+    child = put_job(r, k, "child", "failed", score=TS + 6000, failedReason="x", parentKey=parent)
+    r.zadd(parent + ":unsuccessful", {child: TS})
+    assert sc.admin.move_jobs_to_wait("failed", count=7000, max_score=TS + 7000) == 0
+    plain = [f"f{i}" for i in range(6000) if i % 1000 != 7]
+    assert wait_ids(r, k) == plain + ["child"]
+    assert r.zrange(k.prioritized, 0, -1) == [f"f{i}" for i in range(6000) if i % 1000 == 7]
+    assert r.zcard(k.failed) == 0
+    assert r.smembers(parent + ":dependencies") == {child}
+    assert not r.exists(parent + ":unsuccessful")
+    assert "failedReason" not in r.hgetall(k.job("f5999"))
+
+
+def test_retry_batch_keeps_the_events_stream_capped(r, sc, k):
+    r.hset(k.meta, "opts.maxLenEvents", 10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(1000):
+        pipe.hset(k.job(f"f{i}"), mapping={"name": "j", "failedReason": "x", "finishedOn": TS})
+        pipe.zadd(k.failed, {f"f{i}": TS})
+    pipe.execute()
+    assert sc.admin.move_jobs_to_wait("failed", count=1000, max_score=TS) == 1
+    # one "waiting" event per job was written, then the stream trimmed near its cap (the
+    # approximate trim keeps whole nodes of 100 entries)
+    assert r.llen(k.wait) == 1000
+    assert r.xlen(k.events) <= 200
+    assert r.xrevrange(k.events, count=1)[0][1]["jobId"] == "f999"
+
+
 def test_promote_all_delayed_jobs(r, sc, k, events):
     put_job(r, k, "d1", "delayed", score=(TS + 5) * 4096, delay=5)
     put_job(r, k, "d2", "delayed", score=(TS + 9) * 4096, delay=9, priority=3)
