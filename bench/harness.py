@@ -302,7 +302,11 @@ class Bench:
             proc.wait()
         path = getattr(proc, "bench_err_path", None)
         if path and os.path.exists(path):
-            os.unlink(path)
+            if os.environ.get("ECHOMQ_BENCH_KEEP_STDERR"):  # kept to investigate a run
+                sys.stderr.write(f"bench: the driver's stderr is kept in {path}\n")
+                proc.bench_err_path = None  # type: ignore[attr-defined]
+            else:
+                os.unlink(path)
 
     def stop_driver(self, proc: subprocess.Popen, report_path: Optional[str],
                     timeout: float = 60) -> Dict[str, Any]:
