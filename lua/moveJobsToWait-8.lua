@@ -48,23 +48,34 @@ end
 local cap = getOrSetMaxEvents(KEYS[6])
 local prioritizedKey = prefix .. "prioritized"
 local pcKey = prefix .. "pc"
+-- Three commands a job (HMGET, HDEL, XADD); the ZREM from the state set and the LPUSH into wait go in bulk
+-- after the loop (LPUSH a b c pushes a, then b, then c: the order of one LPUSH each).
+local toWait = {}
 for _, jobId in ipairs(ids) do
   local jobKey = prefix .. jobId
-  redis.call("ZREM", stateKey, jobId)
+  local fields = redis.call("HMGET", jobKey, "priority", "parentKey")
   if resultField then
     redis.call("HDEL", jobKey, "finishedOn", "processedOn", resultField)
-    relinkChildToParent(jobKey, prevState)
+    relinkChildToParent(jobKey, prevState, fields[2])
   elseif redis.call("EXISTS", jobKey) == 1 then
     redis.call("HSET", jobKey, "delay", 0)
   end
-  local priority = tonumber(redis.call("HGET", jobKey, "priority")) or 0
+  local priority = tonumber(fields[1]) or 0
   if priority > 0 then
     addJobWithPriority(prioritizedKey, priority, jobId, pcKey)
   else
-    redis.call("LPUSH", KEYS[4], jobId)
+    toWait[#toWait + 1] = jobId
   end
-  redis.call("XADD", KEYS[2], "MAXLEN", "~", cap, "*", "event", "waiting",
-    "jobId", jobId, "prev", prevState)
+  redis.call("XADD", KEYS[2], "*", "event", "waiting", "jobId", jobId, "prev", prevState)
+end
+-- one trim for the batch instead of one per XADD: the same cap, checked once
+redis.call("XTRIM", KEYS[2], "MAXLEN", "~", cap)
+-- in slices: Lua's unpack stops near 8000 values
+for from = 1, #ids, 5000 do
+  redis.call("ZREM", stateKey, unpack(ids, from, math.min(from + 4999, #ids)))
+end
+for from = 1, #toWait, 5000 do
+  redis.call("LPUSH", KEYS[4], unpack(toWait, from, math.min(from + 4999, #toWait)))
 end
 addBaseMarkerIfNeeded(KEYS[8], isQueuePausedOrMaxed(KEYS[6], KEYS[7]))
 

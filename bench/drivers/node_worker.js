@@ -1,6 +1,6 @@
 // Benchmark driver: one BullMQ (Node) worker on a queue, configured by a JSON argument.
 // Protocol shared by every worker driver of the harness (bench/harness.py):
-//   argv[2] = JSON {url, queue, prefix, concurrency, mode: noop|sleep|latency|mix, sleep_ms, report,
+//   argv[2] = JSON {url, queue (or queues: a list, one Worker each), prefix, concurrency, mode: noop|sleep|latency|mix, sleep_ms, report,
 //                   metrics (maxDataPoints; absent = no metrics)}
 //   prints "READY" once connected; on SIGTERM closes gracefully, writes the report JSON
 //   {processed, latencies_ms} to cfg.report and exits 0.
@@ -32,20 +32,24 @@ if (cfg.mode === 'sleep') {
   processor = async () => { processed += 1; };
 }
 
-const worker = new Worker(cfg.queue, processor, Object.assign({
-  connection, prefix: cfg.prefix, concurrency: cfg.concurrency,
-}, cfg.metrics ? { metrics: { maxDataPoints: cfg.metrics } } : {}));
-worker.on('error', (err) => { console.error('worker error', err); });
+// cfg.queues (the scale bench's idle queues): one Worker per queue in this process
+const workers = (cfg.queues || [cfg.queue]).map((name) => {
+  const w = new Worker(name, processor, Object.assign({
+    connection, prefix: cfg.prefix, concurrency: cfg.concurrency,
+  }, cfg.metrics ? { metrics: { maxDataPoints: cfg.metrics } } : {}));
+  w.on('error', (err) => { console.error('worker error', err); });
+  return w;
+});
 
 let closing = false;
 async function shutdown() {
   if (closing) return;
   closing = true;
-  await worker.close();
+  await Promise.all(workers.map((w) => w.close()));
   require('fs').writeFileSync(cfg.report, JSON.stringify({ processed, latencies_ms: latencies }));
   process.exit(0);
 }
 process.on('SIGTERM', shutdown);
 process.on('SIGINT', shutdown);
 
-worker.waitUntilReady().then(() => { process.stdout.write('READY\n'); });
+Promise.all(workers.map((w) => w.waitUntilReady())).then(() => { process.stdout.write('READY\n'); });

@@ -53,17 +53,20 @@ def main(cfg: Dict[str, Any]) -> None:
             nonlocal processed
             processed += 1
 
-    worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"],
-                    concurrency=cfg["concurrency"],
-                    metrics={"maxDataPoints": cfg["metrics"]} if cfg.get("metrics") else None)
+    # cfg["queues"] (the scale bench's idle queues): one Worker per queue in this process
+    workers = [Worker(name, processor, connection=cfg["url"], prefix=cfg["prefix"],
+                      concurrency=cfg["concurrency"],
+                      metrics={"maxDataPoints": cfg["metrics"]} if cfg.get("metrics") else None)
+               for name in cfg.get("queues") or [cfg["queue"]]]
     stop = Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)
     gevent.signal_handler(signal.SIGINT, stop.set)
-    worker.start()
+    for worker in workers:
+        worker.start()
     sys.stdout.write("READY\n")
     sys.stdout.flush()
     stop.wait()
-    worker.close()
+    gevent.joinall([gevent.spawn(w.close) for w in workers])
     with open(cfg["report"], "w", encoding="utf-8") as fh:
         json.dump({"processed": processed, "latencies_ms": latencies}, fh)
 

@@ -35,10 +35,14 @@ class AdminScripts:
         return self.scripts.call("isFinished-3", [k.completed, k.failed, k.job(job_id)],
                          [job_id, "1" if return_value else ""])
 
-    def drain(self, include_delayed: bool = False) -> None:
+    def drain(self, include_delayed: bool = False, count: int = 0) -> int:
+        """``drain-5``: delete the waiting jobs, at most ``count`` from each key (0: all).
+        Returns 1 while jobs may remain (call again), else 0."""
         k = self.keys
-        self.scripts.call("drain-5", [k.wait, k.paused, k.delayed, k.prioritized, k.repeat],
-                  [k.base, "1" if include_delayed else "0"])
+        args: List[Any] = [k.base, "1" if include_delayed else "0"]
+        if count:
+            args.append(int(count))
+        return _int(self.scripts.call("drain-5", [k.wait, k.paused, k.delayed, k.prioritized, k.repeat], args))
 
     def obliterate(self, count: int = 1000, force: bool = False) -> int:
         """``obliterate-2``: 1 while work remains, 0 when done; -1 not paused, -2 active jobs."""

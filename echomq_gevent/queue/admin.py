@@ -17,8 +17,13 @@ __all__ = ["QueueAdmin", "CLEAN_TYPES"]
 
 #: What ``Queue.clean`` accepts (as Node's ``queue.clean``; ``waiting`` means ``wait``).
 CLEAN_TYPES = ("completed", "failed", "delayed", "wait", "waiting", "active", "paused", "prioritized")
-#: Most jobs one ``cleanJobsInSet-3`` call may delete (Node's batch size).
-_CLEAN_BATCH = 10000
+#: Most jobs one ``cleanJobsInSet-3`` call may delete. Node asks for 10,000, which holds
+#: Redis for about 100 ms a call (the scale bench, bench/results/scale.md); 1,000 keeps
+#: each call near 10 ms, and the same jobs go.
+_CLEAN_BATCH = 1000
+#: Most jobs one ``drain-5`` call deletes from each key (Node drains in one call, seconds
+#: on a million jobs).
+_DRAIN_BATCH = 1000
 #: Node's Number.MAX_SAFE_INTEGER: the limiter value of a manual rate limit.
 _MAX_SAFE_INTEGER = 9007199254740991
 
@@ -57,8 +62,10 @@ class QueueAdmin:
 
     def drain(self, delayed: bool = False) -> None:
         """Remove every waiting and prioritized job (and delayed ones with ``delayed=True``).
-        Active, completed and failed jobs stay."""
-        self.scripts.admin.drain(delayed)
+        Active, completed and failed jobs stay. Done in calls of at most 1,000 jobs per
+        key, so Redis serves other clients between them; a job added meanwhile may go too."""
+        while self.scripts.admin.drain(delayed, _DRAIN_BATCH):
+            pass
 
     def obliterate(self, force: bool = False, count: int = 1000) -> None:
         """Delete the queue and all its jobs. Pauses it first; refuses while jobs are
@@ -87,7 +94,7 @@ class QueueAdmin:
         As Node's ``queue.clean(grace, limit, type)``: ``type`` is one of
         :data:`CLEAN_TYPES` (default ``completed``); finished jobs are aged by their
         finish time, others by ``finishedOn``/``processedOn``/``timestamp``. ``limit`` caps
-        how many are deleted (0 = all); the work is done in calls of at most 10 000 jobs
+        how many are deleted (0 = all); the work is done in calls of at most 1,000 jobs
         until the limit is reached or a call finds fewer. Active jobs holding a lock and a
         job scheduler's upcoming job are never deleted. Each call writes one ``cleaned``
         event. Blocking; call it from any greenlet.

@@ -143,3 +143,49 @@ def test_the_cpu_case_ran_both_offloads(quick_run):
     assert "process ÷ thread" in (out / "cpu.md").read_text(encoding="utf-8")
     if "node" in impls:
         assert set(data["scaling"]["scaling"]) == {"ours", "node"}
+
+
+@pytest.fixture(scope="module")
+def scale_run(tmp_path_factory):
+    """``bench.run --only scale --quick``: every case of the scale section, tiny, ours and Node."""
+    out = tmp_path_factory.mktemp("scale")
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    from redis_server import find_redis_server
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.run", "--only", "scale", "--quick", "-q", "--impl", "ours,node",
+         "--out", str(out), "--redis", find_redis_server()],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"bench.run --only scale --quick failed ({proc.returncode}):\n{proc.stderr[-4000:]}"
+    with open(out / "scale.json", encoding="utf-8") as fh:
+        return out, json.load(fh)
+
+
+def test_scale_section_runs_every_case_for_ours_and_node(scale_run):
+    out, data = scale_run
+    meta = data["meta"]
+    assert meta["failures"] == [] and meta["quick"] is True
+    assert meta["cpu"] and meta["redis"] and meta["load1_max"] is not None
+    sizes = meta["sizes"]["backlogs"]
+    assert {(r["n"], r["impl"]) for r in data["backlog"]} == {(n, i) for n in sizes for i in ("ours", "node")}
+    for r in data["backlog"]:
+        assert r["completed"] == r["n"] and r["processed"] == r["n"], r["impl"]
+        assert r["memory_per_waiting_job_b"] > 0 and r["redis_cpu_us_per_job"] > 0
+    ops = {r["op"] for r in data["admin"]}
+    assert {"clean completed", "retry_jobs failed", "drain wait", "obliterate", "get_job_counts"} <= ops
+    for r in data["admin"]:
+        where = f"{r['impl']} / {r['op']}"
+        if r["op"] in ("clean completed", "drain wait", "obliterate"):
+            assert r["jobs_left"] == 0, where  # the call removed everything it was asked to
+        if r["op"] == "retry_jobs failed":
+            assert r["jobs_left"] == r["n"], where  # every failed job is back in wait
+        assert r["longest_ms"] >= 0
+    n_delayed = meta["sizes"]["delayed_n"]
+    assert sorted(r["impl"] for r in data["delayed"]) == ["node", "ours"]
+    assert all(r["samples"] == n_delayed for r in data["delayed"])
+    for r in data["idle"]:
+        # every queue holds at least its blocking connection
+        assert r["connections"] >= r["queues"] and r["probes"] == meta["sizes"]["probes"], r["impl"]
+    text = (out / "scale.md").read_text(encoding="utf-8")
+    assert "## Backlog" in text and "## Admin calls" in text and "idle queues" in text

@@ -609,6 +609,26 @@ def test_drain_spares_each_schedulers_current_job(r, sc, k):
     assert not r.exists(k.job(f"repeat:s1:{TS}"), k.job("w1"), k.job("w2"))
 
 
+def test_drain_with_a_count_deletes_that_many_per_key_and_says_when_it_is_done(r, sc, k):
+    r.zadd(k.repeat, {"s1": TS + 1000})
+    cur = f"repeat:s1:{TS + 1000}"
+    put_job(r, k, cur, "wait", rjk="s1")  # the scheduler's next job, at the head of wait
+    for i in range(5):
+        put_job(r, k, f"w{i}", "wait")
+        put_job(r, k, f"p{i}", "prioritized", score=PRIO + i)
+    put_job(r, k, "d1", "delayed", score=TS * 4096)
+    assert sc.admin.drain(count=2) == 1
+    # each key is read 2 + 1 deep (one more per spared job): w4, w3, w2 and p0, p1, p2 go
+    assert r.lrange(k.wait, 0, -1) == ["w1", "w0", cur] and r.zcard(k.prioritized) == 2
+    assert sc.admin.drain(count=2) == 1  # 2 more from each: a full batch, maybe more left
+    assert sc.admin.drain(count=2) == 0  # none left but the spared job
+    assert r.lrange(k.wait, 0, -1) == [cur]
+    assert not r.exists(k.prioritized)
+    assert r.exists(k.job(cur), k.job("d1")) == 2  # spared; delayed stays without the flag
+    assert not any(r.exists(k.job(f"w{i}"), k.job(f"p{i}")) for i in range(5))
+    assert sc.admin.drain(count=2) == 0  # nothing left: a no-op
+
+
 def test_drain_child_releases_parent_in_other_queue_and_purges_same_queue_parent(r, sc, k, prefix, events):
     pq = QueueKeys("parents", prefix)
     other_parent = put_job(r, pq, "op", "waiting-children")
@@ -909,6 +929,43 @@ def test_retry_completed_jobs_up_to_a_finish_time(r, sc, k, prefix):
     assert wait_ids(r, k) == ["old"]
     assert "returnvalue" not in r.hgetall(k.job("old"))
     assert r.smembers(parent + ":dependencies") == {k.job("old")}
+
+
+def test_retry_a_batch_larger_than_one_slice_keeps_the_order_and_each_jobs_parent(r, sc, k, prefix):
+    # 6,001 failed jobs in one call: the bulk ZREM and LPUSH go in slices of 5,000
+    pq = QueueKeys("parents", prefix)
+    parent = put_job(r, pq, "p", "waiting-children")
+    pipe = r.pipeline(transaction=False)
+    for i in range(6000):
+        pipe.hset(k.job(f"f{i}"), mapping={"name": "j", "data": "{}", "failedReason": "x",
+                                           "finishedOn": TS, "priority": 2 if i % 1000 == 7 else 0})
+        pipe.zadd(k.failed, {f"f{i}": TS + i})
+    pipe.execute()
+    child = put_job(r, k, "child", "failed", score=TS + 6000, failedReason="x", parentKey=parent)
+    r.zadd(parent + ":unsuccessful", {child: TS})
+    assert sc.admin.move_jobs_to_wait("failed", count=7000, max_score=TS + 7000) == 0
+    plain = [f"f{i}" for i in range(6000) if i % 1000 != 7]
+    assert wait_ids(r, k) == plain + ["child"]
+    assert r.zrange(k.prioritized, 0, -1) == [f"f{i}" for i in range(6000) if i % 1000 == 7]
+    assert r.zcard(k.failed) == 0
+    assert r.smembers(parent + ":dependencies") == {child}
+    assert not r.exists(parent + ":unsuccessful")
+    assert "failedReason" not in r.hgetall(k.job("f5999"))
+
+
+def test_retry_batch_keeps_the_events_stream_capped(r, sc, k):
+    r.hset(k.meta, "opts.maxLenEvents", 10)
+    pipe = r.pipeline(transaction=False)
+    for i in range(1000):
+        pipe.hset(k.job(f"f{i}"), mapping={"name": "j", "failedReason": "x", "finishedOn": TS})
+        pipe.zadd(k.failed, {f"f{i}": TS})
+    pipe.execute()
+    assert sc.admin.move_jobs_to_wait("failed", count=1000, max_score=TS) == 1
+    # one "waiting" event per job was written, then the stream trimmed near its cap (the
+    # approximate trim keeps whole nodes of 100 entries)
+    assert r.llen(k.wait) == 1000
+    assert r.xlen(k.events) <= 200
+    assert r.xrevrange(k.events, count=1)[0][1]["jobId"] == "f999"
 
 
 def test_promote_all_delayed_jobs(r, sc, k, events):

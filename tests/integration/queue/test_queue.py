@@ -208,6 +208,28 @@ def test_drain(q, r):
     assert r.exists(q.keys.job("3")) == 0
 
 
+def test_drain_of_more_than_one_batch_runs_in_several_script_calls(q, r, monkeypatch):
+    import echomq_gevent.queue.admin as admin_module
+    from echomq_gevent.protocol.admin import AdminScripts
+
+    monkeypatch.setattr(admin_module, "_DRAIN_BATCH", 3)
+    q.add_bulk([{"name": "a", "data": i} for i in range(7)])
+    q.add_bulk([{"name": "p", "data": i, "opts": {"priority": 2}} for i in range(4)])
+    calls = []
+    original = AdminScripts.drain
+
+    def counting(self, *args):
+        calls.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(AdminScripts, "drain", counting)
+    q.drain()
+    # wait: 3 + 3 + 1, prioritized: 3 + 1 + 0, in the same three calls
+    assert [c[1] for c in calls] == [3, 3, 3]
+    assert q.get_job_counts("waiting", "prioritized") == {"waiting": 0, "prioritized": 0}
+    assert not r.keys(q.keys.base + "[0-9]*")
+
+
 def test_obliterate(q, r, prefix):
     for n in range(5):
         q.add("a", n)

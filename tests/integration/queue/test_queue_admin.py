@@ -104,6 +104,32 @@ def test_clean_loops_past_one_batch(q, r, monkeypatch):
     assert r.zcard(q.keys.completed) == 2
 
 
+def test_clean_of_a_big_set_runs_in_calls_of_1000_and_removes_everything(q, r, monkeypatch):
+    # 2,500 completed jobs written straight into Redis (the real batch size, no patch)
+    ts = now_ms() - 10000
+    pipe = r.pipeline(transaction=False)
+    for i in range(1, 2501):
+        pipe.hset(q.keys.job(str(i)), mapping={"name": "j", "data": "{}", "opts": "{}", "timestamp": ts,
+                                               "finishedOn": ts, "returnvalue": "null"})
+        pipe.zadd(q.keys.completed, {str(i): ts})
+    pipe.execute()
+    from echomq_gevent.protocol.admin import AdminScripts
+
+    calls = []
+    original = AdminScripts.clean_jobs_in_set
+
+    def counting(self, *args):
+        calls.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(AdminScripts, "clean_jobs_in_set", counting)
+    deleted = q.clean(0)
+    assert len(deleted) == 2500 and len(set(deleted)) == 2500
+    assert [c[2] for c in calls] == [1000, 1000, 1000]  # 1000 + 1000 + 500: the short one ends it
+    assert r.zcard(q.keys.completed) == 0
+    assert r.exists(q.keys.job("1"), q.keys.job("2500")) == 0
+
+
 def test_clean_rejects_bad_arguments(q):
     with pytest.raises(ValueError, match="did you mean 'completed'"):
         q.clean(0, type="complete")
