@@ -46,19 +46,8 @@ class _Channel:
         self.fd_in = fd_in
         self.fd_out = fd_out
 
-    def read_exactly(self, n: int) -> Optional[bytes]:
-        chunks: List[bytes] = []
-        left = n
-        while left:
-            chunk = os.read(self.fd_in, left)
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
     def receive(self) -> Optional[Dict[str, Any]]:
-        return read_frame(self.read_exactly)
+        return read_frame(lambda n: os.read(self.fd_in, n))
 
     def send(self, message: Dict[str, Any]) -> None:
         view = memoryview(encode(message))

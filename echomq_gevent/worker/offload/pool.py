@@ -136,21 +136,9 @@ class _Child:
         stdin.write(frame)
         stdin.flush()
 
-    def _read_exactly(self, n: int) -> Optional[bytes]:
-        stdout = self.popen.stdout
-        chunks: List[bytes] = []
-        left = n
-        while left:
-            chunk = stdout.read(left)
-            if not chunk:
-                return None
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-
     def receive(self) -> Optional[Dict[str, Any]]:
         """The next message, or None when the child closed its end (it died)."""
-        return read_frame(self._read_exactly)
+        return read_frame(self.popen.stdout.read)
 
     def kill(self) -> None:
         self.usable = False

@@ -36,16 +36,30 @@ def encode(message: Dict[str, Any]) -> bytes:
     return _HEADER.pack(len(body)) + body
 
 
-def read_frame(read_exactly: Callable[[int], Optional[bytes]]) -> Optional[Dict[str, Any]]:
-    """Read one frame with ``read_exactly(n)`` (``None`` or short: the other end closed).
-    Returns the message, or None at end of stream. Raises :class:`WireError`."""
-    header = read_exactly(_HEADER.size)
+def _read_exactly(read: Callable[[int], Optional[bytes]], n: int) -> Optional[bytes]:
+    """``n`` bytes from ``read`` (which may return fewer), or None when it ends first."""
+    chunks = []
+    left = n
+    while left:
+        chunk = read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(read: Callable[[int], Optional[bytes]]) -> Optional[Dict[str, Any]]:
+    """Read one frame with ``read(n)`` (a pipe's read: up to ``n`` bytes, empty or None at
+    the end). Returns the message, or None at end of stream (also in the middle of a
+    frame: the other end closed). Raises :class:`WireError`."""
+    header = _read_exactly(read, _HEADER.size)
     if not header or len(header) < _HEADER.size:
         return None
     (size,) = _HEADER.unpack(header)
     if size > MAX_FRAME:
         raise WireError(f"frame of {size} bytes announced, more than {MAX_FRAME}")
-    body = read_exactly(size) if size else b""
+    body = _read_exactly(read, size) if size else b""
     if body is None or len(body) < size:
         return None
     try:
