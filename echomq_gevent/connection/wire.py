@@ -84,8 +84,13 @@ class Wire:
         self._gets = reader.gets
         self.buffer = bytearray(_READ_SIZE)
         self._hub_wait = gsock.hub.wait
-        #: the socket's timeout for a wait to read: one event-loop timer reused by every wait
-        self._timer = gsock.hub.loop.timer(gsock.timeout, ref=False) if gsock.timeout is not None else None
+        #: the socket's timeout for a wait to read: one event-loop timer reused by every wait,
+        #: armed with again(), which counts the whole timeout each time. (start() after stop()
+        #: would go on from the time left: libev keeps it at the stop, so the timeout was a
+        #: budget for the socket's whole life, and after that many seconds of waiting in all
+        #: an ordinary wait failed at once, taking every call in flight with it.)
+        timeout = gsock.timeout
+        self._timer = gsock.hub.loop.timer(timeout, timeout, ref=False) if timeout is not None else None
 
     @classmethod
     def of(cls, conn: Any) -> Optional["Wire"]:
@@ -172,7 +177,7 @@ class Wire:
         if timer is None:
             self._hub_wait(event)
             return
-        timer.start(getcurrent().throw, _ReadTimeout)
+        timer.again(getcurrent().throw, _ReadTimeout)
         try:
             self._hub_wait(event)
         finally:

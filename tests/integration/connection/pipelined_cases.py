@@ -103,6 +103,28 @@ def test_answers_reach_their_callers_with_many_in_flight(make_pipe):
     assert _created(pipe) == 1  # all on one connection
 
 
+#: a script that keeps Redis busy for ARGV[1] ms (and so keeps its caller waiting to read)
+_BUSY_MS = ("local t = redis.call('TIME'); local s = t[1] * 1e6 + t[2]; "
+            "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] - s > tonumber(ARGV[1]) * 1000; return 1")
+
+
+def test_the_socket_timeout_bounds_each_wait_not_the_waits_of_a_connection_in_all(make_pipe):
+    """15 answers of 50 ms each on one connection whose timeout is 0.2 s: 0.75 s of waiting
+    in all, each wait far under the timeout. The read timer went on from the time left at
+    its last stop, so the 4th wait timed out at once and failed every call in flight (at a
+    1e6-job backlog, bursts of a hundred every 10 s of busy reading); a wait that really
+    lasts longer than the timeout still times out."""
+    pipe = make_pipe(socket_timeout=0.2)
+    assert pipe.call("PING") in (b"PONG", "PONG", True)
+    wire = pipe._link.wire
+    assert wire is not None
+    for _ in range(15):
+        assert pipe.call("EVAL", _BUSY_MS, 0, "50", resend=False) == 1
+    assert pipe._link.wire is wire  # never reconnected
+    with pytest.raises(Exception, match="Timeout reading from socket"):
+        pipe.call("EVAL", _BUSY_MS, 0, "400", resend=False)
+
+
 def test_batches_written_while_answers_are_outstanding_run_in_call_order(make_pipe, r, prefix):
     pipe = make_pipe(window=None)  # many writes in flight at once
     slow, log = f"{prefix}:slow", f"{prefix}:log"
