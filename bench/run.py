@@ -371,6 +371,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 1 if failures else 0
 
 
+def _case_meta(**extra: Any) -> Dict[str, Any]:
+    """What the report of a case run on its own (cpu, relay, outbox) says of the run: when,
+    on which machine and processor, which Python and commit; ``extra`` adds to it."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
+            "cpu": cpu_model(), "python": platform.python_version(),
+            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]), **extra}
+
+
 def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
     """``--only cpu``: CPU-bound jobs under offload: thread and offload: process in one
     worker process (``bench/cpu.py``) on the first ``--redis`` server; writes ``cpu.md``,
@@ -379,9 +388,7 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
 
     from .cpu import cpu_markdown, measure_cpu, measure_scaling, scaling_markdown
 
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "cpu": cpu_model(), "python": platform.python_version(), "uptime": _version(["uptime"]),
-            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"])}
+    meta = _case_meta(uptime=_version(["uptime"]))
     try:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             meta["redis"] = bench.redis_version
@@ -470,9 +477,7 @@ def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:
     from .relay import measure_relay, relay_markdown
 
     keys = [i.key for i in impls if i.key in ("ours", "node")]
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "cpu": cpu_model(), "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
-            "rounds": rounds, "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"])}
+    meta = _case_meta(node=_version([node_binary(), "--version"]), rounds=rounds)
     try:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             meta["redis"] = bench.redis_version
@@ -510,10 +515,7 @@ def run_outbox(args: argparse.Namespace) -> int:
     if why:
         sys.stderr.write(f"bench: the outbox case cannot run: {why}\n")
         return 1
-    meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-            "cpu": cpu_model(), "python": platform.python_version(),
-            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"])}
+    meta = _case_meta()
     try:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=1 if args.quick else 3,
