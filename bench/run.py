@@ -200,8 +200,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, relay, "
                         "outbox, cpu (offload: thread against offload: process), scale (default all but scale, "
                         "which runs only when named)")
-    p.add_argument("--scale-cases", default="backlog,admin,delayed,idle",
-                   help="with --only scale: which of its cases (default all four)")
+    p.add_argument("--scale-cases", default="backlog,admin,delayed,idle,prioritized,schedulers,payloads,dashboard",
+                   help="with --only scale: which of its cases (default all eight)")
     p.add_argument("--backlogs", default="",
                    help="with --only scale: comma list of backlog sizes (default 1000,100000,1000000)")
     p.add_argument("--admin-n", type=int, default=None,
