@@ -64,10 +64,26 @@ class Reads:
         self._known_at = now
         return list(self._known)
 
+    def shows(self, name: str) -> bool:
+        """Whether the dashboard shows the queue ``name``: one of ``queues``, else a known
+        queue or one with BullMQ's ``meta`` or ``id`` key (what discovery looks for), read
+        with EXISTS: a page of one queue never waits for a discovery, a SCAN of every key
+        of the database (seconds on a Redis of millions of jobs)."""
+        if self.fixed_queues is not None:
+            return name in self.fixed_queues
+        if name in self.known_queues:
+            return True
+        if not name or ":" in name:
+            return False
+        if name in self._known and time.monotonic() - self._known_at < self.discover_every_s:
+            return True
+        head = f"{self.prefix}:{name}:"
+        return bool(self.client.exists(head + "meta") or self.client.exists(head + "id"))
+
     def queue(self, name: str) -> Any:
         """The :class:`~echomq_gevent.queue.Queue` named ``name`` (404 when the dashboard
-        does not show it), made once."""
-        if name not in self.queue_names():
+        does not show it, see :meth:`shows`), made once."""
+        if not self.shows(name):
             raise Refused("404 Not Found", f"no queue named {name!r} under prefix {self.prefix!r}")
         q = self._queues.get(name)
         if q is None:
