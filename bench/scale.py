@@ -394,12 +394,12 @@ def measure_schedulers(bench: Bench, impl: Impl, n: int, window_s: float,
     queue = bench.new_queue()
     keys = QueueKeys(queue, PREFIX)
     window_ms = int(window_s * 1000)
-    lead_ms = 3000 + n  # the upserts (about 1 ms each at worst) end before the first run
-    t0 = int(time.time() * 1000) + lead_ms
-    specs = scheduler_specs(n, t0, window_ms)
     admin = bench.start_driver(_admin_cmd(impl), {"url": bench.url, "queue": queue, "prefix": PREFIX}, stdin=True)
     try:
         assert admin.stdin is not None
+        # the upserts (under 1 ms each) and the worker's start end before the first run
+        t0 = int(time.time() * 1000) + 1500 + n
+        specs = scheduler_specs(n, t0, window_ms)
         admin.stdin.write(json.dumps({"op": "schedulers", "specs": specs}) + "\n")
         admin.stdin.flush()
         upsert_ms = float(json.loads(bench.read_line(admin, 600))["ms"])
@@ -464,9 +464,10 @@ def _get_ms(port: int, path: str) -> Tuple[float, int, int]:
 def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, repeats: int,
                       log: Callable[[str], None]) -> List[Dict[str, Any]]:
     """Our dashboard on a queue of ``n`` waiting jobs, served by gevent's WSGI server in its
-    own process (``scale_dashboard_ours.py``) and timed by real HTTP GETs: the first request
-    (it discovers the queues, a SCAN of every key), then ``repeats`` GETs of the queues page,
-    the job list's first page and its last page. A reference for each implementation: what a
+    own process (``scale_dashboard_ours.py``) and timed by real HTTP GETs: the job list as the
+    server's first request, the queues page's first request (it discovers the queues, a SCAN
+    of every key), then ``repeats`` GETs of the queues page, the job list's first page and its
+    last page. A reference for each implementation: what a
     bull-board-like job list reads with its client (the first 50 waiting jobs and the counts,
     ``scale_admin_*`` op ``dash``), ``repeats`` times."""
     from urllib.parse import quote
@@ -484,9 +485,11 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
             port = int(bench.read_line(proc, 30))
             last = max(1, -(-n // 20))  # the dashboard's default page size
             name = quote(queue)
-            plan = [("first request: the queues page, with queue discovery", "/", 1),
-                    ("queues page", "/", repeats),
-                    ("job list, first page (waiting)", f"/queue?name={name}&state=waiting", repeats),
+            first = f"/queue?name={name}&state=waiting"
+            plan = [("job list, first page: the server's first request", first, 1),
+                    ("queues page: first request, discovers the queues (SCAN of every key)", "/", 1),
+                    ("queues page (queues known, cached 10 s)", "/", repeats),
+                    ("job list, first page (waiting)", first, repeats),
                     (f"job list, last page ({last:,})", f"/queue?name={name}&state=waiting&page={last}", repeats)]
             for label, path, times in plan:
                 took: List[float] = []
@@ -498,7 +501,7 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
                 took.sort()
                 rows.append({"impl": "ours", "what": label, "path": path, "n": n, "gets": times,
                              "p50_ms": percentile(took, 50), "max_ms": took[-1], "bytes": size})
-                log(f"  dashboard {label:<52} p50 {rows[-1]['p50_ms']:8.1f} ms, max {took[-1]:8.1f} ms")
+                log(f"  dashboard {label:<70} p50 {rows[-1]['p50_ms']:8.1f} ms, max {took[-1]:8.1f} ms")
         finally:
             if proc.poll() is None:
                 proc.terminate()
@@ -527,7 +530,8 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
 
 # -- the whole section -----------------------------------------------------------------------
 def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callable[[str], None],
-              failures: List[str], groups: Optional[List[str]] = None) -> Dict[str, Any]:
+              failures: List[str], groups: Optional[List[str]] = None,
+              timings: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
     """Every case of the section for every implementation (ours and node only); returns
     ``{"backlog": [...], "admin": [...], "delayed": [...], "idle": [...]}`` with the
     1-minute load average before each row (``load1``). A case that fails is named in
@@ -541,14 +545,19 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
     if unknown:
         raise BenchError(f"unknown scale case {', '.join(unknown)}: pick from {', '.join(out)}")
 
+    spent: Dict[str, float] = {} if timings is None else timings  # seconds per case, for the run's total
+
     def attempt(group: str, label: str, fn: Callable[[], Any]) -> None:
         load = round(os.getloadavg()[0], 2)
+        t0 = time.monotonic()
         try:
             res = fn()
         except Exception as exc:  # one failed case must not lose the others
             failures.append(f"scale {group} {label}: {exc}")
             log(f"bench: FAILED scale {group} {label}: {exc}")
             return
+        finally:
+            spent[group] = round(spent.get(group, 0.0) + time.monotonic() - t0, 1)
         for row in res if isinstance(res, list) else [res]:
             row["load1"] = load
             out[group].append(row)
@@ -674,6 +683,10 @@ def markdown(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
                          f"{_f(r['p99_ms'], 2)} | {r['load1']} |")
         lines.append("")
     lines += _markdown_more(res)
+    if meta.get("case_seconds"):
+        spent = meta["case_seconds"]
+        lines += ["Time per case (s): " + ", ".join(f"{k} {v:,.0f}" for k, v in spent.items())
+                  + f"; {sum(spent.values()):,.0f} in all.", ""]
     if meta.get("failures"):
         lines += ["Failed: " + "; ".join(meta["failures"]), ""]
     return "\n".join(lines)
@@ -735,8 +748,8 @@ def _markdown_more(res: Dict[str, Any]) -> List[str]:
         r0 = res["dashboard"][0]
         lines += [f"## Dashboard on a queue of {r0['n']:,} waiting jobs", "",
                   "Ours: real HTTP GETs to the dashboard served by gevent's WSGI server in its own process "
-                  "(queues found by discovery, as `echomq-gevent dashboard` does); its first request "
-                  "discovers the queues (then cached 10 s). Client calls: what a bull-board-like job list "
+                  "(queues found by discovery, as `echomq-gevent dashboard` does): only the queues page "
+                  "discovers them (then cached 10 s). Client calls: what a bull-board-like job list "
                   "reads with each implementation's queue API. Target: a page in under 300 ms.", "",
                   "| what | impl | times | p50 ms | max ms | load |", "|" + "---|" * 6]
         for r in res["dashboard"]:
@@ -750,16 +763,52 @@ def _markdown_more(res: Dict[str, Any]) -> List[str]:
 
 
 def history_row(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
-    """One row for ``history.md``'s ratio table: the largest backlog's ratio to Node, and the
-    longest admin command of ours."""
-    big = max((r["n"] for r in res["backlog"]), default=0)
-    by = {r["impl"]: r for r in res["backlog"] if r["n"] == big}
-    ratio = (by["ours"]["jobs_per_s"] / by["node"]["jobs_per_s"]) if "ours" in by and "node" in by else None
-    longest = max((r["longest_ms"] for r in res["admin"] if r["impl"] == "ours"), default=None)
-    what = (f"scale: backlog {big:,} jobs/s" + (f" ({by['ours']['jobs_per_s']:,.0f} against "
-                                                 f"{by['node']['jobs_per_s']:,.0f})" if ratio else "")
-            + (f"; longest admin command of ours {longest:.1f} ms" if longest is not None else ""))
+    """Rows for ``history.md``'s ratio table, one per case present: the largest backlog's
+    ratio to Node with the longest admin command of ours; the prioritized and payload
+    throughput ratios; the schedulers' lateness p99 (× Node: Node's over ours); the
+    dashboard's slowest page (no ratio: Node has no dashboard)."""
     machine = f"{meta['machine']}, {meta['cpu']}"
-    return (f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | 1 | "
-            f"{meta.get('load1_min', '?')}–{meta.get('load1_max', '?')} | {what} | "
-            f"{_f(ratio, 2) if ratio else '–'} |\n")
+    head = (f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | 1 | "
+            f"{meta.get('load1_min', '?')}–{meta.get('load1_max', '?')} | ")
+    rows: List[str] = []
+
+    def add(what: str, ratio: Optional[float]) -> None:
+        rows.append(f"{head}{what} | {_f(ratio, 2) if ratio else '–'} |\n")
+
+    if res.get("backlog"):
+        big = max(r["n"] for r in res["backlog"])
+        by = {r["impl"]: r for r in res["backlog"] if r["n"] == big}
+        ratio = (by["ours"]["jobs_per_s"] / by["node"]["jobs_per_s"]) if "ours" in by and "node" in by else None
+        longest = max((r["longest_ms"] for r in res["admin"] if r["impl"] == "ours"), default=None)
+        add(f"scale: backlog {big:,} jobs/s" + (f" ({by['ours']['jobs_per_s']:,.0f} against "
+                                                f"{by['node']['jobs_per_s']:,.0f})" if ratio else "")
+            + (f"; longest admin command of ours {longest:.1f} ms" if longest is not None else ""), ratio)
+    by = {r["impl"]: r for r in res.get("prioritized", [])}
+    if "ours" in by and "node" in by:
+        o, nd = by["ours"], by["node"]
+        add(f"scale: {o['n']:,} prioritized jobs over {o['priorities']:,} priorities, jobs/s "
+            f"({o['jobs_per_s']:,.0f} against {nd['jobs_per_s']:,.0f}; out of order beyond the "
+            f"{o['window']} in flight {o['out_of_order']} against {nd['out_of_order']})",
+            o["jobs_per_s"] / nd["jobs_per_s"])
+    by = {r["impl"]: r for r in res.get("schedulers", [])}
+    if "ours" in by and "node" in by:
+        o, nd = by["ours"], by["node"]
+        add(f"scale: {o['n']:,} job schedulers, run lateness p99 ms, Node's ÷ ours ({o['all_p99_ms']:.1f} against "
+            f"{nd['all_p99_ms']:.1f}; every {o['every_p99_ms']:.1f} against {nd['every_p99_ms']:.1f}, cron "
+            f"{o['cron_p99_ms']:.1f} against {nd['cron_p99_ms']:.1f}; worker CPU {o['worker_cpu_pct']:.1f} "
+            f"against {nd['worker_cpu_pct']:.1f} %)", nd["all_p99_ms"] / max(o["all_p99_ms"], 1e-9))
+    for r in res.get("payloads", []):
+        if r["impl"] != "ours":
+            continue
+        nd = next((x for x in res["payloads"] if x["impl"] == "node" and x["n"] == r["n"]
+                   and x["payload_b"] == r["payload_b"]), None)
+        if nd is not None:
+            add(f"scale: {r['payload_b'] // 1024:,} KB payloads × {r['n']:,} jobs/s ({r['jobs_per_s']:,.0f} against "
+                f"{nd['jobs_per_s']:,.0f}; worker peak RSS {r['peak_rss_mb']:.0f} against {nd['peak_rss_mb']:.0f} MB)",
+                r["jobs_per_s"] / nd["jobs_per_s"])
+    pages = [r for r in res.get("dashboard", []) if r["impl"] == "ours" and r["path"]]
+    if pages:
+        worst = max(pages, key=lambda r: r["max_ms"])
+        add(f"scale: dashboard on {worst['n']:,} jobs, slowest page {worst['what']} max {worst['max_ms']:.0f} ms",
+            None)
+    return "".join(rows)

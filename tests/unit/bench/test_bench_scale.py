@@ -35,3 +35,23 @@ def test_scheduler_specs_are_half_every_half_cron_inside_the_window():
     seconds = {int(s[1]["pattern"].split()[0]) for s in cron}
     assert seconds <= {(t0 // 1000 + k) % 60 for k in range(window // 1000)}
     assert all(s[2]["data"]["k"] in ("every", "cron") for s in specs)
+
+
+def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
+    from bench.scale import history_row
+
+    meta = {"date": "d", "commit": "c", "machine": "m", "cpu": "x", "redis": "7", "load1_min": 0.5, "load1_max": 1}
+    prio = {"n": 10, "priorities": 5, "window": 100, "out_of_order": 0}
+    sched = {"n": 4, "every_p99_ms": 2.0, "cron_p99_ms": 4.0, "worker_cpu_pct": 1.0}
+    res = {"backlog": [], "admin": [],
+           "prioritized": [dict(prio, impl="ours", jobs_per_s=300.0), dict(prio, impl="node", jobs_per_s=200.0)],
+           "schedulers": [dict(sched, impl="ours", all_p99_ms=4.0), dict(sched, impl="node", all_p99_ms=100.0)],
+           "payloads": [{"impl": i, "n": 3, "payload_b": 102400, "jobs_per_s": v, "peak_rss_mb": 50.0}
+                        for i, v in (("ours", 90.0), ("node", 60.0))],
+           "dashboard": [{"impl": "ours", "what": "queues page", "path": "/", "n": 9, "max_ms": 12.0}]}
+    rows = history_row(res, meta).splitlines()
+    assert len(rows) == 4
+    assert "prioritized" in rows[0] and rows[0].endswith("| 1.50 |")
+    assert "job schedulers" in rows[1] and rows[1].endswith("| 25.00 |")
+    assert "100 KB payloads" in rows[2] and rows[2].endswith("| 1.50 |")
+    assert "dashboard" in rows[3] and rows[3].endswith("| – |")
