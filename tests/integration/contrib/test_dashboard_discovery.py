@@ -70,3 +70,38 @@ def test_a_queue_shown_by_name_or_known_needs_no_key(redis_url, prefix, monkeypa
         assert _get(named, "/queue", "name=fresh")[0] == "404 Not Found"
     finally:
         named.close()
+
+
+def test_a_stale_list_of_queues_is_served_while_a_discovery_refreshes_it_behind(queue, r, redis_url, prefix, qname,
+                                                                                 monkeypatch, wait_for):
+    """Only the first discovery is waited for: once the list is older than
+    ``discover_every_s``, the queues page gets the last list at once and the SCAN runs
+    behind it, so no page waits seconds for it on a Redis of a million jobs."""
+    import threading
+
+    queue.add("one", {})
+    real = dashboard_reads.scan_keys
+    release = threading.Event()
+    scanning = threading.Event()
+    blocked = {"on": False}
+
+    def slow_scan(*args, **kwargs):
+        if blocked["on"]:
+            scanning.set()
+            assert release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard_reads, "scan_keys", slow_scan)
+    ui = Dashboard(redis_url, prefix=prefix, discover_every_s=0)  # every list is stale at once
+    try:
+        assert ui.queue_names() == [qname]  # the first discovery: waited for
+        r.hset(f"{prefix}:{qname}-new:meta", "paused", 0)
+        blocked["on"] = True
+        assert ui.queue_names() == [qname]  # the last list, while the refresh is held in its SCAN
+        assert scanning.wait(5)
+        assert ui.queue_names() == [qname]  # one refresh at a time; still the last list
+        release.set()
+        wait_for(lambda: ui.queue_names() == sorted([qname, f"{qname}-new"]), what="the refreshed list")
+    finally:
+        release.set()
+        ui.close()
