@@ -467,7 +467,7 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
     own process (``scale_dashboard_ours.py``) and timed by real HTTP GETs: the job list as the
     server's first request, the queues page's first request (it discovers the queues, a SCAN
     of every key), then ``repeats`` GETs of the queues page, the job list's first page and its
-    last page. A reference for each implementation: what a
+    last page, and of the queues page once its list is stale (rediscovered behind it). A reference for each implementation: what a
     bull-board-like job list reads with its client (the first 50 waiting jobs and the counts,
     ``scale_admin_*`` op ``dash``), ``repeats`` times."""
     from urllib.parse import quote
@@ -479,8 +479,9 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
     filler.fill(keys, "wait", n)
     rows: List[Dict[str, Any]] = []
     if any(i.key == "ours" for i in impls):
+        every_s = 2.0  # the dashboard's discover_every_s (10 by default): the list goes stale within the case
         proc = bench.start_driver([ours_python(), os.path.join(DRIVERS, "scale_dashboard_ours.py")],
-                                  {"url": bench.url, "prefix": PREFIX})
+                                  {"url": bench.url, "prefix": PREFIX, "discover_every_s": every_s})
         try:
             port = int(bench.read_line(proc, 30))
             last = max(1, -(-n // 20))  # the dashboard's default page size
@@ -488,16 +489,22 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
             first = f"/queue?name={name}&state=waiting"
             plan = [("job list, first page: the server's first request", first, 1),
                     ("queues page: first request, discovers the queues (SCAN of every key)", "/", 1),
-                    ("queues page (queues known, cached 10 s)", "/", repeats),
+                    ("queues page (queues known)", "/", repeats),
                     ("job list, first page (waiting)", first, repeats),
-                    (f"job list, last page ({last:,})", f"/queue?name={name}&state=waiting&page={last}", repeats)]
+                    (f"job list, last page ({last:,})", f"/queue?name={name}&state=waiting&page={last}", repeats),
+                    ("queues page, list stale (rediscovered behind it)", "/", repeats)]
+            shown = time.monotonic()
             for label, path, times in plan:
+                if "stale" in label:
+                    time.sleep(max(0.0, shown + every_s + 0.1 - time.monotonic()))
                 took: List[float] = []
                 for _ in range(times):
                     ms, status, size = _get_ms(port, path)
                     if status != 200:
                         raise BenchError(f"dashboard GET {path}: HTTP {status}")
                     took.append(ms)
+                    if label.startswith("queues page: first"):
+                        shown = time.monotonic()
                 took.sort()
                 rows.append({"impl": "ours", "what": label, "path": path, "n": n, "gets": times,
                              "p50_ms": percentile(took, 50), "max_ms": took[-1], "bytes": size})
@@ -749,7 +756,8 @@ def _markdown_more(res: Dict[str, Any]) -> List[str]:
         lines += [f"## Dashboard on a queue of {r0['n']:,} waiting jobs", "",
                   "Ours: real HTTP GETs to the dashboard served by gevent's WSGI server in its own process "
                   "(queues found by discovery, as `echomq-gevent dashboard` does): only the queues page "
-                  "discovers them (then cached 10 s). Client calls: what a bull-board-like job list "
+                  "needs the list, only the first discovery is waited for, a stale list (here after 2 s, "
+                  "10 s by default) is served while a discovery refreshes it behind. Client calls: what a bull-board-like job list "
                   "reads with each implementation's queue API. Target: a page in under 300 ms.", "",
                   "| what | impl | times | p50 ms | max ms | load |", "|" + "---|" * 6]
         for r in res["dashboard"]:
@@ -808,7 +816,8 @@ def history_row(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
                 r["jobs_per_s"] / nd["jobs_per_s"])
     pages = [r for r in res.get("dashboard", []) if r["impl"] == "ours" and r["path"]]
     if pages:
-        worst = max(pages, key=lambda r: r["max_ms"])
-        add(f"scale: dashboard on {worst['n']:,} jobs, slowest page {worst['what']} max {worst['max_ms']:.0f} ms",
-            None)
+        first = [r for r in pages if "discovers" in r["what"]]
+        rest = [r for r in pages if "discovers" not in r["what"]]
+        add(f"scale: dashboard on {pages[0]['n']:,} jobs, page max {max(r['max_ms'] for r in rest):.0f} ms"
+            + (f" (the first discovery of the queues {first[0]['max_ms']:,.0f} ms)" if first else ""), None)
     return "".join(rows)

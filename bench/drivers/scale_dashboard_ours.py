@@ -2,7 +2,7 @@
 WSGI server, as ``echomq-gevent dashboard`` serves it (queues found by discovery).
 
 Run by ``bench/scale.py`` as ``python bench/drivers/scale_dashboard_ours.py '<json>'`` with
-``{url, prefix}``. Prints ``READY``, then the port it listens on (127.0.0.1), and serves
+``{url, prefix, discover_every_s}``. Prints ``READY``, then the port it listens on (127.0.0.1), and serves
 until SIGTERM.
 """
 from gevent import monkey
@@ -26,7 +26,7 @@ from echomq_gevent.contrib.dashboard import Dashboard, serve  # noqa: E402
 
 
 def main(cfg: Dict[str, Any]) -> None:
-    app = Dashboard(cfg["url"], prefix=cfg["prefix"])
+    app = Dashboard(cfg["url"], prefix=cfg["prefix"], discover_every_s=cfg.get("discover_every_s", 10.0))
     server = serve(app, "127.0.0.1", 0)
     stop = Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)

@@ -48,10 +48,11 @@ def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
            "schedulers": [dict(sched, impl="ours", all_p99_ms=4.0), dict(sched, impl="node", all_p99_ms=100.0)],
            "payloads": [{"impl": i, "n": 3, "payload_b": 102400, "jobs_per_s": v, "peak_rss_mb": 50.0}
                         for i, v in (("ours", 90.0), ("node", 60.0))],
-           "dashboard": [{"impl": "ours", "what": "queues page", "path": "/", "n": 9, "max_ms": 12.0}]}
+           "dashboard": [{"impl": "ours", "what": "queues page", "path": "/", "n": 9, "max_ms": 12.0},
+                         {"impl": "ours", "what": "queues page: discovers", "path": "/", "n": 9, "max_ms": 900.0}]}
     rows = history_row(res, meta).splitlines()
     assert len(rows) == 4
     assert "prioritized" in rows[0] and rows[0].endswith("| 1.50 |")
     assert "job schedulers" in rows[1] and rows[1].endswith("| 25.00 |")
     assert "100 KB payloads" in rows[2] and rows[2].endswith("| 1.50 |")
-    assert "dashboard" in rows[3] and rows[3].endswith("| – |")
+    assert "page max 12 ms (the first discovery of the queues 900 ms)" in rows[3] and rows[3].endswith("| – |")
