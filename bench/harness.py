@@ -454,7 +454,8 @@ class Bench:
         cmds = command_delta(before, after, harness)
         total = sum(cmds.values())
         scripts = sum(v for k, v in cmds.items() if k in SCRIPT_COMMANDS)
-        return {
+        extra = {"order": rep["order"]} if rep.get("order") else {}  # mode "order": start order
+        return {**extra,
             "impl": impl.key, "n": n, "concurrency": concurrency, "mode": mode,
             "completed": done, "failed": failed, "processed": int(rep.get("processed", -1)),
             "seconds": span / 1000.0, "jobs_per_s": n * 1000.0 / span,

@@ -200,8 +200,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, relay, "
                         "outbox, cpu (offload: thread against offload: process), scale (default all but scale, "
                         "which runs only when named)")
-    p.add_argument("--scale-cases", default="backlog,admin,delayed,idle",
-                   help="with --only scale: which of its cases (default all four)")
+    p.add_argument("--scale-cases", default="backlog,admin,delayed,idle,prioritized,schedulers,payloads,dashboard",
+                   help="with --only scale: which of its cases (default all eight)")
     p.add_argument("--backlogs", default="",
                    help="with --only scale: comma list of backlog sizes (default 1000,100000,1000000)")
     p.add_argument("--admin-n", type=int, default=None,
@@ -452,7 +452,9 @@ def _run_scale(args: argparse.Namespace, impls: List[Impl]) -> int:
     failures: List[str] = []
     with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
         meta["redis"] = bench.redis_version
-        res = scale.run_scale(bench, impls, size, bench.log, failures, groups)
+        timings: Dict[str, float] = {}
+        res = scale.run_scale(bench, impls, size, bench.log, failures, groups, timings)
+    meta["case_seconds"] = timings
     loads = [r["load1"] for rows in res.values() for r in rows]
     if loads:
         meta["load1_min"], meta["load1_max"] = min(loads), max(loads)
@@ -463,7 +465,7 @@ def _run_scale(args: argparse.Namespace, impls: List[Impl]) -> int:
     with open(os.path.join(args.out, "scale.json"), "w", encoding="utf-8") as fh:
         json.dump({"meta": meta, **res}, fh, indent=1, default=str)
         fh.write("\n")
-    if not args.quick and res["backlog"]:
+    if not args.quick:
         with open(os.path.join(args.out, "history.md"), "a", encoding="utf-8") as fh:
             fh.write(scale.history_row(res, meta))
     if not args.quiet:

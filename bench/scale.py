@@ -1,7 +1,8 @@
 """The scale section of the bench (``python -m bench.run --only scale``): how the cost of our
 worker and of BullMQ (Node) 6.7.0 grows with the work, side by side in one run.
 
-Cases (issue 30; each for every implementation asked, one round each, same Redis):
+Cases (issue 30; each for every implementation asked, one round each, same Redis; pick them
+with ``--scale-cases``):
 
 - **backlog**: N waiting no-op jobs (default 1e3, 1e5, 1e6) at concurrency 100 through
   :meth:`bench.harness.Bench.run_worker` with the queue filled by ``scale_fill.lua``
@@ -19,6 +20,19 @@ Cases (issue 30; each for every implementation asked, one round each, same Redis
 - **idle queues**: one worker process on Q queues (default 200) with nothing to do:
   connections to Redis (``CLIENT LIST``), the process's CPU over 10 s, its RSS, and pick-up
   latency of jobs added one at a time to one of the queues.
+- **prioritized**: N waiting no-op jobs (default 1e5) over P priorities (default 1,000),
+  filled in the shape ``addPrioritizedJob`` leaves (ZSET score priority·2^32 + ``pc``), at
+  concurrency 100: jobs/s, CPU per job, and the start order the worker records (jobs started
+  behind a job of a higher priority number by more than the 100 in flight).
+- **schedulers**: N job schedulers (default 1e4; half ``every``, half cron) upserted with each
+  implementation's API, and an idle worker at concurrency 100 over a window (default 40 s):
+  lateness of each run against its scheduled time (the ``millis`` of its id), the worker's and
+  Redis's CPU.
+- **payloads**: no-op jobs carrying 100 KB (default 2,000 jobs) and 1 MB (300) of data at
+  concurrency 100: jobs/s and the worker's peak RSS.
+- **dashboard** (ours; a client-call reference for both): our dashboard on a queue of N
+  waiting jobs (default 1e6), served in its own process, timed by real HTTP GETs of the
+  queues page and the job list's first and last pages.
 
 Writes ``scale.md`` and ``scale.json`` into ``--out``; a full run appends one row to
 ``history.md``.
@@ -29,7 +43,7 @@ import json
 import os
 import subprocess
 import time
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .harness import PREFIX, Bench, BenchError, ProcWatch, percentile
 from .impls import DRIVERS, Impl, node_binary, node_producer_cmd, ours_python
@@ -47,9 +61,13 @@ def sizes(quick: bool, backlogs: Optional[List[int]] = None, admin_n: Optional[i
     """The case sizes: tiny with ``quick`` (the smoke test), else issue 30's."""
     if quick:
         return {"backlogs": backlogs or [200, 1000], "admin_n": admin_n or 2000, "delayed_n": 300,
-                "delayed_span_s": 2.0, "queues": 20, "idle_s": 1.0, "probes": 5}
+                "delayed_span_s": 2.0, "queues": 20, "idle_s": 1.0, "probes": 5,
+                "prioritized_n": 2000, "priorities": 1000, "schedulers_n": 100, "schedulers_window_s": 3.0,
+                "payloads": [[50, 100 * 1024], [20, 1024 * 1024]], "dashboard_n": 5000, "dashboard_gets": 3}
     return {"backlogs": backlogs or [1000, 100000, 1000000], "admin_n": admin_n or 100000,
-            "delayed_n": 100000, "delayed_span_s": 60.0, "queues": 200, "idle_s": 10.0, "probes": 50}
+            "delayed_n": 100000, "delayed_span_s": 60.0, "queues": 200, "idle_s": 10.0, "probes": 50,
+            "prioritized_n": 100000, "priorities": 1000, "schedulers_n": 10000, "schedulers_window_s": 40.0,
+            "payloads": [[2000, 100 * 1024], [300, 1024 * 1024]], "dashboard_n": 1000000, "dashboard_gets": 5}
 
 
 # -- the fill --------------------------------------------------------------------------------
@@ -63,16 +81,22 @@ class Filler:
             self.sha = self.client.script_load(fh.read())
 
     def fill(self, keys: QueueKeys, state: str, n: int, ts: Optional[int] = None,
-             due0: float = 0.0, step_ms: float = 0.0) -> None:
+             due0: float = 0.0, step_ms: float = 0.0, pad: int = 0, priorities: int = 0) -> None:
+        """``n`` jobs into ``state``; ``pad`` bytes of padding in each job's data;
+        ``priorities`` (state ``prioritized``): how many priorities the jobs spread over."""
         ts = int(time.time() * 1000) - 1000 if ts is None else ts
         target = {"wait": keys.wait, "completed": keys.completed, "failed": keys.failed,
-                  "delayed": keys.delayed}[state]
+                  "delayed": keys.delayed, "prioritized": keys.prioritized}[state]
+        if state == "prioritized":
+            due0 = float(priorities)
+        # a chunk of padded jobs is one script call: keep each call's writes near 50 MB
+        chunk = max(1, min(FILL_CHUNK, (50 << 20) // max(pad, 1)))
         pipe = self.client.pipeline(transaction=False)
-        for start in range(0, n, FILL_CHUNK):
-            count = min(FILL_CHUNK, n - start)
-            pipe.evalsha(self.sha, 3, target, keys.id, keys.marker, keys.base, start + 1, count, state, ts,
-                         due0 + start * step_ms, step_ms)
-            if len(pipe) >= 8:
+        for start in range(0, n, chunk):
+            count = min(chunk, n - start)
+            pipe.evalsha(self.sha, 4, target, keys.id, keys.marker, keys.pc, keys.base, start + 1, count, state, ts,
+                         due0 + start * step_ms, step_ms, pad)
+            if len(pipe) >= 8 or pad:
                 pipe.execute()
         pipe.execute()
 
@@ -276,26 +300,271 @@ def _redis_cpu(bench: Bench) -> float:
     return float(cpu["used_cpu_sys"]) + float(cpu["used_cpu_user"])
 
 
+# -- prioritized -----------------------------------------------------------------------------
+def out_of_order(order: List[int], window: int) -> Tuple[int, int]:
+    """How far a start order is from the priority order, allowing for ``window`` jobs in
+    flight: (starts of a job whose priority number is strictly lower than that of a job
+    started more than ``window`` starts before it, the same with no window at all)."""
+    late = strict = 0
+    top = 0  # the highest priority number started more than ``window`` starts ago
+    seen = 0  # the same, with no window
+    for i, p in enumerate(order):
+        if i > window:
+            top = max(top, order[i - window - 1])
+        if p < top:
+            late += 1
+        if p < seen:
+            strict += 1
+        seen = max(seen, p)
+    return late, strict
+
+
+def measure_prioritized(bench: Bench, filler: Filler, impl: Impl, n: int, priorities: int,
+                        concurrency: int = 100) -> Dict[str, Any]:
+    """N waiting no-op jobs spread over ``priorities`` priorities (in no id order), at
+    ``concurrency``: jobs/s and CPU per job as the backlog, and the start order: the driver
+    records each job's priority as it starts (mode ``order``)."""
+    def fill(queue: str, keys: QueueKeys) -> None:
+        assert bench.client is not None
+        bench.client.hset(keys.meta, "paused", 1)
+        filler.fill(keys, "prioritized", n, priorities=priorities)
+
+    row = bench.run_worker(impl, n, concurrency, "order", fill=fill, timeout=1800)
+    order = [int(p) for p in row.pop("order", [])]
+    if row["completed"] != n or row["failed"] or len(order) != n:
+        raise BenchError(f"{impl.key} prioritized {n}: {row['completed']} completed, {row['failed']} failed, "
+                         f"{len(order)} starts recorded")
+    row["out_of_order"], row["inversions"] = out_of_order(order, concurrency)
+    row["priorities"] = priorities
+    row["window"] = concurrency
+    row["commands"] = dict(sorted(row["commands"].items(), key=lambda kv: -kv[1])[:12])
+    return row
+
+
+# -- payloads --------------------------------------------------------------------------------
+def measure_payload(bench: Bench, filler: Filler, impl: Impl, n: int, pad: int,
+                    concurrency: int = 100) -> Dict[str, Any]:
+    """N waiting no-op jobs whose data carries ``pad`` bytes, at ``concurrency``: jobs/s and
+    the worker's peak RSS."""
+    def fill(queue: str, keys: QueueKeys) -> None:
+        assert bench.client is not None
+        bench.client.hset(keys.meta, "paused", 1)
+        filler.fill(keys, "wait", n, pad=pad)
+
+    row = bench.run_worker(impl, n, concurrency, "noop", fill=fill, timeout=1800)
+    if row["completed"] != n or row["failed"]:
+        raise BenchError(f"{impl.key} payload {pad} B × {n}: {row['completed']} completed, {row['failed']} failed")
+    row["payload_b"] = pad
+    row["commands"] = dict(sorted(row["commands"].items(), key=lambda kv: -kv[1])[:12])
+    return row
+
+
+# -- job schedulers --------------------------------------------------------------------------
+def scheduler_specs(n: int, t0: int, window_ms: int) -> List[List[Any]]:
+    """``n`` job schedulers ([id, repeat options, template]) whose runs fall in the
+    ``window_ms`` after ``t0`` (epoch ms): half ``every`` (every window/2, first runs spread
+    over the first half by ``startDate``, so each runs twice: its first run and the next one
+    the worker creates), half cron with seconds (``S * * * * *``, spread over the window's
+    seconds: each runs once; the window is under a minute)."""
+    every_n = n // 2
+    cron_n = n - every_n
+    every = max(window_ms // 2, 1000)
+    specs: List[List[Any]] = []
+    for i in range(every_n):
+        specs.append([f"e{i}", {"every": every, "startDate": t0 + (i * every) // every_n},
+                      {"name": "e", "data": {"k": "every"}}])
+    for j in range(cron_n):
+        sec = ((t0 + (j * window_ms) // cron_n) // 1000) % 60
+        specs.append([f"c{j}", {"pattern": f"{sec} * * * * *"}, {"name": "c", "data": {"k": "cron"}}])
+    return specs
+
+
+def measure_schedulers(bench: Bench, impl: Impl, n: int, window_s: float,
+                       concurrency: int = 100) -> Dict[str, Any]:
+    """``n`` job schedulers upserted with ``impl``'s own API (``scale_admin_*``, op
+    ``schedulers``), then an idle worker at ``concurrency`` over the window: lateness of each
+    run's start against its scheduled time (the ``millis`` of its id), per kind, and the
+    worker's and Redis's CPU over the window."""
+    import tempfile
+
+    import psutil
+
+    assert bench.client is not None
+    bench.flush()
+    queue = bench.new_queue()
+    keys = QueueKeys(queue, PREFIX)
+    window_ms = int(window_s * 1000)
+    admin = bench.start_driver(_admin_cmd(impl), {"url": bench.url, "queue": queue, "prefix": PREFIX}, stdin=True)
+    try:
+        assert admin.stdin is not None
+        # the upserts (under 1 ms each) and the worker's start end before the first run
+        t0 = int(time.time() * 1000) + 1500 + n
+        specs = scheduler_specs(n, t0, window_ms)
+        admin.stdin.write(json.dumps({"op": "schedulers", "specs": specs}) + "\n")
+        admin.stdin.flush()
+        upsert_ms = float(json.loads(bench.read_line(admin, 600))["ms"])
+    finally:
+        Bench.reap(admin)
+    made = bench.client.zcard(keys.repeat)
+    report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
+    report.close()
+    cfg = {"url": bench.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
+           "mode": "sched", "sleep_ms": 0, "report": report.name}
+    proc = bench.start_driver(impl.worker_cmd(), cfg)
+    try:
+        bench.wait_blocked_client(15, proc)
+        ready_ms = time.time() * 1000.0
+        watch = ProcWatch(proc.pid)
+        cpu0, redis0, w0 = watch.cpu_s(), _redis_cpu(bench), time.monotonic()
+        end = max(t0 + window_ms + 1500, int(ready_ms) + 2000)
+        while time.time() * 1000.0 < end:
+            if proc.poll() is not None:
+                raise BenchError(f"worker exited with {proc.returncode}: {bench.stderr_tail(proc)}")
+            time.sleep(0.2)
+        cpu1, redis1, w1 = watch.cpu_s(), _redis_cpu(bench), time.monotonic()
+        rss = psutil.Process(proc.pid).memory_info().rss / (1024.0 * 1024.0)
+        rep = bench.stop_driver(proc, report.name)
+    finally:
+        Bench.reap(proc)
+        os.unlink(report.name)
+    runs = [(tag[0], float(tag[1]), float(late)) for tag, late in zip(rep.get("tags", []), rep.get("latencies_ms", []))]
+    # runs due before the worker was ready waited for it to start: not the scheduler's doing
+    early = sum(1 for _, due, _ in runs if due < ready_ms)
+    timed = [(k, late) for k, due, late in runs if due >= ready_ms]
+    row: Dict[str, Any] = {"impl": impl.key, "n": n, "schedulers_made": made, "upsert_s": upsert_ms / 1000.0,
+                           "window_s": window_s, "runs": len(runs), "runs_before_ready": early,
+                           "worker_cpu_pct": (cpu1 - cpu0) * 100.0 / (w1 - w0),
+                           "redis_cpu_pct": (redis1 - redis0) * 100.0 / (w1 - w0),
+                           "worker_cpu_us_per_run": (cpu1 - cpu0) * 1e6 / max(len(runs), 1), "rss_mb": rss}
+    for kind in ("all", "every", "cron"):
+        late = sorted(x for k, x in timed if kind in ("all", k))
+        row[f"{kind}_runs"] = len(late)
+        row[f"{kind}_p50_ms"] = percentile(late, 50)
+        row[f"{kind}_p99_ms"] = percentile(late, 99)
+        row[f"{kind}_max_ms"] = late[-1] if late else float("nan")
+    return row
+
+
+# -- dashboard -------------------------------------------------------------------------------
+def _get_ms(port: int, path: str) -> Tuple[float, int, int]:
+    """One real HTTP GET of ``path``: (ms to the whole body, status, body bytes)."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        t0 = time.perf_counter()
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        body = resp.read()
+        return (time.perf_counter() - t0) * 1000.0, resp.status, len(body)
+    finally:
+        conn.close()
+
+
+def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, repeats: int,
+                      log: Callable[[str], None]) -> List[Dict[str, Any]]:
+    """Our dashboard on a queue of ``n`` waiting jobs, served by gevent's WSGI server in its
+    own process (``scale_dashboard_ours.py``) and timed by real HTTP GETs: the job list as the
+    server's first request, the queues page's first request (it discovers the queues, a SCAN
+    of every key), then ``repeats`` GETs of the queues page, the job list's first page and its
+    last page, and of the queues page once its list is stale (rediscovered behind it). A reference for each implementation: what a
+    bull-board-like job list reads with its client (the first 50 waiting jobs and the counts,
+    ``scale_admin_*`` op ``dash``), ``repeats`` times."""
+    from urllib.parse import quote
+
+    assert bench.client is not None
+    bench.flush()
+    queue = "dash"
+    keys = QueueKeys(queue, PREFIX)
+    filler.fill(keys, "wait", n)
+    rows: List[Dict[str, Any]] = []
+    if any(i.key == "ours" for i in impls):
+        every_s = 2.0  # the dashboard's discover_every_s (10 by default): the list goes stale within the case
+        proc = bench.start_driver([ours_python(), os.path.join(DRIVERS, "scale_dashboard_ours.py")],
+                                  {"url": bench.url, "prefix": PREFIX, "discover_every_s": every_s})
+        try:
+            port = int(bench.read_line(proc, 30))
+            last = max(1, -(-n // 20))  # the dashboard's default page size
+            name = quote(queue)
+            first = f"/queue?name={name}&state=waiting"
+            plan = [("job list, first page: the server's first request", first, 1),
+                    ("queues page: first request, discovers the queues (SCAN of every key)", "/", 1),
+                    ("queues page (queues known)", "/", repeats),
+                    ("job list, first page (waiting)", first, repeats),
+                    (f"job list, last page ({last:,})", f"/queue?name={name}&state=waiting&page={last}", repeats),
+                    ("queues page, list stale (rediscovered behind it)", "/", repeats)]
+            shown = time.monotonic()
+            for label, path, times in plan:
+                if "stale" in label:
+                    time.sleep(max(0.0, shown + every_s + 0.1 - time.monotonic()))
+                took: List[float] = []
+                for _ in range(times):
+                    ms, status, size = _get_ms(port, path)
+                    if status != 200:
+                        raise BenchError(f"dashboard GET {path}: HTTP {status}")
+                    took.append(ms)
+                    if label.startswith("queues page: first"):
+                        shown = time.monotonic()
+                took.sort()
+                rows.append({"impl": "ours", "what": label, "path": path, "n": n, "gets": times,
+                             "p50_ms": percentile(took, 50), "max_ms": took[-1], "bytes": size})
+                log(f"  dashboard {label:<70} p50 {rows[-1]['p50_ms']:8.1f} ms, max {took[-1]:8.1f} ms")
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    pass
+            Bench.reap(proc)
+    for impl in impls:
+        admin = bench.start_driver(_admin_cmd(impl), {"url": bench.url, "queue": queue, "prefix": PREFIX}, stdin=True)
+        try:
+            assert admin.stdin is not None
+            took = []
+            for _ in range(repeats):
+                admin.stdin.write(json.dumps({"op": "dash"}) + "\n")
+                admin.stdin.flush()
+                took.append(float(json.loads(bench.read_line(admin, 300))["ms"]))
+        finally:
+            Bench.reap(admin)
+        took.sort()
+        rows.append({"impl": impl.key, "what": "client calls: 50 waiting jobs + job counts", "path": "", "n": n,
+                     "gets": repeats, "p50_ms": percentile(took, 50), "max_ms": took[-1], "bytes": 0})
+        log(f"  dashboard {impl.key:<5} client calls p50 {rows[-1]['p50_ms']:8.1f} ms, max {took[-1]:8.1f} ms")
+    return rows
+
+
 # -- the whole section -----------------------------------------------------------------------
 def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callable[[str], None],
-              failures: List[str], groups: Optional[List[str]] = None) -> Dict[str, Any]:
+              failures: List[str], groups: Optional[List[str]] = None,
+              timings: Optional[Dict[str, float]] = None) -> Dict[str, Any]:
     """Every case of the section for every implementation (ours and node only); returns
     ``{"backlog": [...], "admin": [...], "delayed": [...], "idle": [...]}`` with the
     1-minute load average before each row (``load1``). A case that fails is named in
     ``failures`` and left out."""
     impls = [i for i in impls if i.key in ("ours", "node")]
     filler = Filler(bench)
-    out: Dict[str, List[Dict[str, Any]]] = {"backlog": [], "admin": [], "delayed": [], "idle": []}
+    out: Dict[str, List[Dict[str, Any]]] = {"backlog": [], "admin": [], "delayed": [], "idle": [],
+                                            "prioritized": [], "schedulers": [], "payloads": [], "dashboard": []}
     groups = groups or list(out)
+    unknown = sorted(set(groups) - set(out))
+    if unknown:
+        raise BenchError(f"unknown scale case {', '.join(unknown)}: pick from {', '.join(out)}")
+
+    spent: Dict[str, float] = {} if timings is None else timings  # seconds per case, for the run's total
 
     def attempt(group: str, label: str, fn: Callable[[], Any]) -> None:
         load = round(os.getloadavg()[0], 2)
+        t0 = time.monotonic()
         try:
             res = fn()
         except Exception as exc:  # one failed case must not lose the others
             failures.append(f"scale {group} {label}: {exc}")
             log(f"bench: FAILED scale {group} {label}: {exc}")
             return
+        finally:
+            spent[group] = round(spent.get(group, 0.0) + time.monotonic() - t0, 1)
         for row in res if isinstance(res, list) else [res]:
             row["load1"] = load
             out[group].append(row)
@@ -328,6 +597,35 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
                 r = out["idle"][-1]
                 log(f"  idle {r['queues']} queues {impl.key:<5} {r['connections']} connections, "
                     f"{r['idle_cpu_pct']:.2f} % CPU, RSS {r['rss_mb']:.0f} MB, pick-up p99 {r['p99_ms']:.1f} ms")
+    if "prioritized" in groups:
+        for impl in impls:
+            attempt("prioritized", impl.key, lambda impl=impl: measure_prioritized(
+                bench, filler, impl, size["prioritized_n"], size["priorities"]))
+            if out["prioritized"] and out["prioritized"][-1]["impl"] == impl.key:
+                r = out["prioritized"][-1]
+                log(f"  prioritized {r['n']} over {r['priorities']} {impl.key:<5} {r['jobs_per_s']:9,.0f} jobs/s, "
+                    f"{r['out_of_order']} out of order beyond {r['window']} in flight ({r['inversions']} at all)")
+    if "schedulers" in groups:
+        for impl in impls:
+            attempt("schedulers", impl.key, lambda impl=impl: measure_schedulers(
+                bench, impl, size["schedulers_n"], size["schedulers_window_s"]))
+            if out["schedulers"] and out["schedulers"][-1]["impl"] == impl.key:
+                r = out["schedulers"][-1]
+                log(f"  schedulers {r['n']} {impl.key:<5} {r['all_runs']} runs, late p50 {r['all_p50_ms']:.1f} ms, "
+                    f"p99 {r['all_p99_ms']:.1f} ms (every {r['every_p99_ms']:.1f}, cron {r['cron_p99_ms']:.1f}), "
+                    f"worker {r['worker_cpu_pct']:.1f} % CPU")
+    if "payloads" in groups:
+        for n, pad in size["payloads"]:
+            for impl in impls:
+                attempt("payloads", f"{pad} B {impl.key}",
+                        lambda impl=impl, n=n, pad=pad: measure_payload(bench, filler, impl, n, pad))
+                if out["payloads"] and out["payloads"][-1]["impl"] == impl.key:
+                    r = out["payloads"][-1]
+                    log(f"  payload {pad // 1024:>5} KB × {n} {impl.key:<5} {r['jobs_per_s']:9,.0f} jobs/s, "
+                        f"peak RSS {r['peak_rss_mb']:.0f} MB")
+    if "dashboard" in groups:
+        attempt("dashboard", "pages", lambda: measure_dashboard(
+            bench, filler, impls, size["dashboard_n"], size["dashboard_gets"], log))
     return out
 
 
@@ -391,24 +689,135 @@ def markdown(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
                          f"{_f(r['redis_idle_cpu_pct'], 2)} | {_f(r['rss_mb'])} | {_f(r['p50_ms'], 2)} | "
                          f"{_f(r['p99_ms'], 2)} | {r['load1']} |")
         lines.append("")
+    lines += _markdown_more(res)
+    if meta.get("case_seconds"):
+        spent = meta["case_seconds"]
+        lines += ["Time per case (s): " + ", ".join(f"{k} {v:,.0f}" for k, v in spent.items())
+                  + f"; {sum(spent.values()):,.0f} in all.", ""]
     if meta.get("failures"):
         lines += ["Failed: " + "; ".join(meta["failures"]), ""]
-    lines += ["Not measured yet: 1e5 prioritized jobs over 1,000 priorities, 1e4 job schedulers, "
-              "payloads of 100 KB and 1 MB, dashboard pages.", ""]
     return "\n".join(lines)
 
 
+def _ratio(rows: List[Dict[str, Any]], r: Dict[str, Any], key: Callable[[Dict[str, Any]], Any]) -> Optional[float]:
+    """Ours against Node's row of the same ``key`` (jobs/s), or None."""
+    if r["impl"] != "ours":
+        return None
+    node = [x for x in rows if x["impl"] == "node" and key(x) == key(r)]
+    return r["jobs_per_s"] / node[0]["jobs_per_s"] if node else None
+
+
+def _markdown_more(res: Dict[str, Any]) -> List[str]:
+    """The tables of the prioritized, schedulers, payloads and dashboard cases."""
+    lines: List[str] = []
+    if res.get("prioritized"):
+        r0 = res["prioritized"][0]
+        lines += [f"## {r0['n']:,} prioritized jobs over {r0['priorities']:,} priorities, concurrency 100", "",
+                  "Out of order: starts of a job whose priority number is lower than that of a job started "
+                  f"more than {r0['window']} starts (the jobs in flight) before it; inversions: the same with "
+                  "no allowance.", "",
+                  "| impl | jobs/s | × Node | worker CPU µs/job | Redis CPU µs/job | Redis cmds/job | "
+                  "out of order | inversions | load |", "|" + "---|" * 9]
+        for r in res["prioritized"]:
+            lines.append(f"| {r['impl']} | {_f(r['jobs_per_s'])} | "
+                         f"{_f(_ratio(res['prioritized'], r, lambda x: x['n']), 2)} | "
+                         f"{_f(r['worker_cpu_us_per_job'])} | {_f(r['redis_cpu_us_per_job'])} | "
+                         f"{_f(r['redis_cmds_per_job'], 1)} | {r['out_of_order']} | {r['inversions']} | {r['load1']} |")
+        lines.append("")
+    if res.get("schedulers"):
+        r0 = res["schedulers"][0]
+        lines += [f"## {r0['n']:,} job schedulers (half every, half cron), concurrency 100", "",
+                  f"Upserted with each implementation's API, then one worker over {r0['window_s']:g} s: every "
+                  "`every` scheduler runs twice (the second run is the one the worker creates), every cron "
+                  "one (`S * * * * *`, a second of the window each). Lateness: the processor's start minus "
+                  "the run's scheduled time (its id). CPU: the worker's and Redis's over the window.", "",
+                  "| impl | upsert s | runs | late p50 ms | p99 ms | max ms | every p99 ms | cron p99 ms | "
+                  "worker CPU % | worker µs/run | Redis CPU % | RSS MB | load |", "|" + "---|" * 13]
+        for r in res["schedulers"]:
+            lines.append(f"| {r['impl']} | {_f(r['upsert_s'], 1)} | {r['all_runs']:,} | {_f(r['all_p50_ms'], 1)} | "
+                         f"{_f(r['all_p99_ms'], 1)} | {_f(r['all_max_ms'], 1)} | {_f(r['every_p99_ms'], 1)} | "
+                         f"{_f(r['cron_p99_ms'], 1)} | {_f(r['worker_cpu_pct'], 1)} | "
+                         f"{_f(r['worker_cpu_us_per_run'])} | {_f(r['redis_cpu_pct'], 1)} | {_f(r['rss_mb'])} | "
+                         f"{r['load1']} |")
+        lines.append("")
+    if res.get("payloads"):
+        lines += ["## Large payloads: N waiting no-op jobs, concurrency 100", "",
+                  "| payload | jobs | impl | jobs/s | × Node | MB/s | worker CPU µs/job | Redis CPU µs/job | "
+                  "worker peak RSS MB | load |", "|" + "---|" * 10]
+        for r in res["payloads"]:
+            ratio = _ratio(res["payloads"], r, lambda x: (x["n"], x["payload_b"]))
+            lines.append(f"| {r['payload_b'] // 1024:,} KB | {r['n']:,} | {r['impl']} | {_f(r['jobs_per_s'])} | "
+                         f"{_f(ratio, 2)} | {_f(r['jobs_per_s'] * r['payload_b'] / 1048576.0)} | "
+                         f"{_f(r['worker_cpu_us_per_job'])} | {_f(r['redis_cpu_us_per_job'])} | "
+                         f"{_f(r['peak_rss_mb'])} | {r['load1']} |")
+        lines.append("")
+    if res.get("dashboard"):
+        r0 = res["dashboard"][0]
+        lines += [f"## Dashboard on a queue of {r0['n']:,} waiting jobs", "",
+                  "Ours: real HTTP GETs to the dashboard served by gevent's WSGI server in its own process "
+                  "(queues found by discovery, as `echomq-gevent dashboard` does): only the queues page "
+                  "needs the list, only the first discovery is waited for, a stale list (here after 2 s, "
+                  "10 s by default) is served while a discovery refreshes it behind. Client calls: what a bull-board-like job list "
+                  "reads with each implementation's queue API. Target: a page in under 300 ms.", "",
+                  "| what | impl | times | p50 ms | max ms | load |", "|" + "---|" * 6]
+        for r in res["dashboard"]:
+            lines.append(f"| {r['what']} | {r['impl']} | {r['gets']} | {_f(r['p50_ms'], 1)} | "
+                         f"{_f(r['max_ms'], 1)} | {r['load1']} |")
+        lines.append("")
+    missing = [k for k in ("prioritized", "schedulers", "payloads", "dashboard") if not res.get(k)]
+    if missing:
+        lines += ["Not in this run: " + ", ".join(missing) + ".", ""]
+    return lines
+
+
 def history_row(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
-    """One row for ``history.md``'s ratio table: the largest backlog's ratio to Node, and the
-    longest admin command of ours."""
-    big = max((r["n"] for r in res["backlog"]), default=0)
-    by = {r["impl"]: r for r in res["backlog"] if r["n"] == big}
-    ratio = (by["ours"]["jobs_per_s"] / by["node"]["jobs_per_s"]) if "ours" in by and "node" in by else None
-    longest = max((r["longest_ms"] for r in res["admin"] if r["impl"] == "ours"), default=None)
-    what = (f"scale: backlog {big:,} jobs/s" + (f" ({by['ours']['jobs_per_s']:,.0f} against "
-                                                 f"{by['node']['jobs_per_s']:,.0f})" if ratio else "")
-            + (f"; longest admin command of ours {longest:.1f} ms" if longest is not None else ""))
+    """Rows for ``history.md``'s ratio table, one per case present: the largest backlog's
+    ratio to Node with the longest admin command of ours; the prioritized and payload
+    throughput ratios; the schedulers' lateness p99 (× Node: Node's over ours); the
+    dashboard's slowest page (no ratio: Node has no dashboard)."""
     machine = f"{meta['machine']}, {meta['cpu']}"
-    return (f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | 1 | "
-            f"{meta.get('load1_min', '?')}–{meta.get('load1_max', '?')} | {what} | "
-            f"{_f(ratio, 2) if ratio else '–'} |\n")
+    head = (f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | 1 | "
+            f"{meta.get('load1_min', '?')}–{meta.get('load1_max', '?')} | ")
+    rows: List[str] = []
+
+    def add(what: str, ratio: Optional[float]) -> None:
+        rows.append(f"{head}{what} | {_f(ratio, 2) if ratio else '–'} |\n")
+
+    if res.get("backlog"):
+        big = max(r["n"] for r in res["backlog"])
+        by = {r["impl"]: r for r in res["backlog"] if r["n"] == big}
+        ratio = (by["ours"]["jobs_per_s"] / by["node"]["jobs_per_s"]) if "ours" in by and "node" in by else None
+        longest = max((r["longest_ms"] for r in res["admin"] if r["impl"] == "ours"), default=None)
+        add(f"scale: backlog {big:,} jobs/s" + (f" ({by['ours']['jobs_per_s']:,.0f} against "
+                                                f"{by['node']['jobs_per_s']:,.0f})" if ratio else "")
+            + (f"; longest admin command of ours {longest:.1f} ms" if longest is not None else ""), ratio)
+    by = {r["impl"]: r for r in res.get("prioritized", [])}
+    if "ours" in by and "node" in by:
+        o, nd = by["ours"], by["node"]
+        add(f"scale: {o['n']:,} prioritized jobs over {o['priorities']:,} priorities, jobs/s "
+            f"({o['jobs_per_s']:,.0f} against {nd['jobs_per_s']:,.0f}; out of order beyond the "
+            f"{o['window']} in flight {o['out_of_order']} against {nd['out_of_order']})",
+            o["jobs_per_s"] / nd["jobs_per_s"])
+    by = {r["impl"]: r for r in res.get("schedulers", [])}
+    if "ours" in by and "node" in by:
+        o, nd = by["ours"], by["node"]
+        add(f"scale: {o['n']:,} job schedulers, run lateness p99 ms, Node's ÷ ours ({o['all_p99_ms']:.1f} against "
+            f"{nd['all_p99_ms']:.1f}; every {o['every_p99_ms']:.1f} against {nd['every_p99_ms']:.1f}, cron "
+            f"{o['cron_p99_ms']:.1f} against {nd['cron_p99_ms']:.1f}; worker CPU {o['worker_cpu_pct']:.1f} "
+            f"against {nd['worker_cpu_pct']:.1f} %)", nd["all_p99_ms"] / max(o["all_p99_ms"], 1e-9))
+    for r in res.get("payloads", []):
+        if r["impl"] != "ours":
+            continue
+        nd = next((x for x in res["payloads"] if x["impl"] == "node" and x["n"] == r["n"]
+                   and x["payload_b"] == r["payload_b"]), None)
+        if nd is not None:
+            add(f"scale: {r['payload_b'] // 1024:,} KB payloads × {r['n']:,} jobs/s ({r['jobs_per_s']:,.0f} against "
+                f"{nd['jobs_per_s']:,.0f}; worker peak RSS {r['peak_rss_mb']:.0f} against {nd['peak_rss_mb']:.0f} MB)",
+                r["jobs_per_s"] / nd["jobs_per_s"])
+    pages = [r for r in res.get("dashboard", []) if r["impl"] == "ours" and r["path"]]
+    if pages:
+        first = [r for r in pages if "discovers" in r["what"]]
+        rest = [r for r in pages if "discovers" not in r["what"]]
+        add(f"scale: dashboard on {pages[0]['n']:,} jobs, page max {max(r['max_ms'] for r in rest):.0f} ms"
+            + (f" (the first discovery of the queues {first[0]['max_ms']:,.0f} ms)" if first else ""), None)
+    return "".join(rows)

@@ -2,8 +2,11 @@
 
 Run by the harness as ``python bench/drivers/ours_worker.py '<json>'`` (protocol in the
 package docstring). The processor is a plain function: a no-op, ``gevent.sleep`` for the
-I/O-bound workload, a latency probe reading ``data.t`` (enqueue time, epoch ms), or the
-realistic mix's (jobs flagged ``data.f`` fail their first attempt).
+I/O-bound workload, a latency probe reading ``data.t`` (enqueue time, epoch ms), the
+realistic mix's (jobs flagged ``data.f`` fail their first attempt), ``order`` (records
+``data.p``, the priority, in start order: the report's ``order``) or ``sched`` (a job
+scheduler's run ``repeat:<id>:<millis>``: start minus ``millis`` into ``latencies_ms``,
+``[data.k, millis]`` into the report's ``tags``).
 """
 from gevent import monkey
 
@@ -29,6 +32,8 @@ from echomq_gevent import Worker  # noqa: E402
 def main(cfg: Dict[str, Any]) -> None:
     processed = 0
     latencies: List[float] = []
+    order: List[Any] = []
+    tags: List[Any] = []
     mode = cfg["mode"]
     sleep_s = cfg.get("sleep_ms", 0) / 1000.0
 
@@ -42,6 +47,17 @@ def main(cfg: Dict[str, Any]) -> None:
             nonlocal processed
             processed += 1
             latencies.append(time.time() * 1000.0 - float(job.data["t"]))
+    elif mode == "order":
+        def processor(job: Any) -> None:
+            nonlocal processed
+            processed += 1
+            order.append(job.data["p"])
+    elif mode == "sched":
+        def processor(job: Any) -> None:
+            nonlocal processed
+            processed += 1
+            latencies.append(time.time() * 1000.0 - float(str(job.id).rpartition(":")[2]))
+            tags.append([job.data.get("k"), int(str(job.id).rpartition(":")[2])])
     elif mode == "mix":
         def processor(job: Any) -> None:
             nonlocal processed
@@ -68,7 +84,7 @@ def main(cfg: Dict[str, Any]) -> None:
     stop.wait()
     gevent.joinall([gevent.spawn(w.close) for w in workers])
     with open(cfg["report"], "w", encoding="utf-8") as fh:
-        json.dump({"processed": processed, "latencies_ms": latencies}, fh)
+        json.dump({"processed": processed, "latencies_ms": latencies, "order": order, "tags": tags}, fh)
 
 
 if __name__ == "__main__":

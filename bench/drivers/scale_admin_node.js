@@ -1,6 +1,6 @@
 // Scale bench driver: admin calls of a BullMQ (Node) Queue on a big queue; the protocol of
 // scale_admin_ours.py: argv[2] = JSON {url, queue, prefix}; prints READY, then one JSON
-// request per stdin line ({op, start, end}) answered by {ms, result}.
+// request per stdin line ({op, start, end, specs}) answered by {ms, result}.
 'use strict';
 const path = require('path');
 const readline = require('readline');
@@ -18,6 +18,14 @@ async function run(queue, req) {
     case 'get_jobs': return (await queue.getJobs(['completed'], req.start, req.end)).length;
     case 'get_job_counts': return queue.getJobCounts();
     case 'drain': return queue.drain();
+    // what a bull-board-like job list reads: the first 50 waiting jobs and the counts
+    case 'dash': return [(await queue.getJobs(['waiting'], 0, 49)).length, await queue.getJobCounts()];
+    case 'schedulers': { // upsert each of specs ([id, repeat, template]), 100 at a time
+      for (let i = 0; i < req.specs.length; i += 100) {
+        await Promise.all(req.specs.slice(i, i + 100).map(([id, repeat, tpl]) => queue.upsertJobScheduler(id, repeat, tpl)));
+      }
+      return req.specs.length;
+    }
     default: throw new Error('unknown op ' + req.op);
   }
 }

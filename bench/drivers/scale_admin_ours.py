@@ -3,8 +3,10 @@
 Run by ``bench/scale.py`` as ``python bench/drivers/scale_admin_ours.py '<json>'`` with
 ``{url, queue, prefix}``. Prints ``READY`` once connected, then reads one JSON line per
 operation on stdin (``{"op": "clean"|"obliterate"|"retry_jobs"|"get_jobs"|"get_job_counts"|
-"drain", "start": .., "end": ..}``), runs it and prints ``{"ms": elapsed}``. The same
-protocol as ``scale_admin_node.js``.
+"drain"|"dash"|"schedulers", "start": .., "end": ..}``), runs it and prints
+``{"ms": elapsed}``. The same protocol as ``scale_admin_node.js``. ``dash`` is what a
+dashboard's job list reads (the first 50 waiting jobs and the counts); ``schedulers``
+upserts each of ``specs`` (``[id, repeat options, template]``) with the queue's API.
 """
 import importlib.util
 import json
@@ -33,6 +35,12 @@ def run(queue: Any, req: Dict[str, Any]) -> Any:
         return queue.get_job_counts()
     if op == "drain":
         return queue.drain()
+    if op == "dash":
+        return [len(queue.get_jobs(["waiting"], 0, 49)), queue.get_job_counts()]
+    if op == "schedulers":
+        for sid, repeat, template in req["specs"]:
+            queue.upsert_job_scheduler(sid, repeat, template)
+        return len(req["specs"])
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -332,9 +332,13 @@ class FetchLoop:
         kick = self.hints.kick
         kick.clear()
         fetch = None
-        if not self.active and marker.can_fetch:
+        if not self.active and marker.can_fetch and not self._block_until:
             # nothing in flight: the pick-up goes behind the wait and runs as it ends
-            # (marker.py); a pick-up never waits there while jobs of this worker run
+            # (marker.py); a pick-up never waits there while jobs of this worker run.
+            # Not when waiting for a delayed job's due time: Redis ends a blocked command
+            # only at its next clock tick (100 ms apart at the default hz 10), so a pick-up
+            # behind it would start the job up to 100 ms late; this loop's own timer wakes
+            # on time and picks up the ordinary way
             token = f"{ctx.id}:{next(self._tokens)}"
             fetch = (token, self.scripts.move_to_active_command(token, ctx.lock_duration, ctx.limiter, ctx.name))
         outcome, score = marker.wait(timeout, kick, fetch)

@@ -7,12 +7,15 @@ One :class:`Reads` per dashboard; its methods run on the request's greenlet or t
 from __future__ import annotations
 
 import collections
+import logging
 import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
 from ...connection.cluster import scan_keys
 from .web import Refused
+
+log = logging.getLogger("echomq_gevent.dashboard")
 
 #: The job states the pages list, in BullMQ's order of a job's life.
 STATES = ("waiting", "prioritized", "delayed", "active", "waiting-children", "completed", "failed")
@@ -43,16 +46,27 @@ class Reads:
         self._queues: Dict[str, Any] = {}
         self._known: List[str] = []
         self._known_at = 0.0
+        self._discovered = False
+        self._discovering = False
         self._samples: Dict[str, Deque[Tuple[float, int, int]]] = {}
         self._lock = threading.Lock()
 
     # -- queues ---------------------------------------------------------------------------
     def queue_names(self) -> List[str]:
+        """The queues shown: ``queues``, else the last discovery's list. Only the first
+        discovery is waited for; once the list is older than ``discover_every_s`` it is
+        returned as it is and a discovery runs behind it (one at a time), so no page waits
+        for a SCAN of every key (seconds on a Redis of millions of jobs)."""
         if self.fixed_queues is not None:
             return list(self.fixed_queues)
-        now = time.monotonic()
-        if self._known and now - self._known_at < self.discover_every_s:
-            return list(self._known)
+        if not self._discovered:
+            self._discover()
+        elif time.monotonic() - self._known_at >= self.discover_every_s:
+            self._discover_behind()
+        return list(self._known)
+
+    def _discover(self) -> None:
+        started = time.monotonic()
         found = set(self.known_queues)
         head = self.prefix + ":"
         for suffix in (":meta", ":id"):
@@ -61,13 +75,47 @@ class Reads:
                 if name and ":" not in name:
                     found.add(name)
         self._known = sorted(found)
-        self._known_at = now
-        return list(self._known)
+        self._known_at = started
+        self._discovered = True
+
+    def _discover_behind(self) -> None:
+        """A discovery on a thread of its own (a greenlet under gevent's patching), unless
+        one is running."""
+        with self._lock:
+            if self._discovering:
+                return
+            self._discovering = True
+
+        def run() -> None:
+            try:
+                self._discover()
+            except Exception as exc:  # the last list stays; the next request tries again
+                log.warning("dashboard: discovering the queues under %r failed: %s", self.prefix, exc)
+            finally:
+                self._discovering = False
+
+        threading.Thread(target=run, name="echomq-dashboard-discovery", daemon=True).start()
+
+    def shows(self, name: str) -> bool:
+        """Whether the dashboard shows the queue ``name``: one of ``queues``, else a known
+        queue or one with BullMQ's ``meta`` or ``id`` key (what discovery looks for), read
+        with EXISTS: a page of one queue never waits for a discovery, a SCAN of every key
+        of the database (seconds on a Redis of millions of jobs)."""
+        if self.fixed_queues is not None:
+            return name in self.fixed_queues
+        if name in self.known_queues:
+            return True
+        if not name or ":" in name:
+            return False
+        if name in self._known and time.monotonic() - self._known_at < self.discover_every_s:
+            return True
+        head = f"{self.prefix}:{name}:"
+        return bool(self.client.exists(head + "meta") or self.client.exists(head + "id"))
 
     def queue(self, name: str) -> Any:
         """The :class:`~echomq_gevent.queue.Queue` named ``name`` (404 when the dashboard
-        does not show it), made once."""
-        if name not in self.queue_names():
+        does not show it, see :meth:`shows`), made once."""
+        if not self.shows(name):
             raise Refused("404 Not Found", f"no queue named {name!r} under prefix {self.prefix!r}")
         q = self._queues.get(name)
         if q is None:

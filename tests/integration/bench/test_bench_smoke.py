@@ -189,3 +189,25 @@ def test_scale_section_runs_every_case_for_ours_and_node(scale_run):
         assert r["connections"] >= r["queues"] and r["probes"] == meta["sizes"]["probes"], r["impl"]
     text = (out / "scale.md").read_text(encoding="utf-8")
     assert "## Backlog" in text and "## Admin calls" in text and "idle queues" in text
+
+
+def test_scale_section_runs_the_prioritized_schedulers_payloads_and_dashboard_cases(scale_run):
+    out, data = scale_run
+    sizes = data["meta"]["sizes"]
+    for r in data["prioritized"]:
+        assert r["completed"] == r["n"] == sizes["prioritized_n"] and r["priorities"] == sizes["priorities"]
+        assert r["out_of_order"] >= 0 and "order" not in r, r["impl"]  # the start order is not kept
+    assert sorted(r["impl"] for r in data["prioritized"]) == ["node", "ours"]
+    for r in data["schedulers"]:
+        assert r["schedulers_made"] == sizes["schedulers_n"], r["impl"]  # every upsert made its scheduler
+        assert r["every_runs"] > 0 and r["cron_runs"] > 0 and r["worker_cpu_pct"] >= 0, r["impl"]
+    assert sorted(r["impl"] for r in data["schedulers"]) == ["node", "ours"]
+    assert {(r["n"], r["payload_b"], r["impl"]) for r in data["payloads"]} == {
+        (n, pad, impl) for n, pad in sizes["payloads"] for impl in ("ours", "node")}
+    assert all(r["completed"] == r["n"] and r["peak_rss_mb"] > 0 for r in data["payloads"])
+    pages = {r["what"] for r in data["dashboard"] if r["impl"] == "ours"}
+    assert any(p.startswith("queues page") for p in pages) and any(p.startswith("job list, last page") for p in pages)
+    assert {r["impl"] for r in data["dashboard"]} == {"ours", "node"}
+    text = (out / "scale.md").read_text(encoding="utf-8")
+    assert "prioritized jobs over" in text and "job schedulers" in text and "## Large payloads" in text
+    assert "## Dashboard" in text and "Not in this run" not in text

@@ -200,3 +200,18 @@ def test_the_shortest_marker_wait_ends_on_redis_before_7_0_8():
     finally:
         client.close()
         server.stop()
+
+
+def test_no_pickup_waits_behind_the_marker_wait_for_a_delayed_job_due(redis_url, prefix, qname, queue, r, wait_for):
+    """Waiting for a delayed job's due time, the loop wakes on its own timer and picks up the
+    ordinary way: Redis ends a blocked command's timeout only at its next clock tick (every
+    100 ms at the default ``hz 10``), so a pick-up written behind that wait would start the
+    job up to 100 ms late (the scale bench's job schedulers)."""
+    w = make_worker(redis_url, prefix, qname, lambda j: j.name, drain_delay=5)
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        queue.add("later", {}, {"delay": 3000})
+        wait_for(lambda: w._fetch._block_until > 0 and marker_wait_blocked(w, r),
+                 what="the worker waiting for the delayed job's due time")
+        assert int(_blocking_entry(w, r)["qbuf"]) == 0  # nothing written behind this wait
+        wait_for(lambda: w.completed_count == 1, timeout=10, what="the delayed job")

@@ -1,0 +1,58 @@
+"""bench/scale.py: the start-order check of the prioritized case and the schedulers' plan."""
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+from bench.scale import out_of_order, scheduler_specs  # noqa: E402
+
+
+def test_a_start_order_in_priority_order_has_nothing_out_of_order():
+    assert out_of_order([1, 1, 2, 3, 3, 7], window=0) == (0, 0)
+
+
+def test_starts_within_the_window_in_flight_are_allowed():
+    # priority 1 starts two starts after a 5: an inversion, but within a window of 2
+    assert out_of_order([5, 6, 1, 7], window=2) == (0, 1)
+    # with a window of 1 the 5 started more than one start before it
+    assert out_of_order([5, 6, 1, 7], window=1) == (1, 1)
+
+
+def test_every_late_start_is_counted():
+    order = [9, 1, 2, 3]  # the 9 went first; all three later starts are behind it
+    assert out_of_order(order, window=0) == (3, 3)
+
+
+def test_scheduler_specs_are_half_every_half_cron_inside_the_window():
+    t0, window = 1_700_000_000_000, 40_000
+    specs = scheduler_specs(10, t0, window)
+    every = [s for s in specs if "every" in s[1]]
+    cron = [s for s in specs if "pattern" in s[1]]
+    assert len(every) == 5 and len(cron) == 5 and len({s[0] for s in specs}) == 10
+    assert all(t0 <= s[1]["startDate"] < t0 + window // 2 and s[1]["every"] == window // 2 for s in every)
+    seconds = {int(s[1]["pattern"].split()[0]) for s in cron}
+    assert seconds <= {(t0 // 1000 + k) % 60 for k in range(window // 1000)}
+    assert all(s[2]["data"]["k"] in ("every", "cron") for s in specs)
+
+
+def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
+    from bench.scale import history_row
+
+    meta = {"date": "d", "commit": "c", "machine": "m", "cpu": "x", "redis": "7", "load1_min": 0.5, "load1_max": 1}
+    prio = {"n": 10, "priorities": 5, "window": 100, "out_of_order": 0}
+    sched = {"n": 4, "every_p99_ms": 2.0, "cron_p99_ms": 4.0, "worker_cpu_pct": 1.0}
+    res = {"backlog": [], "admin": [],
+           "prioritized": [dict(prio, impl="ours", jobs_per_s=300.0), dict(prio, impl="node", jobs_per_s=200.0)],
+           "schedulers": [dict(sched, impl="ours", all_p99_ms=4.0), dict(sched, impl="node", all_p99_ms=100.0)],
+           "payloads": [{"impl": i, "n": 3, "payload_b": 102400, "jobs_per_s": v, "peak_rss_mb": 50.0}
+                        for i, v in (("ours", 90.0), ("node", 60.0))],
+           "dashboard": [{"impl": "ours", "what": "queues page", "path": "/", "n": 9, "max_ms": 12.0},
+                         {"impl": "ours", "what": "queues page: discovers", "path": "/", "n": 9, "max_ms": 900.0}]}
+    rows = history_row(res, meta).splitlines()
+    assert len(rows) == 4
+    assert "prioritized" in rows[0] and rows[0].endswith("| 1.50 |")
+    assert "job schedulers" in rows[1] and rows[1].endswith("| 25.00 |")
+    assert "100 KB payloads" in rows[2] and rows[2].endswith("| 1.50 |")
+    assert "page max 12 ms (the first discovery of the queues 900 ms)" in rows[3] and rows[3].endswith("| – |")
