@@ -33,14 +33,20 @@ def overview(ui: Any, req: Request) -> Response:
             f'<td class="n">{workers}</td>'
             f'<td>{chart(ui.reads.throughput(q), 160, 32)}</td></tr>')
     head = "".join(f"<th>{h(s)}</th>" for s in STATES)
-    body = (f"<h1>Queues <small>prefix {h(ui.prefix)}</small></h1>"
-            + ("<p>No queue found under this prefix.</p>" if not rows else
+    discovering = ui.reads.discovering
+    notice = ('<p class="notice" id="discovering">Looking for the queues under this prefix (a scan of every '
+              'key of the database); this page reloads itself until they are listed.</p>' if discovering else "")
+    body = (f"<h1>Queues <small>prefix {h(ui.prefix)}</small></h1>" + notice
+            + ("" if discovering and not rows else "<p>No queue found under this prefix.</p>" if not rows else
                f'<table id="queues"><tr><th>queue</th>{head}<th>workers</th><th>throughput</th></tr>'
                + "".join(rows) + "</table>"))
     from .outbox import outbox_section
     from .processes import processes_section
 
-    return ui.page(req, "Queues", body + processes_section(ui) + outbox_section(ui, req))
+    status, headers, text = ui.page(req, "Queues", body + processes_section(ui) + outbox_section(ui, req))
+    if discovering:
+        headers = headers + [("Refresh", "1")]
+    return status, headers, text
 
 
 def queue(ui: Any, req: Request) -> Response:

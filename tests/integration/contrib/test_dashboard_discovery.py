@@ -10,12 +10,14 @@ from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.contrib.dashboard import reads as dashboard_reads
 
 
-def _get(app, path, query=""):
-    """One GET through the WSGI app; (status, body text)."""
-    answer = {}
+def _get(app, path, query="", answer=None):
+    """One GET through the WSGI app; (status, body text). ``answer`` (a dict) gets the
+    headers too."""
+    answer = {} if answer is None else answer
 
     def start_response(status, headers):
         answer["status"] = status
+        answer["headers"] = dict(headers)
 
     environ = {"REQUEST_METHOD": "GET", "PATH_INFO": path, "QUERY_STRING": query, "SCRIPT_NAME": "",
                "wsgi.input": io.BytesIO(b""), "wsgi.url_scheme": "http", "HTTP_HOST": "localhost"}
@@ -48,9 +50,10 @@ def test_the_pages_of_one_queue_do_not_discover_every_queue(queue, redis_url, pr
         # a queue without keys is still refused, without a discovery either
         status, _ = _get(ui, "/queue", "name=nosuchqueue")
         assert status == "404 Not Found" and scans == []
-        # the queues page lists every queue: that one discovers them
+        # the queues page lists every queue: that one discovers them, in one pass over the
+        # keys for both suffixes (meta and id)
         status, body = _get(ui, "/")
-        assert status == "200 OK" and qname in body and len(scans) == 2
+        assert status == "200 OK" and qname in body and len(scans) == 1
     finally:
         ui.close()
 
@@ -104,4 +107,53 @@ def test_a_stale_list_of_queues_is_served_while_a_discovery_refreshes_it_behind(
         wait_for(lambda: ui.queue_names() == sorted([qname, f"{qname}-new"]), what="the refreshed list")
     finally:
         release.set()
+        ui.close()
+
+
+def test_the_first_discovery_is_waited_for_briefly_then_the_page_says_it_is_looking(queue, redis_url, prefix, qname,
+                                                                                    monkeypatch, wait_for):
+    """A queues page never waits long for the first discovery (0.6 s per million keys):
+    after FIRST_DISCOVERY_WAIT_S it lists the queues known so far, says it is looking and
+    reloads itself (a Refresh header); once the discovery ends, the list is there."""
+    import threading
+
+    queue.add("one", {})
+    real = dashboard_reads.scan_keys
+    release = threading.Event()
+
+    def held_scan(*args, **kwargs):
+        assert release.wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dashboard_reads, "scan_keys", held_scan)
+    monkeypatch.setattr(dashboard_reads, "FIRST_DISCOVERY_WAIT_S", 0.05)
+    ui = Dashboard(redis_url, prefix=prefix, known_queues=["announced"])
+    try:
+        answer = {}
+        status, body = _get(ui, "/", answer=answer)
+        assert status == "200 OK"
+        assert 'id="discovering"' in body and "announced" in body and qname not in body
+        assert answer["headers"].get("Refresh") == "1"
+        assert "No queue found" not in body
+        release.set()
+        wait_for(lambda: not ui.reads.discovering, what="the first discovery")
+        answer = {}
+        status, body = _get(ui, "/", answer=answer)
+        assert status == "200 OK" and qname in body and 'id="discovering"' not in body
+        assert "Refresh" not in answer["headers"]
+    finally:
+        release.set()
+        ui.close()
+
+
+def test_a_first_discovery_that_fails_is_reported_by_the_page(redis_url, prefix, monkeypatch):
+    def broken_scan(*args, **kwargs):
+        raise dashboard_reads.Refused("503 Service Unavailable", "scan refused for the test")
+
+    monkeypatch.setattr(dashboard_reads, "scan_keys", broken_scan)
+    ui = Dashboard(redis_url, prefix=prefix)
+    try:
+        status, body = _get(ui, "/")
+        assert status == "503 Service Unavailable" and "scan refused for the test" in body
+    finally:
         ui.close()
