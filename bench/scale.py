@@ -446,8 +446,9 @@ def measure_schedulers(bench: Bench, impl: Impl, n: int, window_s: float,
 
 
 # -- dashboard -------------------------------------------------------------------------------
-def _get_ms(port: int, path: str) -> Tuple[float, int, int]:
-    """One real HTTP GET of ``path``: (ms to the whole body, status, body bytes)."""
+def _get_ms(port: int, path: str, bodies: Optional[List[bytes]] = None) -> Tuple[float, int, int]:
+    """One real HTTP GET of ``path``: (ms to the whole body, status, body bytes); the body
+    is appended to ``bodies`` when given."""
     import http.client
 
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
@@ -456,6 +457,8 @@ def _get_ms(port: int, path: str) -> Tuple[float, int, int]:
         conn.request("GET", path)
         resp = conn.getresponse()
         body = resp.read()
+        if bodies is not None:
+            bodies.append(body)
         return (time.perf_counter() - t0) * 1000.0, resp.status, len(body)
     finally:
         conn.close()
@@ -465,8 +468,9 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
                       log: Callable[[str], None]) -> List[Dict[str, Any]]:
     """Our dashboard on a queue of ``n`` waiting jobs, served by gevent's WSGI server in its
     own process (``scale_dashboard_ours.py``) and timed by real HTTP GETs: the job list as the
-    server's first request, the queues page's first request (it discovers the queues, a SCAN
-    of every key), then ``repeats`` GETs of the queues page, the job list's first page and its
+    server's first request, the queues page's first request (it starts the discovery of the
+    queues, a SCAN of every key, and answers at the latest 0.2 s later), the time until a
+    queues page lists the queue (GETs every 50 ms), then ``repeats`` GETs of the queues page, the job list's first page and its
     last page, and of the queues page once its list is stale (rediscovered behind it). A reference for each implementation: what a
     bull-board-like job list reads with its client (the first 50 waiting jobs and the counts,
     ``scale_admin_*`` op ``dash``), ``repeats`` times."""
@@ -488,7 +492,7 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
             name = quote(queue)
             first = f"/queue?name={name}&state=waiting"
             plan = [("job list, first page: the server's first request", first, 1),
-                    ("queues page: first request, discovers the queues (SCAN of every key)", "/", 1),
+                    ("queues page: first request, starts the discovery (SCAN of every key)", "/", 1),
                     ("queues page (queues known)", "/", repeats),
                     ("job list, first page (waiting)", first, repeats),
                     (f"job list, last page ({last:,})", f"/queue?name={name}&state=waiting&page={last}", repeats),
@@ -503,12 +507,29 @@ def measure_dashboard(bench: Bench, filler: Filler, impls: List[Impl], n: int, r
                     if status != 200:
                         raise BenchError(f"dashboard GET {path}: HTTP {status}")
                     took.append(ms)
-                    if label.startswith("queues page: first"):
-                        shown = time.monotonic()
                 took.sort()
                 rows.append({"impl": "ours", "what": label, "path": path, "n": n, "gets": times,
                              "p50_ms": percentile(took, 50), "max_ms": took[-1], "bytes": size})
                 log(f"  dashboard {label:<70} p50 {rows[-1]['p50_ms']:8.1f} ms, max {took[-1]:8.1f} ms")
+                if label.startswith("queues page: first"):
+                    # until a queues page lists the queue: the first discovery's whole time
+                    t0 = time.monotonic() - took[0] / 1000.0
+                    gets = 1
+                    while True:
+                        bodies: List[bytes] = []
+                        _get_ms(port, "/", bodies)
+                        if b'data-queue="' + queue.encode() + b'"' in bodies[0]:
+                            break
+                        if time.monotonic() - t0 > 600:
+                            raise BenchError("dashboard: the queues page never listed the queue")
+                        gets += 1
+                        time.sleep(0.05)
+                    whole = (time.monotonic() - t0) * 1000.0
+                    rows.append({"impl": "ours", "what": "first discovery: until the queues page lists the queue",
+                                 "path": "/", "n": n, "gets": gets, "p50_ms": whole, "max_ms": whole, "bytes": 0,
+                                 "discovery": True})
+                    log(f"  dashboard first discovery: the queue listed after {whole:8.1f} ms ({gets} GETs)")
+                    shown = time.monotonic()
         finally:
             if proc.poll() is None:
                 proc.terminate()
@@ -756,7 +777,8 @@ def _markdown_more(res: Dict[str, Any]) -> List[str]:
         lines += [f"## Dashboard on a queue of {r0['n']:,} waiting jobs", "",
                   "Ours: real HTTP GETs to the dashboard served by gevent's WSGI server in its own process "
                   "(queues found by discovery, as `echomq-gevent dashboard` does): only the queues page "
-                  "needs the list, only the first discovery is waited for, a stale list (here after 2 s, "
+                  "needs the list, it waits for the first discovery at most 0.2 s (then says it is looking and "
+                  "reloads itself), a stale list (here after 2 s, "
                   "10 s by default) is served while a discovery refreshes it behind. Client calls: what a bull-board-like job list "
                   "reads with each implementation's queue API. Target: a page in under 300 ms.", "",
                   "| what | impl | times | p50 ms | max ms | load |", "|" + "---|" * 6]
@@ -816,8 +838,8 @@ def history_row(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
                 r["jobs_per_s"] / nd["jobs_per_s"])
     pages = [r for r in res.get("dashboard", []) if r["impl"] == "ours" and r["path"]]
     if pages:
-        first = [r for r in pages if "discovers" in r["what"]]
-        rest = [r for r in pages if "discovers" not in r["what"]]
+        first = [r for r in pages if r.get("discovery")]
+        rest = [r for r in pages if not r.get("discovery")]
         add(f"scale: dashboard on {pages[0]['n']:,} jobs, page max {max(r['max_ms'] for r in rest):.0f} ms"
             + (f" (the first discovery of the queues {first[0]['max_ms']:,.0f} ms)" if first else ""), None)
     return "".join(rows)

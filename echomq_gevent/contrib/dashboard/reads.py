@@ -23,7 +23,7 @@ STATES = ("waiting", "prioritized", "delayed", "active", "waiting-children", "co
 SAMPLES_KEPT = 120
 #: how long a page waits for the first discovery of the queues before it is served with
 #: the queues known so far and a notice (it reloads itself until the list is there)
-FIRST_DISCOVERY_WAIT_S = 0.25
+FIRST_DISCOVERY_WAIT_S = 0.2
 SAMPLE_EVERY_S = 2.0
 #: Minutes of BullMQ's metrics the chart plots.
 METRICS_MINUTES = 60

@@ -49,7 +49,7 @@ def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
            "payloads": [{"impl": i, "n": 3, "payload_b": 102400, "jobs_per_s": v, "peak_rss_mb": 50.0}
                         for i, v in (("ours", 90.0), ("node", 60.0))],
            "dashboard": [{"impl": "ours", "what": "queues page", "path": "/", "n": 9, "max_ms": 12.0},
-                         {"impl": "ours", "what": "queues page: discovers", "path": "/", "n": 9, "max_ms": 900.0}]}
+                         {"impl": "ours", "what": "first discovery: until listed", "path": "/", "n": 9, "max_ms": 900.0, "discovery": True}]}
     rows = history_row(res, meta).splitlines()
     assert len(rows) == 4
     assert "prioritized" in rows[0] and rows[0].endswith("| 1.50 |")
