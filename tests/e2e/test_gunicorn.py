@@ -442,7 +442,11 @@ def test_metrics_count_completed_jobs_across_two_worker_processes(gunicorn, queu
     wait_for(lambda: _all_completed(queue, ids), 30, what="60 jobs completed")
     pids = {queue.get_job(i).returnvalue["pid"] for i in ids}
     assert len(pids) == 2, "both gunicorn workers should have processed jobs"
-    # whichever worker answers, it reports the pool's total
+    # a job is completed in Redis just before its worker counts it (the hook runs after the
+    # finishing script answers): wait for the count to catch up, then whichever worker
+    # answers, it reports the pool's total
+    wait_for(lambda: _completed_metric(g.get("/_echomq/metrics")[1].decode()) == 60, 10,
+             what="the completed metric to count all 60 jobs")
     for _ in range(6):
         status, body = g.get("/_echomq/metrics")
         assert status == 200
