@@ -21,7 +21,11 @@ differently around it:
 - **Whole seconds.** The next run is the first matching whole second strictly after the
   given instant.
 
-Pure functions, no I/O; called by the scheduler code on any greenlet.
+Pure functions, no I/O; called by the scheduler code on any greenlet. A worker calls
+:func:`next_run` for each cron run it takes, often for many runs of one pattern due in the
+same second, so two bounded caches keep that cheap: the parsed pattern (a croniter built
+once per pattern, copied per search) and the answer per (pattern, zone, whole second of the
+search start), which is all the answer depends on besides ``end_date`` (checked after).
 """
 from __future__ import annotations
 
@@ -129,6 +133,45 @@ def validate_tz(tz: Any, what: str = "repeat.tz") -> Any:
 
 
 _parsed_cache: Dict[str, Tuple[str, bool]] = {}
+#: croniter objects by (expression, seconds-first), built once and copied for each search.
+_iter_cache: Dict[Tuple[str, bool], Any] = {}
+#: next_run's search result (before the end date check) by (expression, seconds-first, zone,
+#: whole second it searches after): runs of one pattern due together ask the same question.
+_next_cache: Dict[Tuple[str, bool, Any, int], Optional[int]] = {}
+_ITER_CACHE_MAX = 1024
+_MISS: Any = object()
+_NEXT_CACHE_MAX = 4096
+
+
+def _clear_caches() -> None:
+    """Forget every parsed pattern and answer (tests compare the cold path with the warm)."""
+    _parsed_cache.clear()
+    _iter_cache.clear()
+    _next_cache.clear()
+
+
+def _remember(cache: Dict[Any, Any], key: Any, value: Any, most: int) -> None:
+    """Store ``key`` in a cache bounded to ``most`` entries, dropping the oldest first."""
+    if len(cache) >= most:
+        try:
+            del cache[next(iter(cache))]
+        except (StopIteration, KeyError, RuntimeError):  # emptied or changed by another thread
+            pass
+    cache[key] = value
+
+
+def _iterator(expr: str, seconds: bool, start: datetime) -> Any:
+    """A croniter of ``expr`` set at ``start``: a copy of one built once per pattern (its
+    parsed fields are shared, read only; its position is its own)."""
+    template = _iter_cache.get((expr, seconds))
+    if template is None:
+        croniter, _ = _croniter()
+        template = croniter(expr, datetime(2000, 1, 1), second_at_beginning=seconds)
+        _remember(_iter_cache, (expr, seconds), template, _ITER_CACHE_MAX)
+    it = object.__new__(type(template))
+    it.__dict__.update(template.__dict__)
+    it.set_current(start, force=True)
+    return it
 
 
 def _prepare(pattern: Any, what: str) -> Tuple[str, bool]:
@@ -168,12 +211,12 @@ def _prepare(pattern: Any, what: str) -> Tuple[str, bool]:
     croniter, CroniterError = _croniter()
     try:
         # a day that never comes (30 February) is refused here, as cron-parser refuses it
-        croniter(expr, datetime(2000, 1, 1), second_at_beginning=seconds).get_next(datetime)
+        _iterator(expr, seconds, datetime(2000, 1, 1)).get_next(datetime)
     except (CroniterError, ValueError, KeyError, TypeError, IndexError) as exc:
+        _iter_cache.pop((expr, seconds), None)
         raise CronError(f"{what}: invalid cron pattern {pattern!r}: {exc}") from None
     result = (expr, seconds)
-    if len(_parsed_cache) < 1024:
-        _parsed_cache[pattern] = result
+    _remember(_parsed_cache, pattern, result, _ITER_CACHE_MAX)
     return result
 
 
@@ -218,9 +261,24 @@ def next_run(pattern: str, after_ms: int, tz: Optional[str] = None, start_date: 
         current = int(start_date)
     if end_date is not None and current > int(end_date):
         current = int(end_date)
+    key = (expr, seconds, zone, current // 1000)
+    found = _next_cache.get(key, _MISS)
+    if found is _MISS:
+        found = _search(expr, seconds, zone, current)
+        _remember(_next_cache, key, found, _NEXT_CACHE_MAX)
+    if found is None:
+        return None
+    if end_date is not None and found > int(end_date):
+        return None
+    return found
+
+
+def _search(expr: str, seconds: bool, zone: Any, current: int) -> Optional[int]:
+    """The first run strictly after ``current`` (ms), or None. Depends on ``current`` only
+    through its whole second: every instant compared with it is a whole second."""
     wall = _wall(current, zone)
-    croniter, CroniterError = _croniter()
-    it = croniter(expr, wall, second_at_beginning=seconds)
+    _, CroniterError = _croniter()
+    it = _iterator(expr, seconds, wall)
     found: Optional[int] = None
     for _ in range(_MAX_CANDIDATES):
         try:
@@ -241,8 +299,6 @@ def next_run(pattern: str, after_ms: int, tz: Optional[str] = None, start_date: 
     if _every_hour(it) and _offset(zone, found) < _offset(zone, current):
         # cron-parser runs a repeated hour twice when the hour field is "*" (and once otherwise)
         found = _second_occurrence(expr, seconds, zone, current, found)
-    if end_date is not None and found > int(end_date):
-        return None
     return found
 
 
@@ -268,9 +324,9 @@ def _second_occurrence(expr: str, seconds: bool, zone: Any, current: int, found:
             after = mid
     wall = datetime.fromtimestamp(after, zone).replace(tzinfo=None, fold=0)
     start = wall - timedelta(seconds=1)
-    croniter, CroniterError = _croniter()
+    _, CroniterError = _croniter()
     try:
-        candidate = croniter(expr, start, second_at_beginning=seconds).get_next(datetime)
+        candidate = _iterator(expr, seconds, start).get_next(datetime)
     except CroniterError:
         return found
     again = _instant_ms(candidate, zone, 1)

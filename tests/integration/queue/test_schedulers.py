@@ -147,6 +147,23 @@ def test_cron_run_taken_creates_the_next_match(r, queue):
     assert json.loads(r.hget(queue.keys.job(nxt), "opts"))["prevMillis"] == millis + 10000
 
 
+def test_runs_of_one_pattern_taken_together_write_what_a_cold_cache_writes(r, queue):
+    from echomq_gevent.protocol import cron
+
+    ids = [queue.upsert_job_scheduler(f"c{i}", {"pattern": "*/10 * * * * *", "tz": "Europe/Paris"}).id
+           for i in range(6)]
+    millis = int(ids[0].rsplit(":", 1)[1])
+    assert all(int(i.rsplit(":", 1)[1]) == millis for i in ids)
+    made = []
+    for n, job_id in enumerate(ids):
+        if n % 2 == 0:
+            cron._clear_caches()  # even ones cold, odd ones from the cache
+        made.append(schedule_next_run(queue.scripts, take(queue, job_id), now=millis + 137 * n))
+    assert made == [f"repeat:c{i}:{millis + 10000}" for i in range(6)]
+    opts = [json.loads(r.hget(queue.keys.job(nxt), "opts")) for nxt in made]
+    assert {o["prevMillis"] for o in opts} == {millis + 10000}
+
+
 def test_limit_ends_the_schedule(r, queue):
     job = queue.upsert_job_scheduler("twice", {"every": 1000, "limit": 2})
     second = schedule_next_run(queue.scripts, take(queue, job.id))
