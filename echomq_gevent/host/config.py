@@ -27,6 +27,7 @@ The file::
     processes: 1               # or auto (the CPU count): a supervisor runs that many children
     max_jobs_per_process: 1000 # recycle a child after this many jobs (null: never)
     max_memory_per_process: 512  # ... or once its RSS passes this many MB (null: never)
+    gc_freeze: true            # gc.freeze() what the process loaded, once its workers started
     queues:
       demo: {processor: "demo:process", concurrency: 20}
 
@@ -63,7 +64,8 @@ __all__ = [
 
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
-                  "defaults", "processes", "max_jobs_per_process", "max_memory_per_process", "queues")
+                  "defaults", "processes", "max_jobs_per_process", "max_memory_per_process", "gc_freeze",
+                  "queues")
 #: The process keys: how many worker processes the command supervises, and when one is recycled.
 PROCESS_KEYS = ("processes", "max_jobs_per_process", "max_memory_per_process")
 LOGGING_KEYS = ("level", "format")
@@ -110,6 +112,8 @@ class Config:
     max_jobs_per_process: Optional[int] = None
     #: ... or once its resident memory passes this many MB (None: never)
     max_memory_per_process: Optional[int] = None
+    #: the worker process freezes what it loaded at start (``gc.collect(); gc.freeze()``)
+    gc_freeze: bool = True
     queues: Dict[str, QueueConfig] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
     marks: Marks = field(default_factory=Marks, repr=False)
@@ -212,6 +216,10 @@ def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
         if not isinstance(data["entry_points"], bool):
             raise cfg.error(("entry_points",), f"must be true or false, got {data['entry_points']!r}")
         cfg.entry_points = data["entry_points"]
+    if "gc_freeze" in data:
+        if not isinstance(data["gc_freeze"], bool):
+            raise cfg.error(("gc_freeze",), f"must be true or false, got {data['gc_freeze']!r}")
+        cfg.gc_freeze = data["gc_freeze"]
     _parse_logging(cfg, data.get("logging"))
     cfg.defaults = _parse_options(cfg, data.get("defaults"), ("defaults",), allow_processor=False)
     _parse_processes(cfg, data)

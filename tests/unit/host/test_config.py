@@ -25,6 +25,8 @@ def test_minimal_file_gets_every_default():
     assert cfg.redis.url == "redis://127.0.0.1:6379/0"
     assert cfg.prefix == "bull"
     assert cfg.entry_points is True
+    assert cfg.gc_freeze is True
+    assert parse("gc_freeze: false\nqueues: {mail: {}}").gc_freeze is False
     assert cfg.queues["mail"].options == option_defaults()
     assert cfg.queues["mail"].processor is None
 
@@ -118,6 +120,11 @@ def test_merge_keys_and_anchors_work():
 
 # --- bad files: (text, line, key, words the message must contain) ------------------------------
 BAD = [
+    ("gc-freeze-not-a-bool", """
+        gc_freeze: "no"
+        queues:
+          mail: {}
+     """, 2, "gc_freeze", ["must be true or false", "'no'"]),
     ("typo-in-queue-option", """
         queues:
           mail:
