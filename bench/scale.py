@@ -211,18 +211,24 @@ def measure_admin(bench: Bench, filler: Filler, impl: Impl, n: int) -> List[Dict
     return rows
 
 
+def _reporting_worker(bench: Bench, queue: str, mode: str, concurrency: int, **more: Any) -> Dict[str, Any]:
+    """The configuration of a worker driver in ``mode`` that writes its report (latencies
+    and the like) into a fresh temporary file, ``cfg["report"]``, which the caller removes."""
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix="echomq-bench-", suffix=".json")
+    os.close(fd)
+    return {"url": bench.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency, "mode": mode,
+            "sleep_ms": 0, "report": path, **more}
+
+
 # -- delayed ---------------------------------------------------------------------------------
 def measure_delayed(bench: Bench, filler: Filler, impl: Impl, n: int, span_s: float,
                     concurrency: int = 100) -> Dict[str, Any]:
-    import tempfile
-
     bench.flush()
     queue = bench.new_queue()
     keys = QueueKeys(queue, PREFIX)
-    report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
-    report.close()
-    cfg = {"url": bench.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
-           "mode": "latency", "sleep_ms": 0, "report": report.name}
+    cfg = _reporting_worker(bench, queue, "latency", concurrency)
     proc = bench.start_driver(impl.worker_cmd(), cfg)
     try:
         bench.wait_blocked_client(15, proc)
@@ -231,10 +237,10 @@ def measure_delayed(bench: Bench, filler: Filler, impl: Impl, n: int, span_s: fl
         due0 = now + 1000.0 + n * 0.02
         filler.fill(keys, "delayed", n, ts=int(now), due0=due0, step_ms=span_s * 1000.0 / n)
         done, failed, _ = bench.wait_finished(keys, n, span_s + 600, proc)
-        rep = bench.stop_driver(proc, report.name)
+        rep = bench.stop_driver(proc, cfg["report"])
     finally:
         Bench.reap(proc)
-        os.unlink(report.name)
+        os.unlink(cfg["report"])
     late = sorted(float(x) for x in rep.get("latencies_ms", []))
     return {"impl": impl.key, "n": n, "span_s": span_s, "completed": done, "failed": failed,
             "samples": len(late), "p50_ms": percentile(late, 50), "p99_ms": percentile(late, 99),
@@ -243,16 +249,11 @@ def measure_delayed(bench: Bench, filler: Filler, impl: Impl, n: int, span_s: fl
 
 # -- idle queues -----------------------------------------------------------------------------
 def measure_idle(bench: Bench, impl: Impl, queues: int, idle_s: float, probes: int) -> Dict[str, Any]:
-    import tempfile
-
     assert bench.client is not None
     bench.flush()
     base = bench.new_queue()
     names = [f"{base}-{i}" for i in range(queues)]
-    report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
-    report.close()
-    cfg = {"url": bench.url, "queue": names[0], "queues": names, "prefix": PREFIX, "concurrency": 1,
-           "mode": "latency", "sleep_ms": 0, "report": report.name}
+    cfg = _reporting_worker(bench, names[0], "latency", 1, queues=names)
     proc = bench.start_driver(impl.worker_cmd(), cfg, ready_timeout=120)
     feeder: Optional[subprocess.Popen] = None
     try:
@@ -282,11 +283,11 @@ def measure_idle(bench: Bench, impl: Impl, queues: int, idle_s: float, probes: i
         feeder.stdin.flush()
         bench.wait_finished(QueueKeys(target, PREFIX), probes, 120, proc)
         feeder.wait(60)
-        rep = bench.stop_driver(proc, report.name, timeout=120)
+        rep = bench.stop_driver(proc, cfg["report"], timeout=120)
     finally:
         Bench.reap(proc)
         Bench.reap(feeder)
-        os.unlink(report.name)
+        os.unlink(cfg["report"])
     lat = sorted(float(x) for x in rep.get("latencies_ms", []))
     return {"impl": impl.key, "queues": queues, "connections": conns,
             "idle_cpu_pct": (cpu1 - cpu0) * 100.0 / idle_s, "redis_idle_cpu_pct": (redis1 - redis0) * 100.0 / idle_s,
@@ -385,8 +386,6 @@ def measure_schedulers(bench: Bench, impl: Impl, n: int, window_s: float,
     ``schedulers``), then an idle worker at ``concurrency`` over the window: lateness of each
     run's start against its scheduled time (the ``millis`` of its id), per kind, and the
     worker's and Redis's CPU over the window."""
-    import tempfile
-
     import psutil
 
     assert bench.client is not None
@@ -406,10 +405,7 @@ def measure_schedulers(bench: Bench, impl: Impl, n: int, window_s: float,
     finally:
         Bench.reap(admin)
     made = bench.client.zcard(keys.repeat)
-    report = tempfile.NamedTemporaryFile(prefix="echomq-bench-", suffix=".json", delete=False)
-    report.close()
-    cfg = {"url": bench.url, "queue": queue, "prefix": PREFIX, "concurrency": concurrency,
-           "mode": "sched", "sleep_ms": 0, "report": report.name}
+    cfg = _reporting_worker(bench, queue, "sched", concurrency)
     proc = bench.start_driver(impl.worker_cmd(), cfg)
     try:
         bench.wait_blocked_client(15, proc)
@@ -423,10 +419,10 @@ def measure_schedulers(bench: Bench, impl: Impl, n: int, window_s: float,
             time.sleep(0.2)
         cpu1, redis1, w1 = watch.cpu_s(), _redis_cpu(bench), time.monotonic()
         rss = psutil.Process(proc.pid).memory_info().rss / (1024.0 * 1024.0)
-        rep = bench.stop_driver(proc, report.name)
+        rep = bench.stop_driver(proc, cfg["report"])
     finally:
         Bench.reap(proc)
-        os.unlink(report.name)
+        os.unlink(cfg["report"])
     runs = [(tag[0], float(tag[1]), float(late)) for tag, late in zip(rep.get("tags", []), rep.get("latencies_ms", []))]
     # runs due before the worker was ready waited for it to start: not the scheduler's doing
     early = sum(1 for _, due, _ in runs if due < ready_ms)
@@ -575,7 +571,9 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
 
     spent: Dict[str, float] = {} if timings is None else timings  # seconds per case, for the run's total
 
-    def attempt(group: str, label: str, fn: Callable[[], Any]) -> None:
+    def attempt(group: str, label: str, fn: Callable[[], Any],
+                say: Optional[Callable[[Dict[str, Any]], str]] = None) -> None:
+        """Run one case into ``out[group]``; ``say`` words the log line of each row."""
         load = round(os.getloadavg()[0], 2)
         t0 = time.monotonic()
         try:
@@ -589,61 +587,53 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
         for row in res if isinstance(res, list) else [res]:
             row["load1"] = load
             out[group].append(row)
+            if say is not None:
+                log("  " + say(row))
 
     if "backlog" in groups:
         for n in size["backlogs"]:
             for impl in impls:
-                attempt("backlog", f"{n} {impl.key}", lambda impl=impl, n=n: measure_backlog(bench, filler, impl, n))
-                if out["backlog"] and out["backlog"][-1]["impl"] == impl.key:
-                    r = out["backlog"][-1]
-                    log(f"  backlog {n:>8} {impl.key:<5} {r['jobs_per_s']:9,.0f} jobs/s, worker "
-                        f"{r['worker_cpu_us_per_job']:.0f} µs/job, Redis {r['redis_cpu_us_per_job']:.0f} µs/job, "
-                        f"{r['memory_per_waiting_job_b']:.0f} B/job")
+                attempt("backlog", f"{n} {impl.key}", lambda impl=impl, n=n: measure_backlog(bench, filler, impl, n),
+                        lambda r: f"backlog {r['n']:>8} {r['impl']:<5} {r['jobs_per_s']:9,.0f} jobs/s, worker "
+                                  f"{r['worker_cpu_us_per_job']:.0f} µs/job, Redis {r['redis_cpu_us_per_job']:.0f} "
+                                  f"µs/job, {r['memory_per_waiting_job_b']:.0f} B/job")
     if "admin" in groups:
         for impl in impls:
             attempt("admin", impl.key, lambda impl=impl: measure_admin(bench, filler, impl, size["admin_n"]))
     if "delayed" in groups:
         for impl in impls:
             attempt("delayed", impl.key,
-                    lambda impl=impl: measure_delayed(bench, filler, impl, size["delayed_n"], size["delayed_span_s"]))
-            if out["delayed"] and out["delayed"][-1]["impl"] == impl.key:
-                r = out["delayed"][-1]
-                log(f"  delayed {impl.key:<5} late p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
-                    f"max {r['max_ms']:.1f} ms")
+                    lambda impl=impl: measure_delayed(bench, filler, impl, size["delayed_n"], size["delayed_span_s"]),
+                    lambda r: f"delayed {r['impl']:<5} late p50 {r['p50_ms']:.1f} ms, p99 {r['p99_ms']:.1f} ms, "
+                              f"max {r['max_ms']:.1f} ms")
     if "idle" in groups:
         for impl in impls:
-            attempt("idle", impl.key, lambda impl=impl: measure_idle(bench, impl, size["queues"], size["idle_s"],
-                                                           size["probes"]))
-            if out["idle"] and out["idle"][-1]["impl"] == impl.key:
-                r = out["idle"][-1]
-                log(f"  idle {r['queues']} queues {impl.key:<5} {r['connections']} connections, "
-                    f"{r['idle_cpu_pct']:.2f} % CPU, RSS {r['rss_mb']:.0f} MB, pick-up p99 {r['p99_ms']:.1f} ms")
+            attempt("idle", impl.key,
+                    lambda impl=impl: measure_idle(bench, impl, size["queues"], size["idle_s"], size["probes"]),
+                    lambda r: f"idle {r['queues']} queues {r['impl']:<5} {r['connections']} connections, "
+                              f"{r['idle_cpu_pct']:.2f} % CPU, RSS {r['rss_mb']:.0f} MB, pick-up p99 "
+                              f"{r['p99_ms']:.1f} ms")
     if "prioritized" in groups:
         for impl in impls:
             attempt("prioritized", impl.key, lambda impl=impl: measure_prioritized(
-                bench, filler, impl, size["prioritized_n"], size["priorities"]))
-            if out["prioritized"] and out["prioritized"][-1]["impl"] == impl.key:
-                r = out["prioritized"][-1]
-                log(f"  prioritized {r['n']} over {r['priorities']} {impl.key:<5} {r['jobs_per_s']:9,.0f} jobs/s, "
-                    f"{r['out_of_order']} out of order beyond {r['window']} in flight ({r['inversions']} at all)")
+                bench, filler, impl, size["prioritized_n"], size["priorities"]),
+                lambda r: f"prioritized {r['n']} over {r['priorities']} {r['impl']:<5} {r['jobs_per_s']:9,.0f} "
+                          f"jobs/s, {r['out_of_order']} out of order beyond {r['window']} in flight "
+                          f"({r['inversions']} at all)")
     if "schedulers" in groups:
         for impl in impls:
             attempt("schedulers", impl.key, lambda impl=impl: measure_schedulers(
-                bench, impl, size["schedulers_n"], size["schedulers_window_s"]))
-            if out["schedulers"] and out["schedulers"][-1]["impl"] == impl.key:
-                r = out["schedulers"][-1]
-                log(f"  schedulers {r['n']} {impl.key:<5} {r['all_runs']} runs, late p50 {r['all_p50_ms']:.1f} ms, "
-                    f"p99 {r['all_p99_ms']:.1f} ms (every {r['every_p99_ms']:.1f}, cron {r['cron_p99_ms']:.1f}), "
-                    f"worker {r['worker_cpu_pct']:.1f} % CPU")
+                bench, impl, size["schedulers_n"], size["schedulers_window_s"]),
+                lambda r: f"schedulers {r['n']} {r['impl']:<5} {r['all_runs']} runs, late p50 "
+                          f"{r['all_p50_ms']:.1f} ms, p99 {r['all_p99_ms']:.1f} ms (every {r['every_p99_ms']:.1f}, "
+                          f"cron {r['cron_p99_ms']:.1f}), worker {r['worker_cpu_pct']:.1f} % CPU")
     if "payloads" in groups:
         for n, pad in size["payloads"]:
             for impl in impls:
                 attempt("payloads", f"{pad} B {impl.key}",
-                        lambda impl=impl, n=n, pad=pad: measure_payload(bench, filler, impl, n, pad))
-                if out["payloads"] and out["payloads"][-1]["impl"] == impl.key:
-                    r = out["payloads"][-1]
-                    log(f"  payload {pad // 1024:>5} KB × {n} {impl.key:<5} {r['jobs_per_s']:9,.0f} jobs/s, "
-                        f"peak RSS {r['peak_rss_mb']:.0f} MB")
+                        lambda impl=impl, n=n, pad=pad: measure_payload(bench, filler, impl, n, pad),
+                        lambda r, n=n, pad=pad: f"payload {pad // 1024:>5} KB × {n} {r['impl']:<5} "
+                                                f"{r['jobs_per_s']:9,.0f} jobs/s, peak RSS {r['peak_rss_mb']:.0f} MB")
     if "dashboard" in groups:
         attempt("dashboard", "pages", lambda: measure_dashboard(
             bench, filler, impls, size["dashboard_n"], size["dashboard_gets"], log))

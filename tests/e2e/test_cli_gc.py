@@ -4,13 +4,12 @@ file turns it off."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
 from echomq_gevent.queue.queue import Queue
 
-from e2e.test_cli_run import Cli
+from e2e.test_cli_run import Cli, one_queue_file
 
 JOBS = '''
 import gc
@@ -25,15 +24,8 @@ def run(job):
 def test_the_command_freezes_what_it_loaded_unless_told_not_to(tmp_path, redis_url, prefix, qname, r, wait_for,
                                                                 setting, frozen):
     (tmp_path / "gcjobs.py").write_text(JOBS)
-    conf = tmp_path / "worker.yaml"
-    conf.write_text(textwrap.dedent(f"""
-        redis: {{url: "{redis_url}"}}
-        prefix: {prefix}
-        plugin_paths: ["."]
-        entry_points: false
-        queues:
-          {qname}: {{processor: "gcjobs:run", drain_delay: 1}}
-    """) + (f"gc_freeze: {setting}\n" if setting else ""))
+    conf = one_queue_file(tmp_path, redis_url, prefix, qname, 'processor: "gcjobs:run", drain_delay: 1',
+                          f"gc_freeze: {setting}\n" if setting else "")
     queue = Queue(qname, connection=redis_url, prefix=prefix)
     cli = Cli(["-c", str(conf), "--no-progress"], cwd=str(tmp_path))
     try:

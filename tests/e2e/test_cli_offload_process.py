@@ -11,7 +11,7 @@ import textwrap
 
 from echomq_gevent.queue.queue import Queue
 
-from e2e.test_cli_run import ROOT, Cli
+from e2e.test_cli_run import ROOT, Cli, one_queue_file
 from target import PYTHON
 
 JOBS = '''
@@ -37,16 +37,9 @@ def children_of(pid: int) -> list:
 
 def test_the_command_runs_jobs_in_children_and_sigterm_leaves_none(tmp_path, redis_url, prefix, qname, r, wait_for):
     (tmp_path / "cpujobs.py").write_text(JOBS)
-    conf = tmp_path / "worker.yaml"
-    conf.write_text(textwrap.dedent(f"""
-        redis: {{url: "{redis_url}"}}
-        prefix: {prefix}
-        plugin_paths: ["."]
-        entry_points: false
-        queues:
-          {qname}: {{processor: "cpujobs:run", concurrency: 2, offload: process, shutdown_timeout: 1,
-                     drain_delay: 1}}
-    """))
+    conf = one_queue_file(tmp_path, redis_url, prefix, qname,
+                          'processor: "cpujobs:run", concurrency: 2, offload: process, shutdown_timeout: 1, '
+                          'drain_delay: 1')
     queue = Queue(qname, connection=redis_url, prefix=prefix)
     cli = Cli(["-c", str(conf), "--no-progress"], cwd=str(tmp_path))
     try:

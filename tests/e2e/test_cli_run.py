@@ -59,6 +59,22 @@ class Cli(RunningCommand):
         super().__init__([*(command or [PYTHON, "-m", "echomq_gevent"]), *args], cwd, full_env)
 
 
+def one_queue_file(tmp_path, redis_url: str, prefix: str, qname: str, queue_options: str, more: str = ""):
+    """``tmp_path/worker.yaml`` for the command: one queue with ``queue_options`` (the text
+    of a YAML flow mapping), processors imported from ``tmp_path``, no entry points, and
+    ``more`` top-level lines. Returns its path."""
+    conf = tmp_path / "worker.yaml"
+    conf.write_text(textwrap.dedent(f"""
+        redis: {{url: "{redis_url}"}}
+        prefix: {prefix}
+        plugin_paths: ["."]
+        entry_points: false
+        queues:
+          {qname}: {{{queue_options}}}
+    """) + more)
+    return conf
+
+
 def node_add_bulk(redis_url: str, prefix: str, queue: str, jobs: List[Dict[str, Any]]) -> List[str]:
     """Add jobs with the real Node bullmq 6.7.0 Queue; returns their ids."""
     cmd = {"redis": redis_url, "prefix": prefix, "queue": queue, "cmd": "addBulk", "jobs": jobs}
@@ -318,15 +334,8 @@ def test_demo_without_a_file_runs_the_shipped_demo_from_any_directory(tmp_path, 
 
 def test_second_signal_hands_jobs_back_at_once(tmp_path, redis_url, prefix, qname, wait_for):
     (tmp_path / "sleepy.py").write_text("import gevent\ndef run(job):\n    gevent.sleep(30)\n    return 1\n")
-    conf = tmp_path / "worker.yaml"
-    conf.write_text(textwrap.dedent(f"""
-        redis: {{url: "{redis_url}"}}
-        prefix: {prefix}
-        plugin_paths: ["."]
-        entry_points: false
-        queues:
-          {qname}: {{processor: "sleepy:run", concurrency: 2, shutdown_timeout: 60, drain_delay: 1}}
-    """))
+    conf = one_queue_file(tmp_path, redis_url, prefix, qname,
+                          'processor: "sleepy:run", concurrency: 2, shutdown_timeout: 60, drain_delay: 1')
     queue = Queue(qname, connection=redis_url, prefix=prefix)
     cli = Cli(["-c", str(conf)], cwd=str(tmp_path))
     try:
