@@ -380,6 +380,13 @@ def _case_meta(**extra: Any) -> Dict[str, Any]:
             "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]), **extra}
 
 
+def _history_row(meta: Dict[str, Any], rounds: int, loads: List[float], what: str, ratio: float) -> str:
+    """One row of ``history.md``'s ratio table for a case run on its own (``meta`` from
+    :func:`_case_meta` with ``redis``; ``loads``: the 1-minute load before each round)."""
+    return (f"| {meta['date']} | {meta['commit']} | {meta['machine']}, {meta['cpu']} | {meta['redis']} | {rounds} | "
+            f"{min(loads):.2f}–{max(loads):.2f} | {what} | {ratio:.2f} |\n")
+
+
 def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
     """``--only cpu``: CPU-bound jobs under offload: thread and offload: process in one
     worker process (``bench/cpu.py``) on the first ``--redis`` server; writes ``cpu.md``,
@@ -411,21 +418,18 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
         med = result["medians"]
         loads = [r["load1_before"] for r in result["runs"]]
         with open(os.path.join(args.out, "history.md"), "a", encoding="utf-8") as fh:
-            machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, {meta['cpu']}"
-            fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
-                     f"{min(loads):.2f}–{max(loads):.2f} | CPU-bound 2 ms jobs, one worker process, offload: process "
-                     f"÷ offload: thread jobs/s ({med['process']:,.0f} against {med['thread']:,.0f}) | "
-                     f"{result['ratio']:.2f} |\n")
+            fh.write(_history_row(meta, rounds, loads, "CPU-bound 2 ms jobs, one worker process, offload: process "
+                                  f"÷ offload: thread jobs/s ({med['process']:,.0f} against {med['thread']:,.0f})",
+                                  result["ratio"]))
             if scaling is not None:
                 cpus = scaling["cpus"]
                 sm = scaling["medians"]
-                fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
-                         f"{min(r['load1_before'] for r in scaling['runs']):.2f}–"
-                         f"{max(r['load1_before'] for r in scaling['runs']):.2f} | CPU-bound 2 ms jobs, --processes "
-                         f"{cpus} ÷ --processes 1 jobs/s (ours {sm[f'ours x{cpus}']:,.0f} against {sm['ours x1']:,.0f}; "
-                         f"Node {cpus} processes {sm[f'node x{cpus}']:,.0f} against 1 {sm['node x1']:,.0f}, "
-                         f"{scaling['scaling']['node']:.2f}×; ours ÷ Node at {cpus}: {scaling['to_node'][cpus]:.2f}) | "
-                         f"{scaling['scaling']['ours']:.2f} |\n")
+                fh.write(_history_row(
+                    meta, rounds, [r["load1_before"] for r in scaling["runs"]],
+                    f"CPU-bound 2 ms jobs, --processes {cpus} ÷ --processes 1 jobs/s (ours "
+                    f"{sm[f'ours x{cpus}']:,.0f} against {sm['ours x1']:,.0f}; Node {cpus} processes "
+                    f"{sm[f'node x{cpus}']:,.0f} against 1 {sm['node x1']:,.0f}, {scaling['scaling']['node']:.2f}×; "
+                    f"ours ÷ Node at {cpus}: {scaling['to_node'][cpus]:.2f})", scaling["scaling"]["ours"]))
     if not args.quiet:
         sys.stdout.write(text)
     return 0
@@ -496,12 +500,10 @@ def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:
         o, n = med["ours"], med["node"]
         loads = [r["load1_before"] for r in result["runs"]]
         with open(os.path.join(args.out, "history.md"), "a", encoding="utf-8") as fh:
-            machine = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}, {meta['cpu']}"
-            fh.write(f"| {meta['date']} | {meta['commit']} | {machine} | {meta['redis']} | {rounds} | "
-                     f"{min(loads)}–{max(loads)} | relay messages/s ({o['msgs_per_s']:,.0f} against "
-                     f"{n['msgs_per_s']:,.0f}; publish->deliver p50 {o['p50_ms']:.3f} against {n['p50_ms']:.3f} ms, "
-                     f"p99 {o['p99_ms']:.3f} against {n['p99_ms']:.3f} ms) | "
-                     f"{o['msgs_per_s'] / n['msgs_per_s']:.2f} |\n")
+            fh.write(_history_row(meta, rounds, loads, f"relay messages/s ({o['msgs_per_s']:,.0f} against "
+                                  f"{n['msgs_per_s']:,.0f}; publish->deliver p50 {o['p50_ms']:.3f} against "
+                                  f"{n['p50_ms']:.3f} ms, p99 {o['p99_ms']:.3f} against {n['p99_ms']:.3f} ms)",
+                                  o["msgs_per_s"] / n["msgs_per_s"]))
     if not args.quiet:
         sys.stdout.write(text)
     return 0

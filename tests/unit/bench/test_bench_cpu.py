@@ -39,3 +39,13 @@ def test_scaling_report_names_both_implementations_and_the_ratios():
     text = scaling_markdown(result)
     assert "| echomq-gevent | 300 | 540 | 1.80× |" in text and "| BullMQ Node | 400 | 700 | 1.75× |" in text
     assert "ours ÷ Node: 0.75 with 1 process, 0.77 with 2" in text
+
+
+def test_a_case_run_on_its_own_writes_one_history_row_of_the_table():
+    from bench.run import _history_row
+
+    meta = {"date": "d", "commit": "c", "machine": "x86_64, 2 CPUs, Linux 6", "cpu": "Xeon", "redis": "7.0.15"}
+    row = _history_row(meta, 3, [0.5, 1.25, 0.75], "what it measured", 1.964)
+    assert row == "| d | c | x86_64, 2 CPUs, Linux 6, Xeon | 7.0.15 | 3 | 0.50–1.25 | what it measured | 1.96 |\n"
+    # the same columns as the table it is appended to
+    assert row.count("|") == 9
