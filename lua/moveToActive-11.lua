@@ -9,9 +9,17 @@
   An empty ARGV[2] is for a call written behind the worker's BZPOPMIN, which Redis runs
   only when the marker wait ends: the time of the call's writing would be stale by then.
 
-  Returns {flat job hash, jobId, 0, 0} when a job was moved to active, {0, 0, ttl, 0} when
-  rate limited, {0, 0, 0, nextDue} when only delayed jobs remain, else {0, 0, 0, 0}
-  (nothing to do, or the queue is paused or at its global concurrency).
+  Returns {flat job hash, jobId, 0, nextDue, ready} when a job was moved to active,
+  {0, 0, ttl, 0} when rate limited, {0, 0, 0, nextDue} when only delayed jobs remain, else
+  {0, 0, 0, 0} (nothing to do, or the queue is paused or at its global concurrency).
+
+  ready, a fifth element BullMQ's script does not return, is how many jobs wait and
+  prioritized still hold after this pick-up: the worker asks for that many next (as far as
+  its free slots go) instead of finding the end of a burst by pick-ups that come back
+  empty. When it is 0 the pick-up was the last ready job: the base marker it (or the
+  promotion of a due delayed job) left would only wake a worker for an empty fetch, so it
+  is removed, as a fetch that finds nothing removes it, and nextDue says when the earliest
+  delayed job is due (0: none), which the worker waits for.
 ]]
 --- @include "includes/fetchNextJob"
 
@@ -24,6 +32,14 @@ local workerOpts = cmsgpack.unpack(ARGV[3])
 local fetched = fetchNextJob(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[9],
                              KEYS[10], KEYS[11], ARGV[1], now, workerOpts)
 if fetched then
+  if fetched[2] ~= 0 then
+    local ready = redis.call("LLEN", KEYS[1]) + redis.call("ZCARD", KEYS[3])
+    fetched[5] = ready
+    if ready == 0 then
+      redis.call("ZREM", KEYS[11], "0")
+      fetched[4] = getNextDelayedTimestamp(KEYS[7]) or 0
+    end
+  end
   return fetched
 end
 return {0, 0, 0, 0}

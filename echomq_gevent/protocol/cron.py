@@ -46,7 +46,14 @@ def _croniter() -> Tuple[Any, Any]:
 
     return croniter, CroniterError
 
-__all__ = ["CronError", "ALIASES", "validate_pattern", "validate_tz", "next_run", "local_zone"]
+__all__ = ["CronError", "ALIASES", "validate_pattern", "validate_tz", "next_run", "local_zone", "preload"]
+
+
+def preload() -> None:
+    """Import croniter now: a worker whose queue has job schedulers calls this at its start,
+    so its first cron run does not wait for the import."""
+    _croniter()
+
 
 #: cron-parser's predefined expressions (6 fields, seconds first).
 ALIASES: Dict[str, str] = {

@@ -45,6 +45,7 @@ from .marker import Fetched, MarkerWaiter
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S
 from ..queue.schedulers import schedule_next_run
 from ..protocol.clock import now_ms
+from ..protocol.cron import preload as preload_cron
 from .context import WorkerContext
 from .settle import NO_NEXT, Settler
 from .slots import CONNECTION_ERRORS, Slot, SlotGreenlet
@@ -98,6 +99,9 @@ class FetchLoop:
         self._tokens = itertools.count()
         self._stopped = gevent.event.Event()  # set once closing starts: ends the pause after a failure
         self._burst = 1
+        #: the jobs a pick-up said were still ready after it (moveToActive-11's fifth
+        #: element), None when the last answer had no such count (a finish's fetch)
+        self._ready: Optional[int] = None
         self._block_until = 0
         #: made by :meth:`setup`
         self.pool: Optional[gevent.pool.Group] = None
@@ -159,6 +163,10 @@ class FetchLoop:
         self.marker = marker
         try:  # connect now: the worker shows up in getWorkers() from the start
             self.blocking.ping()
+            # a queue with job schedulers: load the cron library now (about 20 ms of
+            # imports), not while the first cron run is due
+            if ctx.client.exists(ctx.keys.repeat):
+                preload_cron()
         except CONNECTION_ERRORS as exc:
             log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", ctx.label, exc)
 
@@ -247,8 +255,8 @@ class FetchLoop:
 
     def _fetch(self, count: int) -> None:
         """``count`` pick-ups (``moveToActive``), pipelined when more than one; start every
-        job they bring. The burst doubles while every pick-up brings a job (a backlog and
-        free slots: fill them in a few round trips) and falls back to 1 otherwise."""
+        job they bring. While every pick-up brings a job, the next burst is what the last
+        one said was still ready (:meth:`_next_burst`); otherwise it falls back to 1."""
         ctx = self.ctx
         tokens = [f"{ctx.id}:{next(self._tokens)}" for _ in range(max(1, count))]
         now = now_ms()
@@ -274,10 +282,7 @@ class FetchLoop:
             if job is not None:
                 started += 1
                 self._start(job, token)
-        if started == len(tokens) and error is None:
-            self._burst = min(self._burst * 2, _MAX_BURST)
-        else:
-            self._burst = 1
+        self._burst = self._next_burst() if started == len(tokens) and error is None else 1
         if error is not None:
             raise error
 
@@ -382,11 +387,21 @@ class FetchLoop:
             job = self._next_from(answer, fetched.token)
             if job is not None:
                 self._start(job, fetched.token)
+                self._burst = self._next_burst()
         if fetched.pop_error is not None:
             raise fetched.pop_error
 
+    def _next_burst(self) -> int:
+        """How many pick-ups to send next after pick-ups that all brought a job: as many as
+        the last one said were still ready (a burst of due jobs is taken in two round trips;
+        a lone job is not followed by pick-ups that come back empty), else twice the last
+        burst; at most :data:`_MAX_BURST`. The free slots bound it further."""
+        if self._ready is not None:
+            return max(1, min(self._ready, _MAX_BURST))
+        return min(self._burst * 2, _MAX_BURST)
+
     def _next_from(self, res: Any, token: str) -> Optional[Job]:
-        """Read a fetch answer (``[fields|0, id|0, ttl, due]``, or 0/None for nothing),
+        """Read a fetch answer (``[fields|0, id|0, ttl, due]``, a pick-up's with ``ready`` fifth, or 0/None for nothing),
         update the loop's state and return the new job, if any."""
         hints = self.hints
         if not res:
@@ -398,7 +413,10 @@ class FetchLoop:
         hints.limit_until = now + ttl if ttl > 0 else 0
         self._block_until = due if due > 0 else 0
         if flat and job_id:
-            hints.drained = False
+            ready = self._ready = int(res[4]) if len(res) > 4 else None
+            # the last ready job (a pick-up's count): wait on the marker next, up to the due
+            # time of the earliest delayed job, instead of a pick-up that comes back empty
+            hints.drained = ready == 0
             job = Job.from_flat(self.scripts, str(job_id), flat)
             job.token = token
             return job
@@ -499,8 +517,11 @@ class FetchLoop:
     def _process(self, slot: Slot) -> Optional[Job]:
         """Run one job and settle it. Returns the next job fetch-next brought, or None."""
         job = slot.job
-        if job.repeat_job_key:  # a scheduler's run: create the next one first, as Node's worker does
-            schedule_next_run(self.scripts, job)
+        if job.repeat_job_key:
+            # a scheduler's run: its next run is created beside the processor (a round trip
+            # that would otherwise delay the start) and before this run settles, so the
+            # schedule goes on as when Node's worker creates it first (_settle_next_run)
+            slot.next_run = gevent.spawn(schedule_next_run, self.scripts, job)
         plugins = self.plugins
         worker = self.worker
         plugins.notify("echomq_job_active", worker=worker, job=job)
@@ -528,10 +549,20 @@ class FetchLoop:
             return self._fail(slot, exc)
         if self._discarded(slot):
             return None
+        self._settle_next_run(slot)
         res = self.settler.complete(slot, result, self._can_fetch_next())
         return None if res is NO_NEXT else self._next_from(res, slot.token)
 
+    @staticmethod
+    def _settle_next_run(slot: Slot) -> None:
+        """Wait for the creation of a scheduler run's next run (it never raises), so that
+        run exists before this one is finished, as with Node's worker."""
+        if slot.next_run is not None:
+            slot.next_run.join()
+            slot.next_run = None
+
     def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
+        self._settle_next_run(slot)
         res = self.settler.fail(slot, err, self._can_fetch_next())
         return None if res is NO_NEXT else self._next_from(res, slot.token)
 

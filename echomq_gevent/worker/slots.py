@@ -44,7 +44,8 @@ CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 class Slot:
     """One in-flight job: what the worker knows about it while it runs."""
 
-    __slots__ = ("job", "token", "started", "phase", "lock_lost", "handed_back", "greenlet", "in_processor")
+    __slots__ = ("job", "token", "started", "phase", "lock_lost", "handed_back", "greenlet", "in_processor",
+                 "next_run")
 
     def __init__(self, job: Job, token: str) -> None:
         self.job = job
@@ -57,6 +58,8 @@ class Slot:
         self.greenlet: Any = None
         #: True only while the processor itself runs (a cancellation may interrupt it then)
         self.in_processor = False
+        #: a scheduler's run: the greenlet creating the run after it, joined before it settles
+        self.next_run: Any = None
 
 
 class ActiveJobs(Mapping):

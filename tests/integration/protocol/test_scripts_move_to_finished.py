@@ -296,6 +296,7 @@ def test_fetch_next_returns_the_next_job(r, keys, scripts, events):
 def test_fetch_next_reports_rate_limit_paused_and_delayed(r, keys, scripts, events):
     running(r, keys, scripts, "1")
     add_waiting(r, keys, "2")
+    r.zadd(keys.marker, {"0": 0})  # as an add writes it
     r.set(keys.limiter, 5, px=10000)
     res = complete(scripts, "1", fetch_next=True, limiter={"max": 5, "duration": 10000})
     assert res[:2] == [0, 0] and res[2] > 0 and res[3] == 0

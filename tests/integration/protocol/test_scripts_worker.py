@@ -17,8 +17,8 @@ def test_fetch_moves_job_to_active_and_prepares_it(r, keys, scripts, events):
     add_waiting(r, keys, "1", data={"x": 1})
     now = now_ms()
     res = fetch(scripts, now=now, name="w1")
-    flat, job_id, ttl, due = res
-    assert (job_id, ttl, due) == ("1", 0, 0)
+    flat, job_id, ttl, due, ready = res
+    assert (job_id, ttl, due, ready) == ("1", 0, 0, 0)
     fields = as_dict(flat)
     assert fields["data"] == '{"x": 1}'
     assert fields["processedOn"] == str(now)
@@ -29,8 +29,32 @@ def test_fetch_moves_job_to_active_and_prepares_it(r, keys, scripts, events):
     assert r.get(keys.lock("1")) == TOKEN
     assert 0 < r.pttl(keys.lock("1")) <= LOCK_MS
     assert events(keys) == [{"event": "active", "jobId": "1", "prev": "waiting"}]
-    # every successful fetch re-adds the base marker, so another blocked worker wakes up
+    # the last ready job: no base marker is left to wake a worker for an empty fetch
+    assert r.zrange(keys.marker, 0, -1, withscores=True) == []
+
+
+def test_a_pickup_counts_the_jobs_still_ready_and_leaves_the_base_marker_for_them(r, keys, scripts):
+    add_waiting(r, keys, "1")
+    add_waiting(r, keys, "2")
+    add_prioritized(r, keys, "3", priority=5)
+    r.zadd(keys.marker, {"0": 0})
+    res = fetch(scripts)
+    assert res[1:] == ["1", 0, 0, 2]  # wait's "2" and prioritized's "3" are still ready
+    # another blocked worker is woken for them, as BullMQ's pick-up does
     assert r.zrange(keys.marker, 0, -1, withscores=True) == [("0", 0.0)]
+    assert fetch(scripts)[1:] == ["2", 0, 0, 1]
+    assert r.zrange(keys.marker, 0, -1, withscores=True) == [("0", 0.0)]
+
+
+def test_the_last_ready_job_says_when_the_next_delayed_job_is_due(r, keys, scripts):
+    now = now_ms()
+    add_delayed(r, keys, "d", due_ms=now + 60_000, seq=3)
+    add_delayed(r, keys, "e", due_ms=now - 5)  # due: promoted by this pick-up and taken
+    r.zadd(keys.marker, {"1": now + 60_000})   # the delay marker stays: it is not the base one
+    res = fetch(scripts, now=now)
+    assert res[1:] == ["e", 0, now + 60_000, 0]
+    # the promotion's base marker would only wake a worker for an empty fetch: removed
+    assert r.zrange(keys.marker, 0, -1, withscores=True) == [("1", float(now + 60_000))]
 
 
 def test_without_worker_name_no_pb_and_ats_counts_every_start(r, keys, scripts):
@@ -186,8 +210,9 @@ def test_only_future_delayed_jobs_returns_next_due_time(r, keys, scripts):
 def test_a_fetch_that_finds_nothing_removes_the_stale_base_marker_only(r, keys, scripts):
     add_waiting(r, keys, "1")
     activate(scripts, "1")
-    # the pick-up wrote the base marker for a next job that is not there
-    assert r.zscore(keys.marker, "0") == 0
+    # a base marker for a next job that is not there (BullMQ's pick-up leaves one after
+    # the last job; ours does not, see above)
+    r.zadd(keys.marker, {"0": 0})
     due = now_ms() + 60000
     add_delayed(r, keys, "d", due)
     r.zadd(keys.marker, {"1": due})

@@ -1,0 +1,105 @@
+"""A scheduler's run in our worker: its next run is created beside the processor and before
+the run settles; a worker of a queue with schedulers loads the cron library at its start;
+a burst of due jobs is taken in as many pick-ups as there are jobs, with no empty ones."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import gevent
+
+from echomq_gevent import Worker
+from echomq_gevent.worker import fetch as fetch_module
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def _wait(cond, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, "timed out"
+        gevent.sleep(0.02)
+
+
+def test_the_next_run_is_created_beside_the_processor_and_before_the_run_settles(r, queue, redis_url,
+                                                                                  monkeypatch):
+    slow = 0.3
+    real = fetch_module.schedule_next_run
+
+    def slow_next_run(scripts, job):  # a slow round trip for the creation of the next run
+        gevent.sleep(slow)
+        return real(scripts, job)
+
+    monkeypatch.setattr(fetch_module, "schedule_next_run", slow_next_run)
+    queue.upsert_job_scheduler("s", {"every": 60_000}, {"name": "s"})
+    first = (r.zrange(queue.keys.delayed, 0, 0) or r.lrange(queue.keys.wait, 0, 0))[0]
+    if r.zscore(queue.keys.delayed, first) is not None:
+        r.zadd(queue.keys.delayed, {first: 0})  # due now
+    started = {}
+
+    def processor(job):
+        started[job.id] = time.time() * 1000
+    worker = Worker(queue.name, processor, connection=redis_url, prefix=queue.prefix, drain_delay=1)
+    worker.start()
+    try:
+        _wait(lambda: queue.get_job_state(first) == "completed")
+    finally:
+        worker.close(timeout=5)
+    nxt = [j for j in r.zrange(queue.keys.delayed, 0, -1) if j != first]
+    assert len(nxt) == 1, nxt
+    created = int(r.hget(queue.keys.job(nxt[0]), "timestamp"))
+    finished = int(r.hget(queue.keys.job(first), "finishedOn"))
+    # the processor did not wait for the creation's round trip...
+    assert started[first] < created - slow * 1000 / 2
+    # ...but the run was finished only once its next run existed
+    assert created <= finished
+
+
+def test_a_worker_of_a_queue_with_schedulers_loads_the_cron_library_at_its_start(redis_url, prefix, qname):
+    def croniter_loaded(with_scheduler):
+        code = (
+            "import sys\n"
+            "from echomq_gevent import Queue, Worker\n"
+            f"q = Queue({qname!r}, connection={redis_url!r}, prefix={prefix!r})\n"
+            + (f"q.upsert_job_scheduler('c', {{'every': 3_600_000}}, {{'name': 'c'}})\n" if with_scheduler
+               else "q.obliterate(force=True)\n")
+            + "assert 'croniter' not in sys.modules\n"
+            f"w = Worker({qname!r}, lambda j: 1, connection={redis_url!r}, prefix={prefix!r}, drain_delay=0.2)\n"
+            "w.start()\n"
+            "import gevent\n"
+            "gevent.sleep(0.5)\n"
+            "w.close(timeout=5)\n"
+            "print('croniter' in sys.modules)\n"
+        )
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env=dict(os.environ, PYTHONPATH=ROOT))
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert croniter_loaded(False) == "False"  # nothing of cron for a queue without schedulers
+    assert croniter_loaded(True) == "True"
+
+
+def test_a_burst_of_jobs_is_taken_without_empty_pickups(r, queue, redis_url):
+    queue.pause()
+    for i in range(40):
+        queue.add("d", {"i": i})
+    done = []
+    worker = Worker(queue.name, lambda job: done.append(job.id), connection=redis_url, prefix=queue.prefix,
+                    concurrency=50, drain_delay=5)
+    worker.start()
+    try:
+        gevent.sleep(0.3)
+        before = r.info("commandstats").get("cmdstat_rpoplpush", {}).get("calls", 0)
+        queue.resume()  # 40 jobs ready at once
+        _wait(lambda: len(done) == 40)
+        gevent.sleep(0.3)
+        pops = r.info("commandstats").get("cmdstat_rpoplpush", {}).get("calls", 0) - before
+    finally:
+        worker.close(timeout=5)
+    # every fetch, a pick-up's or a finish's, pops wait once: 40 that took a job, and at
+    # most one per finish; pick-ups that come back empty to find the end of the burst
+    # (10 more with the doubling ramp of 1 + 2 + 4 + ... it replaces) are not made
+    assert pops <= 40 + 40 + 2, pops
