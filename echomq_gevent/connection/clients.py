@@ -105,13 +105,16 @@ DECODE_ERRORS = "surrogateescape"
 
 
 def make_client(connection: ConnectionLike = None, max_connections: Optional[int] = None,
-                settings: Optional[ConnectionSettings] = None, **extra: Any) -> "redis.Redis":
+                settings: Optional[ConnectionSettings] = None, reuse: bool = False,
+                **extra: Any) -> "redis.Redis":
     """A decoding ``redis.Redis`` for a URL (``redis+sentinel://`` too), an existing
     client, or ``None`` (the default URL).
 
     A client built from a URL gets ``settings`` (default :data:`DEFAULT_SETTINGS`);
     options in the URL's query (``?socket_timeout=3``) win over them, as in redis-py.
-    A decoding client passed in is used as it is (its owner chose its settings).
+    A decoding client passed in is used as it is (its owner chose its settings) when
+    nothing else is asked of it; with ``reuse`` also when ``settings`` are given (they are
+    its owner's: the runner's client, shared by the workers of a process).
     Raises ``ValueError`` naming the value when it is neither.
     """
     if connection is None:
@@ -129,12 +132,12 @@ def make_client(connection: ConnectionLike = None, max_connections: Optional[int
         return redis.Redis.from_url(connection, **kwargs)
     if is_cluster(connection):
         kwargs_now = connection.get_connection_kwargs()
-        if kwargs_now.get("decode_responses") and not extra and not max_connections and settings is None:
+        if kwargs_now.get("decode_responses") and not extra and not max_connections and (settings is None or reuse):
             return connection
         return clone_cluster(connection, settings=settings, defaults=DEFAULT_SETTINGS, **extra)
     if isinstance(connection, redis.Redis):
         pool_kwargs = dict(connection.connection_pool.connection_kwargs)
-        if pool_kwargs.get("decode_responses") and not extra and not max_connections and settings is None:
+        if pool_kwargs.get("decode_responses") and not extra and not max_connections and (settings is None or reuse):
             return connection
         return clone_client(connection, max_connections=max_connections, settings=settings, **extra)
     raise ValueError(

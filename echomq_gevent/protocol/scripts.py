@@ -34,7 +34,7 @@ from .calls import ADD_SCRIPTS, RESEND_SAFE, ScriptBatch, ScriptCall
 from .schedulers import SchedulerScripts
 from .library import ScriptLibrary, library, lua_dir, pack
 
-__all__ = ["ScriptLibrary", "Scripts", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir", "RESEND_SAFE",
+__all__ = ["ScriptLibrary", "Scripts", "shared_call", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir", "RESEND_SAFE",
            "ADD_SCRIPTS"]
 
 Number = Union[int, float]
@@ -44,6 +44,57 @@ _thread_id = gevent.monkey.get_original("_thread", "get_ident")
 
 def _int(v: Any) -> int:
     return int(v) if v is not None else 0
+
+
+class _Lanes:
+    """The connections script calls go on, one set per client, shared by every
+    :class:`Scripts` made on that client: the kept connection, the pipelined connection of
+    each thread that calls, and on a Redis Cluster the router's connections per primary.
+
+    So the workers of a process that share one client (the runner's, per Redis and
+    connection settings) hold one script connection between them, not one each. The set
+    hangs on the client itself (a reference cycle, freed with the client), since the
+    connections refer to their client."""
+
+    __slots__ = ("kept", "cluster", "pipes")
+
+    _ATTR = "_echomq_script_lanes"
+
+    def __init__(self, client: Any) -> None:
+        self.kept: Optional[KeptConnection] = KeptConnection.for_client(client)
+        self.cluster: Optional[ClusterRouter] = ClusterRouter(client) if is_cluster(client) else None
+        #: OS thread id -> the pipelined connection of that thread's hub
+        self.pipes: Dict[int, PipelinedConnection] = {}
+
+    @classmethod
+    def of(cls, client: Any) -> "_Lanes":
+        lanes = getattr(client, cls._ATTR, None)
+        if lanes is None:
+            lanes = cls(client)
+            try:
+                setattr(client, cls._ATTR, lanes)
+            except AttributeError:  # pragma: no cover - a client class with __slots__
+                pass
+        return lanes
+
+    def pipe(self, owner: int) -> PipelinedConnection:
+        pipe = self.pipes.get(owner)
+        if pipe is None:
+            pipe = self.pipes[owner] = PipelinedConnection(self.kept)  # type: ignore[arg-type]
+        return pipe
+
+
+def shared_call(client: Any, *command: Any) -> Any:
+    """Send one plain command (``CLIENT UNBLOCK``...) on the script connection the
+    :class:`Scripts` of ``client`` share, so it opens no connection of its own: pipelined
+    on the hub that calls, else on the kept connection, else through the client."""
+    lanes = _Lanes.of(client)
+    if lanes.kept is None:
+        return client.execute_command(*command)
+    owner = _thread_id()
+    if pipelining_available():
+        return lanes.pipe(owner).call_command(tuple(command), True)
+    return lanes.kept.call_command(tuple(command), True)
 
 
 class Scripts:
@@ -69,17 +120,19 @@ class Scripts:
         # A connection of the client's pool kept checked out for this instance's EVALSHAs
         # (see kept_connection.py), or None when the client cannot lend one. Given back by
         # release_connections() or when this object is collected.
-        self._kept: Optional[KeptConnection] = KeptConnection.for_client(client)
+        # The connections are the client's, shared by every Scripts made on it (the workers
+        # of a process that share one client share them): see _Lanes.
+        self._lanes = _Lanes.of(client)
+        self._kept: Optional[KeptConnection] = self._lanes.kept
         # On a Redis Cluster: the calls go to the primary serving the queue's slot and
         # follow its redirects (cluster.py); the queue's keys must share a hash tag.
         self._cluster: Optional[ClusterRouter] = None
-        if is_cluster(client):
+        if self._lanes.cluster is not None:
             require_hash_tag(keys.prefix, keys.name)
-            self._cluster = ClusterRouter(client)
+            self._cluster = self._lanes.cluster
         # On the thread that built this object, with patched sockets and hiredis, the calls
         # of its greenlets share one connection, pipelined (pipelined.py); made on first use.
         self._owner = _thread_id() if self._kept is not None and pipelining_available() else None
-        self._pipe: Optional[PipelinedConnection] = None
         # raw redis-py pipelines given to queue_call: the script calls queued on each, by
         # position, so execute_pipeline can replay a NOSCRIPT
         self._on_pipes: "weakref.WeakKeyDictionary[Any, List[Tuple[int, ScriptCall]]]" = \
@@ -126,20 +179,25 @@ class Scripts:
         so batching them by hand gains nothing)."""
         return self._owner is not None and self._owner == _thread_id()
 
+    @property
+    def _pipe(self) -> Optional[PipelinedConnection]:
+        """The pipelined connection of the thread that built this object, once made."""
+        return self._lanes.pipes.get(self._owner) if self._owner is not None else None
+
     def _lane(self) -> Any:
         """The pipelined connection for calls from its thread, else the kept connection."""
         if self._owner is not None and self._owner == _thread_id():
-            pipe = self._pipe
-            if pipe is None:
-                pipe = self._pipe = PipelinedConnection(self._kept)  # type: ignore[arg-type]
-            return pipe
+            return self._lanes.pipe(self._owner)
         return self._kept
 
     def release_connections(self) -> None:
         """Give the connections kept for script calls back to the client's pool (they are
-        taken again on the next call). Queue.close and Worker's close call it; idempotent."""
-        if self._pipe is not None:
-            self._pipe.release()
+        taken again on the next call). Queue.close and Worker's close call it; idempotent.
+        The connections are shared by every Scripts of the client: another user's next call
+        checks one out of the pool again (the pool keeps it open), nothing is lost."""
+        pipe = self._pipe
+        if pipe is not None:
+            pipe.release()
         if self._kept is not None:
             self._kept.release()
         if self._cluster is not None:

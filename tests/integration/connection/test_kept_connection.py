@@ -100,14 +100,20 @@ def test_a_killed_connection_is_replaced(lane, r):
     assert lane.get_counts(["wait"]) == [0]
 
 
-def test_collected_scripts_give_the_connection_back(redis_url, prefix, qname):
+def test_the_scripts_of_one_client_share_its_kept_connection(redis_url, prefix, qname):
+    # the workers of a process share one client: their script calls share one connection,
+    # which stays with the client (not with one Scripts) until released
     client = _client(redis_url)
     try:
-        scripts = Scripts(client, QueueKeys(qname, prefix))
-        scripts.get_counts(["wait"])
+        many = [Scripts(client, QueueKeys(f"{qname}{i}", prefix)) for i in range(5)]
+        for scripts in many:
+            scripts.get_counts(["wait"])
         assert _pool_counts(client)[2] == 1
-        del scripts
+        assert len({id(s.kept_connection) for s in many}) == 1
+        del many
         gc.collect()
+        assert _pool_counts(client)[2] == 1  # kept for the client's next user
+        Scripts(client, QueueKeys(qname, prefix)).release_connections()
         assert _pool_counts(client)[2] == 0
     finally:
         client.close()
