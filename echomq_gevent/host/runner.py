@@ -59,7 +59,8 @@ class Runner:
             host, processors = build_plugin_host(cfg, tuple(extra_plugins))
         self.host = host
         self.processors: Mapping[str, Optional[Callable[..., Any]]] = processors or {}
-        self.workers: List[Any] = build_workers(cfg, host, self.processors, url)
+        self.workers: List[Any]
+        self.workers, self.shared = build_shared_workers(cfg, host, self.processors, url)
         self.state = "built"
         #: True once a worker stopped with an error (the command exits 1)
         self.failed = False
@@ -145,6 +146,7 @@ class Runner:
         closers = [gevent.spawn(self._close_one, w, timeout, reason) for w in self.workers]
         gevent.joinall(closers)
         if all(w.closed for w in self.workers):
+            self.shared.close()  # the workers' shared client and marker wait, last
             self.state = "stopped"
 
     @staticmethod
@@ -342,8 +344,52 @@ def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Call
     Called by the CLI and the gunicorn integration after :func:`build_plugin_host`, on the
     hub the workers will run on; nothing talks to Redis until a worker runs.
     """
+    return build_shared_workers(cfg, host, processors, url)[0]
+
+
+class SharedConnections:
+    """What the workers of one process share on their Redis: one command client (its
+    script connection pipelined for all of them) and, with ``marker_wait: shared``, one
+    marker wait. The runner owns them and closes them once every worker has closed."""
+
+    def __init__(self, client: Any, marker_wait: Any = None) -> None:
+        self.client = client
+        self.marker_wait = marker_wait
+
+    def close(self) -> None:
+        from ..connection.clients import close_client
+
+        if self.marker_wait is not None:
+            try:
+                self.marker_wait.close()
+            except Exception:  # pragma: no cover - best effort
+                log.debug("closing the shared marker wait failed", exc_info=True)
+        try:
+            close_client(self.client)
+        except Exception:  # pragma: no cover - best effort
+            pass
+
+
+def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Callable[..., Any]]],
+                         url: str) -> Tuple[List[Any], SharedConnections]:
+    """:func:`build_workers`, and what they share: one command client for the process
+    (per Redis and connection settings: the file has one of each) and, with
+    ``marker_wait: shared``, one marker wait (on a Redis Cluster each queue keeps its own,
+    since the keys of one ``BZPOPMIN`` must share a slot)."""
+    from ..connection.clients import make_client
+    from ..connection.cluster import is_cluster
+    from ..worker.shared_wait import SharedMarkerWait
     from ..worker.worker import Worker
 
-    return [Worker(name, processor=processors.get(name), connection=url, prefix=cfg.prefix,
-                   plugins=host, connection_settings=cfg.redis.connection, **q.options)
-            for name, q in cfg.queues.items()]
+    client = make_client(url, settings=cfg.redis.connection)
+    marker_wait = None
+    if cfg.marker_wait == "shared":
+        if is_cluster(client):
+            log.info("marker_wait: shared is not used on a Redis Cluster; each queue waits on its own primary")
+        else:
+            marker_wait = SharedMarkerWait(client, cfg.redis.connection)
+    workers = [Worker(name, processor=processors.get(name), connection=client, prefix=cfg.prefix,
+                      plugins=host, connection_settings=cfg.redis.connection, marker_wait=marker_wait,
+                      **q.options)
+               for name, q in cfg.queues.items()]
+    return workers, SharedConnections(client, marker_wait)

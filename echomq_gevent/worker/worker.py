@@ -91,6 +91,12 @@ class Worker:
     ``offload``, ``job_timeout``, ``max_started_attempts``, ``hub_block_threshold``,
     ``shutdown_timeout``...). An unknown or malformed option raises ``ConfigError``.
 
+    ``connection``: a URL, or a client; a decoding client is used as it is and never
+    closed by the worker (workers that share one share its script connection).
+    ``marker_wait``: a :class:`~echomq_gevent.worker.shared_wait.SharedMarkerWait` on the
+    same Redis, for the idle worker to wait in (one blocking connection for many queues)
+    instead of on a blocking connection of its own.
+
     ``processor(job)`` is a plain function; its JSON-serialisable return value becomes the
     job's ``returnvalue``. Without one, ``plugins.get_processor(queue, job.name)`` is asked
     per job. Lifecycle events go to the plugins' telemetry hooks.
@@ -104,7 +110,8 @@ class Worker:
     def __init__(self, queue_name: str, processor: Optional[Callable[[Job], Any]] = None,
                  connection: ConnectionLike = None, prefix: str = "bull",
                  plugins: Optional[PluginHost] = None,
-                 connection_settings: Optional[ConnectionSettings] = None, **options: Any) -> None:
+                 connection_settings: Optional[ConnectionSettings] = None, marker_wait: Any = None,
+                 **options: Any) -> None:
         self.options = validate_worker_options(options, where=f"Worker for queue {queue_name!r}")
         if processor is not None and not callable(processor):
             raise TypeError(f"Worker for queue {queue_name!r}: processor must be callable, got {processor!r}")
@@ -113,7 +120,9 @@ class Worker:
         self.prefix = prefix
         #: socket timeouts, keep-alive and health checks of every client this worker makes
         self.connection_settings = connection_settings or DEFAULT_SETTINGS
-        self.client = make_client(connection, settings=connection_settings)
+        # a decoding client passed in is used as it is (the runner's, shared by the workers
+        # of a process); connection_settings apply to the clients the worker makes
+        self.client = make_client(connection, settings=connection_settings, reuse=True)
         self.scripts = Scripts(self.client, self.keys)
         self.plugins = plugins if plugins is not None else PluginHost()
         self.id = str(uuid.uuid4())
@@ -123,7 +132,8 @@ class Worker:
         ctx = self._ctx = WorkerContext(self, queue_name, prefix, self.keys, self.client, self.scripts,
                                         self.plugins, self.options, self.id)
         self._settler = Settler(ctx, concurrency)
-        self._fetch = FetchLoop(ctx, self._settler, processor, concurrency, self.connection_settings)
+        self._fetch = FetchLoop(ctx, self._settler, processor, concurrency, self.connection_settings,
+                                shared_wait=marker_wait)
         self._canceller = Canceller(ctx)
         self._manual = ManualProcessing(ctx, self._settler)
         self._lifecycle = Lifecycle(ctx, self._fetch, self._settler, self._canceller, self.connection_settings,
