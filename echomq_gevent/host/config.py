@@ -28,6 +28,7 @@ The file::
     max_jobs_per_process: 1000 # recycle a child after this many jobs (null: never)
     max_memory_per_process: 512  # ... or once its RSS passes this many MB (null: never)
     gc_freeze: true            # gc.freeze() what the process loaded, once its workers started
+    marker_wait: per_queue     # or shared: one BZPOPMIN for the idle queues of a process
     queues:
       demo: {processor: "demo:process", concurrency: 20}
 
@@ -65,10 +66,12 @@ __all__ = [
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
                   "defaults", "processes", "max_jobs_per_process", "max_memory_per_process", "gc_freeze",
-                  "queues")
+                  "marker_wait", "queues")
 #: The process keys: how many worker processes the command supervises, and when one is recycled.
 PROCESS_KEYS = ("processes", "max_jobs_per_process", "max_memory_per_process")
 LOGGING_KEYS = ("level", "format")
+#: The values of ``marker_wait``.
+MARKER_WAITS = ("per_queue", "shared")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 LOG_FORMATS = ("text", "json")
 #: Keys a queue takes besides the worker options.
@@ -114,6 +117,9 @@ class Config:
     max_memory_per_process: Optional[int] = None
     #: the worker process freezes what it loaded at start (``gc.collect(); gc.freeze()``)
     gc_freeze: bool = True
+    #: how idle workers wait for jobs: ``per_queue`` (a blocking connection each) or
+    #: ``shared`` (one ``BZPOPMIN`` over the queues of the process; not on a cluster)
+    marker_wait: str = "per_queue"
     queues: Dict[str, QueueConfig] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
     marks: Marks = field(default_factory=Marks, repr=False)
@@ -220,6 +226,10 @@ def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
         if not isinstance(data["gc_freeze"], bool):
             raise cfg.error(("gc_freeze",), f"must be true or false, got {data['gc_freeze']!r}")
         cfg.gc_freeze = data["gc_freeze"]
+    if "marker_wait" in data:
+        if data["marker_wait"] not in MARKER_WAITS:
+            raise cfg.error(("marker_wait",), f"must be one of {', '.join(MARKER_WAITS)}, got {data['marker_wait']!r}")
+        cfg.marker_wait = data["marker_wait"]
     _parse_logging(cfg, data.get("logging"))
     cfg.defaults = _parse_options(cfg, data.get("defaults"), ("defaults",), allow_processor=False)
     _parse_processes(cfg, data)

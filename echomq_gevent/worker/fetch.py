@@ -76,8 +76,10 @@ class FetchLoop:
     """
 
     def __init__(self, ctx: WorkerContext, settler: Settler, processor: Optional[Callable[[Job], Any]],
-                 concurrency: int, connection_settings: Any) -> None:
+                 concurrency: int, connection_settings: Any, shared_wait: Any = None) -> None:
         self.ctx = ctx
+        #: a :class:`~.shared_wait.SharedMarkerWait` to wait in instead of a wait of its own
+        self.shared_wait = shared_wait
         self.settler = settler
         self.processor = processor
         #: how many jobs run at once (``Worker.concurrency``)
@@ -134,6 +136,9 @@ class FetchLoop:
         self.pool = gevent.pool.Group()
         self.pool.greenlet_class = SlotGreenlet
         self._runtime = ctx.runtime
+        if self.shared_wait is not None:  # one BZPOPMIN for the idle queues of the process
+            self.marker = self.shared_wait.attach(ctx.keys.marker)  # type: ignore[assignment]
+            return
 
         # on a cluster, script calls follow redirections through the worker's router: no
         # pick-up is written behind the marker wait there
@@ -187,7 +192,11 @@ class FetchLoop:
                 log.debug("%s: the cancelled marker wait failed: %s", self.ctx.label, exc)
 
     def teardown(self) -> None:
-        """After the close: drop the blocking connection."""
+        """After the close: drop the blocking connection (or leave the shared wait)."""
+        if self.shared_wait is not None:
+            if self.marker is not None:
+                self.shared_wait.detach(self.marker)
+            return
         if self.blocking is not None:
             try:
                 self.blocking.connection_pool.disconnect(
