@@ -19,7 +19,8 @@ with ``--scale-cases``):
   start against the due time written in the job.
 - **idle queues**: one worker process on Q queues (default 200) with nothing to do:
   connections to Redis (``CLIENT LIST``), the process's CPU over 10 s, its RSS, and pick-up
-  latency of jobs added one at a time to one of the queues.
+  latency of jobs added one at a time to one of the queues; ours twice, with a marker wait
+  per queue and with one shared wait (``marker_wait: shared``, the row ``ours shared wait``).
 - **prioritized**: N waiting no-op jobs (default 1e5) over P priorities (default 1,000),
   filled in the shape ``addPrioritizedJob`` leaves (ZSET score priority·2^32 + ``pc``), at
   concurrency 100: jobs/s, CPU per job, and the start order the worker records (jobs started
@@ -248,20 +249,25 @@ def measure_delayed(bench: Bench, filler: Filler, impl: Impl, n: int, span_s: fl
 
 
 # -- idle queues -----------------------------------------------------------------------------
-def measure_idle(bench: Bench, impl: Impl, queues: int, idle_s: float, probes: int) -> Dict[str, Any]:
+def measure_idle(bench: Bench, impl: Impl, queues: int, idle_s: float, probes: int,
+                 shared_wait: bool = False) -> Dict[str, Any]:
+    """Q idle queues in one worker process: connections, CPU, RSS, and the pick-up of a
+    job added every 50 ms to one of them. ``shared_wait`` (ours only): the workers wait in
+    one ``BZPOPMIN`` (``marker_wait: shared``); the row's ``impl`` says so."""
     assert bench.client is not None
     bench.flush()
     base = bench.new_queue()
     names = [f"{base}-{i}" for i in range(queues)]
-    cfg = _reporting_worker(bench, names[0], "latency", 1, queues=names)
+    more: Dict[str, Any] = {"marker_wait": "shared"} if shared_wait else {}
+    cfg = _reporting_worker(bench, names[0], "latency", 1, queues=names, **more)
     proc = bench.start_driver(impl.worker_cmd(), cfg, ready_timeout=120)
     feeder: Optional[subprocess.Popen] = None
     try:
-        # settled: every queue's worker blocked on its marker (or 10 s)
+        # settled: every queue's worker blocked on its marker, or the one shared wait (or 10 s)
         end = time.monotonic() + 10
         while time.monotonic() < end:
             blocked = sum(1 for c in bench.client.client_list() if "b" in c.get("flags", ""))
-            if blocked >= queues:
+            if blocked >= (1 if shared_wait else queues):
                 break
             time.sleep(0.1)
         time.sleep(1.0)
@@ -289,7 +295,7 @@ def measure_idle(bench: Bench, impl: Impl, queues: int, idle_s: float, probes: i
         Bench.reap(feeder)
         os.unlink(cfg["report"])
     lat = sorted(float(x) for x in rep.get("latencies_ms", []))
-    return {"impl": impl.key, "queues": queues, "connections": conns,
+    return {"impl": impl.key + (" shared wait" if shared_wait else ""), "queues": queues, "connections": conns,
             "idle_cpu_pct": (cpu1 - cpu0) * 100.0 / idle_s, "redis_idle_cpu_pct": (redis1 - redis0) * 100.0 / idle_s,
             "rss_mb": rss, "idle_s": idle_s, "probes": len(lat),
             "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99)}
@@ -613,6 +619,13 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
                     lambda r: f"idle {r['queues']} queues {r['impl']:<5} {r['connections']} connections, "
                               f"{r['idle_cpu_pct']:.2f} % CPU, RSS {r['rss_mb']:.0f} MB, pick-up p99 "
                               f"{r['p99_ms']:.1f} ms")
+            if impl.key == "ours":  # and with marker_wait: shared, beside it
+                attempt("idle", "ours shared wait",
+                        lambda impl=impl: measure_idle(bench, impl, size["queues"], size["idle_s"], size["probes"],
+                                                       shared_wait=True),
+                        lambda r: f"idle {r['queues']} queues {r['impl']} {r['connections']} connections, "
+                                  f"{r['idle_cpu_pct']:.2f} % CPU, RSS {r['rss_mb']:.0f} MB, pick-up p99 "
+                                  f"{r['p99_ms']:.1f} ms")
     if "prioritized" in groups:
         for impl in impls:
             attempt("prioritized", impl.key, lambda impl=impl: measure_prioritized(

@@ -8,7 +8,8 @@ realistic mix's (jobs flagged ``data.f`` fail their first attempt), ``order`` (r
 scheduler's run ``repeat:<id>:<millis>``: start minus ``millis`` into ``latencies_ms``,
 ``[data.k, millis]`` into the report's ``tags``). Once the workers have started it freezes
 what is loaded out of the cyclic collector's reach, as the command does by default
-(``gc_freeze``).
+(``gc_freeze``). Several queues (``queues``) share one client, and with ``marker_wait:
+shared`` one marker wait, as the command's workers do.
 """
 from gevent import monkey
 
@@ -72,9 +73,19 @@ def main(cfg: Dict[str, Any]) -> None:
             nonlocal processed
             processed += 1
 
-    # cfg["queues"] (the scale bench's idle queues): one Worker per queue in this process
-    workers = [Worker(name, processor, connection=cfg["url"], prefix=cfg["prefix"],
-                      concurrency=cfg["concurrency"],
+    # cfg["queues"] (the scale bench's idle queues): one Worker per queue in this process,
+    # sharing one client as the runner's workers do, and with cfg["marker_wait"] == "shared"
+    # one marker wait (the runner's ``marker_wait: shared``)
+    from echomq_gevent.connection.clients import make_client
+
+    client = make_client(cfg["url"])
+    marker_wait = None
+    if cfg.get("marker_wait") == "shared":
+        from echomq_gevent.worker.shared_wait import SharedMarkerWait
+
+        marker_wait = SharedMarkerWait(client)
+    workers = [Worker(name, processor, connection=client, prefix=cfg["prefix"],
+                      concurrency=cfg["concurrency"], marker_wait=marker_wait,
                       metrics={"maxDataPoints": cfg["metrics"]} if cfg.get("metrics") else None)
                for name in cfg.get("queues") or [cfg["queue"]]]
     stop = Event()
@@ -90,6 +101,9 @@ def main(cfg: Dict[str, Any]) -> None:
     sys.stdout.flush()
     stop.wait()
     gevent.joinall([gevent.spawn(w.close) for w in workers])
+    if marker_wait is not None:
+        marker_wait.close()
+    client.close()
     with open(cfg["report"], "w", encoding="utf-8") as fh:
         json.dump({"processed": processed, "latencies_ms": latencies, "order": order, "tags": tags}, fh)
 

@@ -184,9 +184,13 @@ def test_scale_section_runs_every_case_for_ours_and_node(scale_run):
     n_delayed = meta["sizes"]["delayed_n"]
     assert sorted(r["impl"] for r in data["delayed"]) == ["node", "ours"]
     assert all(r["samples"] == n_delayed for r in data["delayed"])
+    assert sorted(r["impl"] for r in data["idle"]) == ["node", "ours", "ours shared wait"]
     for r in data["idle"]:
-        # every queue holds at least its blocking connection
-        assert r["connections"] >= r["queues"] and r["probes"] == meta["sizes"]["probes"], r["impl"]
+        assert r["probes"] == meta["sizes"]["probes"], r["impl"]
+        if r["impl"] == "ours shared wait":  # one wait and one command connection for every queue
+            assert r["connections"] == 2, r
+        else:  # every queue holds at least its blocking connection
+            assert r["connections"] >= r["queues"], r["impl"]
     text = (out / "scale.md").read_text(encoding="utf-8")
     assert "## Backlog" in text and "## Admin calls" in text and "idle queues" in text
 
