@@ -21,6 +21,9 @@ with ``--scale-cases``):
   connections to Redis (``CLIENT LIST``), the process's CPU over 10 s, its RSS, and pick-up
   latency of jobs added one at a time to one of the queues; ours twice, with a marker wait
   per queue and with one shared wait (``marker_wait: shared``, the row ``ours shared wait``).
+- **busy queues** (only when asked: ``--scale-cases busy``): one worker process on 20 queues
+  of 5,000 waiting no-op jobs each, all resumed at once: jobs/s, CPU per job and connections
+  while busy; ours with each worker's own client, one shared client, and the shared wait.
 - **prioritized**: N waiting no-op jobs (default 1e5) over P priorities (default 1,000),
   filled in the shape ``addPrioritizedJob`` leaves (ZSET score priority·2^32 + ``pc``), at
   concurrency 100: jobs/s, CPU per job, and the start order the worker records (jobs started
@@ -64,11 +67,13 @@ def sizes(quick: bool, backlogs: Optional[List[int]] = None, admin_n: Optional[i
         return {"backlogs": backlogs or [200, 1000], "admin_n": admin_n or 2000, "delayed_n": 300,
                 "delayed_span_s": 2.0, "queues": 20, "idle_s": 1.0, "probes": 5,
                 "prioritized_n": 2000, "priorities": 1000, "schedulers_n": 100, "schedulers_window_s": 3.0,
-                "payloads": [[50, 100 * 1024], [20, 1024 * 1024]], "dashboard_n": 5000, "dashboard_gets": 3}
+                "payloads": [[50, 100 * 1024], [20, 1024 * 1024]], "dashboard_n": 5000, "dashboard_gets": 3,
+                "busy_queues": 4, "busy_n": 500}
     return {"backlogs": backlogs or [1000, 100000, 1000000], "admin_n": admin_n or 100000,
             "delayed_n": 100000, "delayed_span_s": 60.0, "queues": 200, "idle_s": 10.0, "probes": 50,
             "prioritized_n": 100000, "priorities": 1000, "schedulers_n": 10000, "schedulers_window_s": 40.0,
-            "payloads": [[2000, 100 * 1024], [300, 1024 * 1024]], "dashboard_n": 1000000, "dashboard_gets": 5}
+            "payloads": [[2000, 100 * 1024], [300, 1024 * 1024]], "dashboard_n": 1000000, "dashboard_gets": 5,
+            "busy_queues": 20, "busy_n": 5000}
 
 
 # -- the fill --------------------------------------------------------------------------------
@@ -299,6 +304,59 @@ def measure_idle(bench: Bench, impl: Impl, queues: int, idle_s: float, probes: i
             "idle_cpu_pct": (cpu1 - cpu0) * 100.0 / idle_s, "redis_idle_cpu_pct": (redis1 - redis0) * 100.0 / idle_s,
             "rss_mb": rss, "idle_s": idle_s, "probes": len(lat),
             "p50_ms": percentile(lat, 50), "p99_ms": percentile(lat, 99)}
+
+
+# -- many busy queues ------------------------------------------------------------------------
+#: the ways ours runs the busy queues: each worker its own client (as before they shared
+#: one), one client for all (the command's default), and one client with the shared wait
+BUSY_VARIANTS = {"own clients": {"own_clients": True}, "shared client": {},
+                 "shared client + wait": {"marker_wait": "shared"}}
+
+
+def measure_busy(bench: Bench, filler: Filler, impl: Impl, queues: int, n: int, concurrency: int = 10,
+                 variant: str = "") -> Dict[str, Any]:
+    """Q queues in one worker process, each with N waiting no-op jobs, all resumed at once:
+    jobs/s over all of them, worker and Redis CPU per job, and the process's connections
+    while busy. ``variant`` (ours): a key of :data:`BUSY_VARIANTS`."""
+    assert bench.client is not None
+    bench.flush()
+    base = bench.new_queue()
+    names = [f"{base}-{i}" for i in range(queues)]
+    keys = [QueueKeys(name, PREFIX) for name in names]
+    for k in keys:
+        bench.client.hset(k.meta, "paused", 1)
+        filler.fill(k, "wait", n)
+    cfg = _reporting_worker(bench, names[0], "noop", concurrency, queues=names, **BUSY_VARIANTS.get(variant, {}))
+    proc = bench.start_driver(impl.worker_cmd(), cfg, ready_timeout=120)
+    try:
+        end = time.monotonic() + 15
+        while time.monotonic() < end:  # settled: blocked on the markers (or the one shared wait)
+            blocked = sum(1 for c in bench.client.client_list() if "b" in c.get("flags", ""))
+            if blocked >= (1 if variant == "shared client + wait" else queues):
+                break
+            time.sleep(0.1)
+        time.sleep(0.5)
+        watch = ProcWatch(proc.pid)
+        own_id = bench.client.client_id()
+        cpu0, redis0 = watch.cpu_s(), _redis_cpu(bench)
+        t0 = time.monotonic()
+        for k in keys:
+            bench.resume(k)
+        conns = 0
+        for k in keys:
+            bench.wait_finished(k, n, 600, proc)
+            if not conns:  # while the others still run
+                conns = sum(1 for c in bench.client.client_list() if int(c["id"]) != own_id)
+        elapsed = time.monotonic() - t0
+        cpu1, redis1 = watch.cpu_s(), _redis_cpu(bench)
+        bench.stop_driver(proc, cfg["report"], timeout=120)
+    finally:
+        Bench.reap(proc)
+        os.unlink(cfg["report"])
+    total = queues * n
+    return {"impl": impl.key + (f" {variant}" if variant else ""), "queues": queues, "n": n,
+            "concurrency": concurrency, "jobs_per_s": total / elapsed, "busy_connections": conns,
+            "worker_cpu_us_per_job": (cpu1 - cpu0) * 1e6 / total, "redis_cpu_us_per_job": (redis1 - redis0) * 1e6 / total}
 
 
 def _redis_cpu(bench: Bench) -> float:
@@ -569,7 +627,8 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
     impls = [i for i in impls if i.key in ("ours", "node")]
     filler = Filler(bench)
     out: Dict[str, List[Dict[str, Any]]] = {"backlog": [], "admin": [], "delayed": [], "idle": [],
-                                            "prioritized": [], "schedulers": [], "payloads": [], "dashboard": []}
+                                            "prioritized": [], "schedulers": [], "payloads": [], "dashboard": [],
+                                            "busy": []}
     groups = groups or list(out)
     unknown = sorted(set(groups) - set(out))
     if unknown:
@@ -626,6 +685,15 @@ def run_scale(bench: Bench, impls: List[Impl], size: Dict[str, Any], log: Callab
                         lambda r: f"idle {r['queues']} queues {r['impl']} {r['connections']} connections, "
                                   f"{r['idle_cpu_pct']:.2f} % CPU, RSS {r['rss_mb']:.0f} MB, pick-up p99 "
                                   f"{r['p99_ms']:.1f} ms")
+    if "busy" in groups:
+        for impl in impls:
+            for variant in (BUSY_VARIANTS if impl.key == "ours" else [""]):
+                attempt("busy", f"{impl.key} {variant}".strip(),
+                        lambda impl=impl, variant=variant: measure_busy(
+                            bench, filler, impl, size["busy_queues"], size["busy_n"], variant=variant),
+                        lambda r: f"busy {r['queues']} queues × {r['n']:,} {r['impl']:<26} {r['jobs_per_s']:9,.0f} "
+                                  f"jobs/s, worker {r['worker_cpu_us_per_job']:.0f} µs/job, Redis "
+                                  f"{r['redis_cpu_us_per_job']:.0f} µs/job, {r['busy_connections']} connections")
     if "prioritized" in groups:
         for impl in impls:
             attempt("prioritized", impl.key, lambda impl=impl: measure_prioritized(
@@ -712,6 +780,17 @@ def markdown(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
             lines.append(f"| {r['impl']} | {r['connections']} | {_f(r['idle_cpu_pct'], 2)} | "
                          f"{_f(r['redis_idle_cpu_pct'], 2)} | {_f(r['rss_mb'])} | {_f(r['p50_ms'], 2)} | "
                          f"{_f(r['p99_ms'], 2)} | {r['load1']} |")
+        lines.append("")
+    if res.get("busy"):
+        r0 = res["busy"][0]
+        lines += [f"## {r0['queues']} busy queues in one worker process (concurrency {r0['concurrency']} each)", "",
+                  f"{r0['n']:,} waiting no-op jobs a queue, every queue resumed at once; connections counted while "
+                  "the queues run. Ours three ways: each worker its own client, one client for all (the "
+                  "command's default), and one client with `marker_wait: shared`.", "",
+                  "| impl | jobs/s | worker µs/job | Redis µs/job | connections | load |", "|" + "---|" * 6]
+        for r in res["busy"]:
+            lines.append(f"| {r['impl']} | {r['jobs_per_s']:,.0f} | {_f(r['worker_cpu_us_per_job'])} | "
+                         f"{_f(r['redis_cpu_us_per_job'])} | {r['busy_connections']} | {r['load1']} |")
         lines.append("")
     lines += _markdown_more(res)
     if meta.get("case_seconds"):

@@ -75,7 +75,8 @@ def main(cfg: Dict[str, Any]) -> None:
 
     # cfg["queues"] (the scale bench's idle queues): one Worker per queue in this process,
     # sharing one client as the runner's workers do, and with cfg["marker_wait"] == "shared"
-    # one marker wait (the runner's ``marker_wait: shared``)
+    # one marker wait (the runner's ``marker_wait: shared``); ``own_clients``: each worker
+    # its own client, as before the runner shared one
     from echomq_gevent.connection.clients import make_client
 
     client = make_client(cfg["url"])
@@ -84,7 +85,8 @@ def main(cfg: Dict[str, Any]) -> None:
         from echomq_gevent.worker.shared_wait import SharedMarkerWait
 
         marker_wait = SharedMarkerWait(client)
-    workers = [Worker(name, processor, connection=client, prefix=cfg["prefix"],
+    workers = [Worker(name, processor, connection=cfg["url"] if cfg.get("own_clients") else client,
+                      prefix=cfg["prefix"],
                       concurrency=cfg["concurrency"], marker_wait=marker_wait,
                       metrics={"maxDataPoints": cfg["metrics"]} if cfg.get("metrics") else None)
                for name in cfg.get("queues") or [cfg["queue"]]]
