@@ -328,7 +328,7 @@ class SharedMarkerWait:
                     retry = None
                 else:
                     # not blocked yet (or just answered): look again in a moment
-                    retry = 0.005 if retry is None else min(retry * 2, 0.5)
+                    retry = 0.0005 if retry is None else min(retry * 2, 0.5)
             else:
                 retry = None
 
