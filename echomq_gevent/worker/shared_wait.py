@@ -98,11 +98,15 @@ class SharedWaitHandle:
         self._event = gevent.event.Event()
         self._wake: Any = None
         self.detached = False
+        #: taken out by :meth:`cancel` (until the next :meth:`wait`)
+        self._cancelled = False
 
     @property
     def pending(self) -> bool:
-        """In the shared wait (a pause takes it out with :meth:`cancel`)."""
-        return self.waiting
+        """Its marker is asked for: it waits, or it left the wait (its timer, a wake-up)
+        and the wait in flight still asks for its marker. A pause takes it out with
+        :meth:`cancel`, so the process pops no wake-up meant for other workers."""
+        return self.waiting or (not self._cancelled and self.key in self.group._inflight)
 
     def wait(self, timeout: float, wake: Any, fetch: Any = None) -> Tuple[str, Any]:
         """As :meth:`.marker.MarkerWaiter.wait`: ``("marker", score)``, ``("timeout", 0)``
@@ -114,6 +118,7 @@ class SharedWaitHandle:
             return "marker", score
         self._got = None
         self._event.clear()
+        self._cancelled = False
         self.waiting = True
         self.group._join(self)
         try:
@@ -138,6 +143,7 @@ class SharedWaitHandle:
         """Leave the shared wait now (a pause, a close): the queue's marker is no longer
         asked for, and the wait in flight is unblocked when it asks for it."""
         self.waiting = False
+        self._cancelled = True
         self._event.set()
         self.group._leave(self, unblock=True)
         return None

@@ -129,7 +129,9 @@ def test_a_paused_worker_leaves_the_wait_and_takes_nothing_until_resumed(setup, 
     s.start(r, wait_for)
     w = s.workers[1]
     w.pause()
-    wait_for(lambda: w.keys.marker not in s.shared._inflight and _blocked(r), what="the wait sent again without it")
+    # at once, not when the wait in flight ends by itself (10 s)
+    wait_for(lambda: w.keys.marker not in s.shared._inflight and _blocked(r), timeout=5,
+             what="the wait sent again without it")
     job = s.queues[w.queue_name].add("held", {})
     gevent.sleep(0.5)
     assert (w.queue_name, job.id) not in s.started
