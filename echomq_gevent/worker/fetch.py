@@ -45,6 +45,7 @@ from .marker import Fetched, MarkerWaiter
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S
 from ..queue.schedulers import schedule_next_run
 from ..protocol.clock import now_ms
+from ..protocol.scripts import shared_call
 from ..protocol.cron import preload as preload_cron
 from .context import WorkerContext
 from .settle import NO_NEXT, Settler
@@ -138,6 +139,10 @@ class FetchLoop:
         self._runtime = ctx.runtime
         if self.shared_wait is not None:  # one BZPOPMIN for the idle queues of the process
             self.marker = self.shared_wait.attach(ctx.keys.marker)  # type: ignore[assignment]
+            try:
+                self._preload_cron()
+            except CONNECTION_ERRORS as exc:
+                log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", ctx.label, exc)
             return
 
         # on a cluster, script calls follow redirections through the worker's router: no
@@ -168,12 +173,17 @@ class FetchLoop:
         self.marker = marker
         try:  # connect now: the worker shows up in getWorkers() from the start
             self.blocking.ping()
-            # a queue with job schedulers: load the cron library now (about 20 ms of
-            # imports), not while the first cron run is due
-            if ctx.client.exists(ctx.keys.repeat):
-                preload_cron()
+            self._preload_cron()
         except CONNECTION_ERRORS as exc:
             log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", ctx.label, exc)
+
+    def _preload_cron(self) -> None:
+        """A queue with job schedulers: load the cron library now (about 20 ms of imports),
+        not while the first cron run is due. Asked on the script connection: the workers of a
+        process share their client, and all of them ask as they start; through the
+        client's pool, each would open a connection the pool then keeps."""
+        if shared_call(self.ctx.client, "EXISTS", self.ctx.keys.repeat):
+            preload_cron()
 
     def stop(self) -> None:
         """The close began (``ctx.closing`` is set): end the loop at its next step."""

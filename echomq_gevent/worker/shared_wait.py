@@ -275,6 +275,17 @@ class SharedMarkerWait:
 
     # ------------------------------------------------------------------ the loop
     def _run(self) -> None:
+        while not self._closed:
+            try:
+                self._serve()
+            except gevent.GreenletExit:
+                raise
+            except Exception:  # pragma: no cover - a bug: log it, never leave the workers without wake-ups
+                log.exception("the shared marker wait failed; it starts again in 1 s")
+                self._inflight = frozenset()
+                gevent.sleep(1.0)
+
+    def _serve(self) -> None:
         failures = 0
         while not self._closed:
             keys = list(self._waiting)
