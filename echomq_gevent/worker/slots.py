@@ -87,7 +87,7 @@ class FinishBatcher:
     :meth:`Scripts.move_to_finished_many
     <echomq_gevent.protocol.scripts.Scripts.move_to_finished_many>`), instead of one call
     and one round trip each: Redis runs one script for the lot, which costs it about a
-    fifth less per job.
+    sixth less per job.
 
     A job greenlet calls :meth:`run` and waits for its own answer; the first request of
     a turn spawns the flush greenlet, which runs after every greenlet already woken in
