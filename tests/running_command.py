@@ -4,11 +4,26 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 from typing import Any, Dict, List, Optional, Tuple
+
+
+#: the checkout, put on the ``PYTHONPATH`` of :func:`run_python`
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def run_python(code: str, timeout: float = 60) -> str:
+    """Run ``code`` in a fresh interpreter (the checkout importable) and return what it
+    printed; a failure shows its stderr."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                         env=dict(os.environ, PYTHONPATH=ROOT))
+    assert out.returncode == 0, out.stderr
+    return out.stdout
 
 
 class RunningCommand:

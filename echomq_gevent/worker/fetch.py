@@ -420,8 +420,9 @@ class FetchLoop:
         return min(self._burst * 2, _MAX_BURST)
 
     def _next_from(self, res: Any, token: str) -> Optional[Job]:
-        """Read a fetch answer (``[fields|0, id|0, ttl, due]``, a pick-up's with ``ready`` fifth, or 0/None for nothing),
-        update the loop's state and return the new job, if any."""
+        """Read a fetch answer (``[fields|0, id|0, ttl, due]``, a pick-up's with ``ready``
+        fifth, or 0/None for nothing), update the loop's state and return the new job, if
+        any."""
         hints = self.hints
         if not res:
             hints.drained = True

@@ -3,9 +3,6 @@ spans as bullmq-otel makes them, context carried in the job's options."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import gevent
@@ -19,9 +16,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 from echomq_gevent import Queue, Worker
 from echomq_gevent.contrib.otel import OtelPlugin, extract_context, producer_plugins
 from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
+from running_command import run_python
 from waiting import wait_until as wait_for
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 @pytest.fixture
@@ -124,10 +120,7 @@ def test_off_by_default_the_plugin_is_not_loaded_and_jobs_carry_no_context(redis
         "print('echomq_gevent.contrib.otel' in sys.modules)\n"
         "print('telemetry' in q.get_job(job.id).opts)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split("\n")[:2] == ["False", "False"]
+    assert run_python(code).split("\n")[:2] == ["False", "False"]
 
 
 def test_the_module_named_as_a_plugin_traces_on_the_global_provider(redis_url, prefix, qname):
@@ -154,10 +147,7 @@ def test_the_module_named_as_a_plugin_traces_on_the_global_provider(redis_url, p
         "a, p = sorted(exporter.get_finished_spans(), key=lambda s: s.start_time)\n"
         "print(a.name, p.name, p.context.trace_id == a.context.trace_id, p.parent.span_id == a.context.span_id)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=ROOT))
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == f"add {qname}.x process {qname} True True"
+    assert run_python(code).strip() == f"add {qname}.x process {qname} True True"
 
 
 def test_the_shared_request_queue_takes_the_producer_plugin(spans, redis_url, prefix, qname):

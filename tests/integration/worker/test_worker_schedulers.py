@@ -3,17 +3,13 @@ the run settles; a worker of a queue with schedulers loads the cron library at i
 a burst of due jobs is taken in as many pick-ups as there are jobs, with no empty ones."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 
 import gevent
 
 from echomq_gevent import Worker
 from echomq_gevent.worker import fetch as fetch_module
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from running_command import run_python
 
 
 def _wait(cond, timeout=30.0):
@@ -63,7 +59,7 @@ def test_a_worker_of_a_queue_with_schedulers_loads_the_cron_library_at_its_start
             "import sys\n"
             "from echomq_gevent import Queue, Worker\n"
             f"q = Queue({qname!r}, connection={redis_url!r}, prefix={prefix!r})\n"
-            + (f"q.upsert_job_scheduler('c', {{'every': 3_600_000}}, {{'name': 'c'}})\n" if with_scheduler
+            + ("q.upsert_job_scheduler('c', {'every': 3_600_000}, {'name': 'c'})\n" if with_scheduler
                else "q.obliterate(force=True)\n")
             + "assert 'croniter' not in sys.modules\n"
             f"w = Worker({qname!r}, lambda j: 1, connection={redis_url!r}, prefix={prefix!r}, drain_delay=0.2)\n"
@@ -73,10 +69,7 @@ def test_a_worker_of_a_queue_with_schedulers_loads_the_cron_library_at_its_start
             "w.close(timeout=5)\n"
             "print('croniter' in sys.modules)\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             env=dict(os.environ, PYTHONPATH=ROOT))
-        assert out.returncode == 0, out.stderr
-        return out.stdout.strip()
+        return run_python(code).strip()
 
     assert croniter_loaded(False) == "False"  # nothing of cron for a queue without schedulers
     assert croniter_loaded(True) == "True"
