@@ -156,7 +156,9 @@ class Settler:
     def concurrency_changed(self, concurrency: int) -> None:
         """The worker's concurrency is now ``concurrency``: batch finishes above one slot."""
         if self.batcher is None and concurrency > 1:
-            self.batcher = FinishBatcher(self.scripts)
+            self.batcher = FinishBatcher(self.scripts, concurrency)
+        if self.batcher is not None:
+            self.batcher.concurrency = concurrency
 
     def _settle(self, slot: Slot, call: Callable[[], Any], ended_in: Tuple[str, ...]) -> Any:
         """Run a state-changing script for the slot's job and return its answer.
