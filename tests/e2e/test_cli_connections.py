@@ -5,14 +5,13 @@ and SIGTERM exits cleanly."""
 from __future__ import annotations
 
 import json
-import textwrap
 
 import pytest
 
 from echomq_gevent.queue.queue import Queue
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
 
-from e2e.test_cli_run import Cli
+from e2e.test_cli_run import Cli, command_file
 
 QUEUES = 20
 JOBS = '''
@@ -25,16 +24,9 @@ def run(job):
 def test_the_commands_connections_for_twenty_queues(tmp_path, redis_url, prefix, qname, r, wait_for, mode):
     (tmp_path / "connjobs.py").write_text(JOBS)
     names = [f"{qname}{i}" for i in range(QUEUES)]
-    conf = tmp_path / "worker.yaml"
-    conf.write_text(textwrap.dedent(f"""
-        redis: {{url: "{redis_url}"}}
-        prefix: {prefix}
-        plugin_paths: ["."]
-        entry_points: false
-        marker_wait: {mode}
-        defaults: {{concurrency: 5, drain_delay: 5}}
-        queues:
-    """) + "".join(f"  {n}: {{processor: \"connjobs:run\"}}\n" for n in names))
+    conf = command_file(tmp_path, redis_url, prefix, f"marker_wait: {mode}\n"
+                        "defaults: {concurrency: 5, drain_delay: 5}\nqueues:\n"
+                        + "".join(f"  {n}: {{processor: \"connjobs:run\"}}\n" for n in names))
     before = {int(c["id"]) for c in r.client_list()}
     me = r.client_id()
 

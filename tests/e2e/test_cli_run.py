@@ -59,20 +59,20 @@ class Cli(RunningCommand):
         super().__init__([*(command or [PYTHON, "-m", "echomq_gevent"]), *args], cwd, full_env)
 
 
-def one_queue_file(tmp_path, redis_url: str, prefix: str, qname: str, queue_options: str, more: str = ""):
-    """``tmp_path/worker.yaml`` for the command: one queue with ``queue_options`` (the text
-    of a YAML flow mapping), processors imported from ``tmp_path``, no entry points, and
-    ``more`` top-level lines. Returns its path."""
+def command_file(tmp_path, redis_url: str, prefix: str, rest: str):
+    """``tmp_path/worker.yaml`` for the command: the test's Redis and prefix, processors
+    imported from ``tmp_path``, no entry points, then ``rest`` (top-level YAML, dedented).
+    Returns its path."""
     conf = tmp_path / "worker.yaml"
-    conf.write_text(textwrap.dedent(f"""
-        redis: {{url: "{redis_url}"}}
-        prefix: {prefix}
-        plugin_paths: ["."]
-        entry_points: false
-        queues:
-          {qname}: {{{queue_options}}}
-    """) + more)
+    conf.write_text(f'redis: {{url: "{redis_url}"}}\nprefix: {prefix}\nplugin_paths: ["."]\n'
+                    f"entry_points: false\n" + textwrap.dedent(rest))
     return conf
+
+
+def one_queue_file(tmp_path, redis_url: str, prefix: str, qname: str, queue_options: str, more: str = ""):
+    """:func:`command_file` with one queue of ``queue_options`` (the text of a YAML flow
+    mapping) and ``more`` top-level lines. Returns its path."""
+    return command_file(tmp_path, redis_url, prefix, f"queues:\n  {qname}: {{{queue_options}}}\n" + more)
 
 
 def node_add_bulk(redis_url: str, prefix: str, queue: str, jobs: List[Dict[str, Any]]) -> List[str]:
@@ -395,12 +395,7 @@ def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redi
     """Schedulers declared in the file are created at start and served; a restart with the
     same file leaves them as they are; ``status`` lists them with their next run."""
     (tmp_path / "schedjobs.py").write_text("def tick(job):\n    return job.data\n")
-    conf = tmp_path / "worker.yaml"
-    conf.write_text(textwrap.dedent(f"""
-        redis: {{url: "{redis_url}"}}
-        prefix: {prefix}
-        plugin_paths: ["."]
-        entry_points: false
+    conf = command_file(tmp_path, redis_url, prefix, f"""
         queues:
           {qname}:
             processor: "schedjobs:tick"
@@ -411,7 +406,7 @@ def test_yaml_schedulers_run_survive_a_restart_and_show_in_status(tmp_path, redi
                 template: {{name: tick, data: {{from: yaml}}}}
               nightly:
                 repeat: {{pattern: "0 3 * * *", tz: Europe/Paris}}
-    """))
+    """)
     queue = Queue(qname, connection=redis_url, prefix=prefix)
     try:
         run = Cli(["-c", str(conf)], cwd=str(tmp_path))

@@ -9,6 +9,7 @@ import gevent
 
 from echomq_gevent import Worker
 from echomq_gevent.worker import fetch as fetch_module
+from integration.worker_helpers import marker_wait_blocked
 from running_command import run_python
 
 
@@ -65,7 +66,7 @@ def test_a_worker_of_a_queue_with_schedulers_loads_the_cron_library_at_its_start
             f"w = Worker({qname!r}, lambda j: 1, connection={redis_url!r}, prefix={prefix!r}, drain_delay=0.2)\n"
             "w.start()\n"
             "import gevent\n"
-            "gevent.sleep(0.5)\n"
+            "while not w._ctx.set_up: gevent.sleep(0.01)\n"
             "w.close(timeout=5)\n"
             "print('croniter' in sys.modules)\n"
         )
@@ -84,11 +85,10 @@ def test_a_burst_of_jobs_is_taken_without_empty_pickups(r, queue, redis_url):
                     concurrency=50, drain_delay=5)
     worker.start()
     try:
-        gevent.sleep(0.3)
+        _wait(lambda: marker_wait_blocked(worker, r))
         before = r.info("commandstats").get("cmdstat_rpoplpush", {}).get("calls", 0)
         queue.resume()  # 40 jobs ready at once
-        _wait(lambda: len(done) == 40)
-        gevent.sleep(0.3)
+        _wait(lambda: r.zcard(queue.keys.completed) == 40)
         pops = r.info("commandstats").get("cmdstat_rpoplpush", {}).get("calls", 0) - before
     finally:
         worker.close(timeout=5)
