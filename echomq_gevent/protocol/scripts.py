@@ -111,7 +111,7 @@ class Scripts:
 
     The worker's per-job calls come in two shapes: a method per script that runs it and
     checks its answer (``move_to_active``, ``move_to_finished``...), and, for calls the
-    worker sends together, ``move_to_active_many`` (batched pick-ups) and
+    worker sends together, ``move_to_active_many`` (several pick-ups in one call) and
     ``move_to_finished_call`` + :meth:`run_many` (batched finishes).
     The calls off the hot path come in parts made on each use (they hold nothing but
     this object and its keys): :attr:`admin` (getters and bulk admin), :attr:`flows`
@@ -401,16 +401,25 @@ class Scripts:
                                         [self.keys.base, "", pack(self.fetch_opts(token, lock_duration, limiter,
                                                                                   name))]))
 
-    def move_to_active_many(self, tokens: Sequence[str], lock_duration: int, now_ms: int,
+    def move_to_active_many(self, token_prefix: str, first: int, most: int, lock_duration: int, now_ms: int,
                             limiter: Optional[Dict[str, int]] = None,
                             name: Optional[str] = None) -> List[Any]:
-        """One ``moveToActive-11`` pick-up per token, in one round trip: the answers in
-        token order (as :meth:`move_to_active`), a script error in place of its answer."""
-        keys = self._fetch_keys()
-        return self.run_many([
-            ScriptCall("moveToActive-11", keys,
-                       [self.keys.base, now_ms, pack(self.fetch_opts(t, lock_duration, limiter, name))])
-            for t in tokens])
+        """``moveToActiveMany-11``: up to ``most`` pick-ups in one script call, the i-th
+        (from 0) locking its job with the token ``f"{token_prefix}{first + i}"``. The answers
+        in order, each as :meth:`move_to_active` gives it; they end with the first pick-up
+        that took no job, the one that left nothing ready (its ``ready`` is 0), or the
+        ``most``-th. A pick-up that failed ends them with its error (a ``ResponseError``)
+        in its place; the jobs taken before it are in the answers."""
+        opts: Dict[str, Any] = {"lockDuration": int(lock_duration)}
+        if limiter:
+            opts["limiter"] = {"max": int(limiter["max"]), "duration": int(limiter["duration"])}
+        if name:
+            opts["name"] = name
+        answers = self.call("moveToActiveMany-11", self._fetch_keys(),
+                            [self.keys.base, now_ms, pack(opts), token_prefix, int(first), int(most)])
+        if not isinstance(answers, list) or not answers or len(answers) > most + 1:
+            raise ResponseError(f"moveToActiveMany-11 answered {most} pick-ups with {answers!r}")
+        return answers
 
     def move_to_finished_args(self, job_id: str, now_ms: int, field: str, value: str, target: str,
                               fetch_next: bool, finish_opts: Union[Dict[str, Any], bytes],

@@ -5,7 +5,7 @@ The loop is the seed's slot arithmetic::
     available_slots = concurrency - len(active_jobs)
 
 Each free slot is filled by one atomic pick-up (``moveToActive-11``; several free
-slots and a backlog: several pick-ups in one round trip, ``Scripts.move_to_active_many``);
+slots: one ``moveToActiveMany-11`` call that takes a job for each, as far as jobs are ready);
 each job runs in its own greenlet of a ``gevent.pool.Pool(concurrency)``. A finishing
 job calls ``moveToFinished`` with fetch-next, so a busy slot is refilled in the same
 round trip and the same greenlet (:meth:`FetchLoop._run_slot`). When nothing is waiting
@@ -55,8 +55,8 @@ log = logging.getLogger("echomq_gevent.worker")
 
 __all__ = ["FetchLoop"]
 
-#: Most pick-ups the fetch loop sends at once when many slots are free.
-_MAX_BURST = 64
+#: Most pick-ups the fetch loop asks for in one call when many slots are free.
+_MAX_BURST = 100
 
 
 def _tcp_kwargs(settings: Any) -> Any:
@@ -101,7 +101,7 @@ class FetchLoop:
         self.options = ctx.options
         self._tokens = itertools.count()
         self._stopped = gevent.event.Event()  # set once closing starts: ends the pause after a failure
-        self._burst = 1
+        self._burst = _MAX_BURST
         #: the jobs a pick-up said were still ready after it (moveToActive-11's fifth
         #: element), None when the last answer had no such count (a finish's fetch)
         self._ready: Optional[int] = None
@@ -273,35 +273,39 @@ class FetchLoop:
         self._fetch(min(self._burst, self.concurrency - len(self.active)))
 
     def _fetch(self, count: int) -> None:
-        """``count`` pick-ups (``moveToActive``), pipelined when more than one; start every
-        job they bring. While every pick-up brings a job, the next burst is what the last
-        one said was still ready (:meth:`_next_burst`); otherwise it falls back to 1."""
+        """Up to ``count`` pick-ups: one ``moveToActive``, or when ``count`` is more than one,
+        one ``moveToActiveMany`` call that takes jobs until ``count`` are taken or none is
+        ready; start every job they bring. While every pick-up brings a job, the next burst
+        is what the last one said was still ready (:meth:`_next_burst`); otherwise it falls
+        back to :data:`_MAX_BURST` (the call stops by itself when nothing is ready)."""
         ctx = self.ctx
-        tokens = [f"{ctx.id}:{next(self._tokens)}" for _ in range(max(1, count))]
+        first = next(self._tokens)
         now = now_ms()
         try:
-            if len(tokens) == 1:
-                answers: List[Any] = [self.scripts.move_to_active(tokens[0], ctx.lock_duration, now,
+            if count <= 1:
+                answers: List[Any] = [self.scripts.move_to_active(f"{ctx.id}:{first}", ctx.lock_duration, now,
                                                                   limiter=ctx.limiter, name=ctx.name)]
             else:
-                answers = self.scripts.move_to_active_many(tokens, ctx.lock_duration, now,
+                self._tokens = itertools.count(first + count)
+                answers = self.scripts.move_to_active_many(f"{ctx.id}:", first, count, ctx.lock_duration, now,
                                                            limiter=ctx.limiter, name=ctx.name)
         except AmbiguousCallError:
             # the pick-ups may have taken jobs: never sent again, read back (next turn)
-            self.hints.unknown_pickups.extend(tokens)
+            self.hints.unknown_pickups.extend(f"{ctx.id}:{first + i}" for i in range(max(1, count)))
             raise
         self.last_fetch_at = time.time()
         error: Optional[BaseException] = None
         started = 0
-        for token, answer in zip(tokens, answers):
+        for i, answer in enumerate(answers):
             if isinstance(answer, BaseException):
                 error = error or answer
                 continue
+            token = f"{ctx.id}:{first + i}"
             job = self._next_from(answer, token)
             if job is not None:
                 started += 1
                 self._start(job, token)
-        self._burst = self._next_burst() if started == len(tokens) and error is None else 1
+        self._burst = self._next_burst() if started == max(1, count) and error is None else _MAX_BURST
         if error is not None:
             raise error
 
@@ -411,13 +415,12 @@ class FetchLoop:
             raise fetched.pop_error
 
     def _next_burst(self) -> int:
-        """How many pick-ups to send next after pick-ups that all brought a job: as many as
-        the last one said were still ready (a burst of due jobs is taken in two round trips;
-        a lone job is not followed by pick-ups that come back empty), else twice the last
-        burst; at most :data:`_MAX_BURST`. The free slots bound it further."""
-        if self._ready is not None:
-            return max(1, min(self._ready, _MAX_BURST))
-        return min(self._burst * 2, _MAX_BURST)
+        """How many pick-ups to ask for next: as many as the last pick-up said were still
+        ready, else (nothing was ready then, or the job came from a finish, which does not
+        say) :data:`_MAX_BURST`, since ``moveToActiveMany`` stops by itself once nothing is
+        ready. The free slots bound it further."""
+        ready = self._ready
+        return min(ready, _MAX_BURST) if ready else _MAX_BURST
 
     def _next_from(self, res: Any, token: str) -> Optional[Job]:
         """Read a fetch answer (``[fields|0, id|0, ttl, due]``, a pick-up's with ``ready``

@@ -87,3 +87,25 @@ def finish_opts(token: str = TOKEN, keep: Optional[Dict[str, Any]] = None, attem
 
 def as_dict(flat: List[str]) -> Dict[str, str]:
     return dict(zip(flat[::2], flat[1::2]))
+
+
+def queue_state(r: "redis.Redis", keys: QueueKeys) -> Dict[str, Any]:
+    """Every key of the queue and its content (stream entries without their ids; the
+    lock's time to live left out)."""
+    out = {}
+    for key in sorted(r.scan_iter(match=keys.base + "*")):
+        kind = r.type(key)
+        if kind == "hash":
+            out[key] = r.hgetall(key)
+        elif kind == "list":
+            out[key] = r.lrange(key, 0, -1)
+        elif kind == "set":
+            out[key] = sorted(r.smembers(key))
+        elif kind == "zset":
+            out[key] = r.zrange(key, 0, -1, withscores=True)
+        elif kind == "stream":
+            out[key] = [fields for _, fields in r.xrange(key)]
+        else:
+            out[key] = r.get(key)
+    # the queue's own name, wherever a value holds it, as "Q"
+    return json.loads(json.dumps({k[len(keys.base):]: v for k, v in out.items()}).replace(keys.base[:-1], "Q"))

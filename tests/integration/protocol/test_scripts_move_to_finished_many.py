@@ -4,8 +4,6 @@ other, answer each job as its own call would, and an error of one job leaves the
 finished."""
 from __future__ import annotations
 
-import json
-
 import pytest
 from redis.exceptions import ResponseError
 
@@ -13,7 +11,8 @@ from echomq_gevent.errors import JobLockMismatch, JobNotExist, JobPendingChildre
 from echomq_gevent.protocol.keys import QueueKeys
 from echomq_gevent.protocol.library import pack
 from echomq_gevent.protocol.scripts import FINISH_MANY_MAX, Scripts
-from integration.worker_scripts_helpers import TOKEN, activate, add_delayed, add_waiting, finish_opts, now_ms
+from integration.worker_scripts_helpers import (TOKEN, activate, add_delayed, add_waiting, finish_opts, now_ms,
+                                               queue_state)
 
 NOW = 1_700_000_000_000
 
@@ -54,28 +53,6 @@ def _calls(scripts):
     ]
 
 
-def _state(r, keys):
-    """Every key of the queue and its content (stream entries without their ids; the
-    lock's time to live left out)."""
-    out = {}
-    for key in sorted(r.scan_iter(match=keys.base + "*")):
-        kind = r.type(key)
-        if kind == "hash":
-            out[key] = r.hgetall(key)
-        elif kind == "list":
-            out[key] = r.lrange(key, 0, -1)
-        elif kind == "set":
-            out[key] = sorted(r.smembers(key))
-        elif kind == "zset":
-            out[key] = r.zrange(key, 0, -1, withscores=True)
-        elif kind == "stream":
-            out[key] = [fields for _, fields in r.xrange(key)]
-        else:
-            out[key] = r.get(key)
-    # the queue's own name, wherever a value holds it, as "Q"
-    return json.loads(json.dumps({k[len(keys.base):]: v for k, v in out.items()}).replace(keys.base[:-1], "Q"))
-
-
 def _answers(results):
     return [type(x).__name__ if isinstance(x, BaseException) else x for x in results]
 
@@ -90,7 +67,7 @@ def test_many_finishes_in_one_call_leave_redis_as_the_calls_one_by_one(r, prefix
     assert _answers(got) == _answers(expected)
     assert [type(x) for x in got[3:6]] == [JobLockMismatch, JobNotExist, JobPendingChildren]
     assert got[0][1] == "7" and got[1][1] == "8"  # each fetched its own next job
-    assert _state(r, many) == _state(r, one)
+    assert queue_state(r, many) == queue_state(r, one)
 
 
 def test_an_error_of_one_job_is_its_own_and_the_others_are_finished(r, keys, scripts):

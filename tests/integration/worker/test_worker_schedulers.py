@@ -96,3 +96,35 @@ def test_a_burst_of_jobs_is_taken_without_empty_pickups(r, queue, redis_url):
     # most one per finish; pick-ups that come back empty to find the end of the burst
     # (10 more with the doubling ramp of 1 + 2 + 4 + ... it replaces) are not made
     assert pops <= 40 + 40 + 2, pops
+
+
+def test_a_burst_of_jobs_is_taken_in_one_call_for_all_the_free_slots(r, queue, redis_url, monkeypatch):
+    from echomq_gevent.protocol.scripts import Scripts
+
+    calls = []
+    real = Scripts.call
+
+    def counting(self, name, keys, args, *a, **kw):
+        res = real(self, name, keys, args, *a, **kw)
+        if name.startswith("moveToActive"):
+            calls.append((name, len(res) if name == "moveToActiveMany-11" else 1))
+        return res
+
+    monkeypatch.setattr(Scripts, "call", counting)
+    queue.pause()
+    for i in range(40):
+        queue.add("d", {"i": i})
+    worker = Worker(queue.name, lambda job: gevent.sleep(0.5), connection=redis_url, prefix=queue.prefix,
+                    concurrency=50, drain_delay=5)
+    worker.start()
+    try:
+        _wait(lambda: marker_wait_blocked(worker, r))
+        del calls[:]  # the fetch at the start found the queue paused
+        queue.resume()  # 40 jobs ready at once
+        _wait(lambda: len(worker.active_jobs) == 40)
+        taken = list(calls)
+    finally:
+        worker.close(timeout=5)
+    # one moveToActiveMany took them all: 40 moveToActive calls in a few round trips before
+    # (a pick-up written behind the marker wait, when there is one, takes the first)
+    assert taken in ([("moveToActiveMany-11", 40)], [("moveToActiveMany-11", 39)]), taken
