@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Tuple
 
+from .calls import ScriptCall
 from .library import pack
 
 __all__ = ["SchedulerScripts"]
@@ -38,15 +39,22 @@ class SchedulerScripts:
         res = self.scripts.check("addJobScheduler-11", self.scripts.call("addJobScheduler-11", keys, args), scheduler_id)
         return str(res[0]), int(res[1])
 
+    def update_job_scheduler_call(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
+                                  now_ms: int, producer_id: str, data_json: str = "{}") -> ScriptCall:
+        """The ``updateJobScheduler-12`` call of :meth:`update_job_scheduler`, to run with
+        others (:meth:`Scripts.run_many <echomq_gevent.protocol.scripts.Scripts.run_many>`)."""
+        keys = self._scheduler_keys() + [self.keys.job(producer_id), self.keys.active]
+        args = ["" if next_millis is None else int(next_millis), scheduler_id, data_json, pack(run_opts),
+                int(now_ms), self.keys.base, producer_id]
+        return ScriptCall("updateJobScheduler-12", keys, args)
+
     def update_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
                              now_ms: int, producer_id: str, data_json: str = "{}",
                              client: Any = None) -> Optional[str]:
         """``updateJobScheduler-12``: after the run ``producer_id`` was taken, create the next
         one. Returns its id, or None (scheduler gone, not its upcoming run, next run exists)."""
-        keys = self._scheduler_keys() + [self.keys.job(producer_id), self.keys.active]
-        args = ["" if next_millis is None else int(next_millis), scheduler_id, data_json, pack(run_opts),
-                int(now_ms), self.keys.base, producer_id]
-        res = self.scripts.call("updateJobScheduler-12", keys, args, client)
+        call = self.update_job_scheduler_call(scheduler_id, next_millis, run_opts, now_ms, producer_id, data_json)
+        res = self.scripts.call(call.name, call.keys, call.args, client)
         return None if res is None else str(res)
 
     def remove_job_scheduler(self, scheduler_id: str) -> bool:

@@ -27,10 +27,11 @@ from ..protocol.cron import next_run, validate_pattern, validate_tz
 from ..errors import EchoMQError, InvalidOptionError
 from .job import Job
 from ..protocol.options import _suggest, decode_job_options, encode_job_data, stored_form, validate_job_options
-from ..protocol.scripts import Scripts
+from ..protocol.scripts import ScriptCall, Scripts
 
 __all__ = ["REPEAT_OPTIONS", "JobScheduler", "QueueSchedulers", "validate_repeat", "validate_template",
-           "validate_scheduler_id", "schedule_next_run", "ensure_job_scheduler"]
+           "validate_scheduler_id", "schedule_next_run", "next_run_call", "next_run_not_created", "legacy_key_shape",
+           "ensure_job_scheduler"]
 
 log = logging.getLogger("echomq_gevent.schedulers")
 
@@ -229,7 +230,7 @@ class JobScheduler:
         return f"JobScheduler({self.key!r}, {how}, next={self.next})"
 
 
-def _legacy_key_shape(key: str) -> bool:
+def legacy_key_shape(key: str) -> bool:
     """A BullMQ 5 repeatable-job key (``name:id:endDate:tz:<cron or every>``)."""
     parts = key.split(":", 4)
     if len(parts) < 5 or not parts[4]:
@@ -241,8 +242,11 @@ def _legacy_key_shape(key: str) -> bool:
 
 def schedule_next_run(scripts: Scripts, job: Job, now: Optional[int] = None) -> Optional[str]:
     """Create the run after ``job`` if it is a scheduler's run, as Node's worker does when it
-    takes a job (``nextJobFromJobData``). The worker calls this on the job's greenlet right
-    after pick-up, before the processor runs. Returns the id of the run created, or None.
+    takes a job (``nextJobFromJobData``), in a call of its own. The worker creates the next
+    runs of the runs it takes together (:mod:`echomq_gevent.worker.next_runs`) and uses this
+    for a run that needs a call alone: one whose scheduler id has the shape of a BullMQ 5
+    repeatable job's key, or one whose creation met a connection error. Returns the id of
+    the run created, or None.
 
     Never raises: connection errors are retried a few times, anything else (a scheduler
     written with options no BullMQ accepts) is logged, and the job is processed anyway.
@@ -252,7 +256,7 @@ def schedule_next_run(scripts: Scripts, job: Job, now: Optional[int] = None) -> 
         return None
     for attempt in range(_RETRIES):
         try:
-            if _legacy_key_shape(scheduler_id) and not scripts.client.hexists(
+            if legacy_key_shape(scheduler_id) and not scripts.client.hexists(
                     scripts.keys.scheduler(scheduler_id), "ic"):
                 log.error("queue %r: job %s belongs to the BullMQ 5 repeatable job %r, which BullMQ 6 no longer "
                           "repeats; migrate it to a job scheduler (Queue.upsert_job_scheduler)",
@@ -266,13 +270,35 @@ def schedule_next_run(scripts: Scripts, job: Job, now: Optional[int] = None) -> 
                 return None
             gevent.sleep(min(2.0, 0.1 * 2 ** attempt))
         except (EchoMQError, ValueError, TypeError, redis.ResponseError) as exc:
-            log.error("queue %r: job %s: the next run of job scheduler %r was not created: %s", scripts.keys.name,
-                      job.id, scheduler_id, exc)
+            next_run_not_created(scripts, job, exc)
             return None
     return None
 
 
+def next_run_not_created(scripts: Scripts, job: Job, exc: BaseException) -> None:
+    """Log that the run after ``job`` was not created (a scheduler written with options no
+    BullMQ accepts, a script error); the run itself is processed anyway."""
+    log.error("queue %r: job %s: the next run of job scheduler %r was not created: %s", scripts.keys.name,
+              job.id, job.repeat_job_key, exc)
+
+
 def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -> Optional[str]:
+    call = next_run_call(scripts, job, now)
+    if call is None:
+        return None
+    res = scripts.call(call.name, call.keys, call.args)
+    return None if res is None else str(res)
+
+
+def next_run_call(scripts: Scripts, job: Job, now: Optional[int] = None) -> Optional[ScriptCall]:
+    """The ``updateJobScheduler-12`` call that creates the run after ``job``, a run of the
+    job scheduler ``job.repeat_job_key``; None when no run follows (its limit is reached,
+    its end date passed, its cron pattern has no later time). Raises
+    :class:`~echomq_gevent.errors.InvalidOptionError` (or ``ValueError``/``TypeError``) for a
+    run whose options no BullMQ accepts."""
+    scheduler_id = job.repeat_job_key
+    if not scheduler_id:
+        return None
     raw_repeat = job.opts.get("repeat")
     if not isinstance(raw_repeat, Mapping):
         raise InvalidOptionError(f"its options have no 'repeat' map (got {raw_repeat!r})")
@@ -300,8 +326,8 @@ def _update(scripts: Scripts, job: Job, scheduler_id: str, now: Optional[int]) -
     passed.update(repeat)
     run = _next_opts(job.opts, passed, scheduler_id, next_millis, count, offset, now_ms())
     data_json = encode_job_data(job.data, job.name)
-    return scripts.schedulers.update_job_scheduler(scheduler_id, next_millis, stored_form(run), now_ms(), job.id,
-                                        data_json)
+    return scripts.schedulers.update_job_scheduler_call(scheduler_id, next_millis, stored_form(run), now_ms(),
+                                                        job.id, data_json)
 
 
 class QueueSchedulers:

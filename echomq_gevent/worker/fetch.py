@@ -43,11 +43,11 @@ from ..connection.cluster import is_cluster
 from ..connection.slot_client import SlotClient
 from .marker import Fetched, MarkerWaiter
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S
-from ..queue.schedulers import schedule_next_run
 from ..protocol.clock import now_ms
 from ..protocol.scripts import shared_call
 from ..protocol.cron import preload as preload_cron
 from .context import WorkerContext
+from .next_runs import NextRuns
 from .settle import NO_NEXT, Settler
 from .slots import CONNECTION_ERRORS, Slot, SlotGreenlet
 
@@ -112,6 +112,8 @@ class FetchLoop:
         #: the marker wait's connection (on a cluster, to the primary serving the marker's slot)
         self.blocking: Optional[redis.Redis] = None
         self._runtime: Any = None
+        #: creates the next runs of the scheduler runs this worker takes
+        self.next_runs = NextRuns(ctx.scripts)
 
     # ------------------------------------------------------------------ set-up and close
     def blocking_client_name(self) -> str:
@@ -459,6 +461,10 @@ class FetchLoop:
             self.settler.hand_back(slot)
             self._release(slot)
             return
+        if job.repeat_job_key:
+            # before the job's greenlet is spawned: the call creating its next run is
+            # queued before the job can finish (next_runs.py)
+            slot.next_run = self.next_runs.add(job)
         # the slot goes in a list the greenlet empties: a greenlet keeps its arguments for
         # life, and this one runs job after job (fetch-next), so the first slot and its job
         # (data and all) would stay in memory until the slot goes idle
@@ -540,11 +546,12 @@ class FetchLoop:
     def _process(self, slot: Slot) -> Optional[Job]:
         """Run one job and settle it. Returns the next job fetch-next brought, or None."""
         job = slot.job
-        if job.repeat_job_key:
-            # a scheduler's run: its next run is created beside the processor (a round trip
-            # that would otherwise delay the start) and before this run settles, so the
-            # schedule goes on as when Node's worker creates it first (_settle_next_run)
-            slot.next_run = gevent.spawn(schedule_next_run, self.scripts, job)
+        if job.repeat_job_key and slot.next_run is None:
+            # a scheduler's run (one a finish fetched): its next run is created beside the
+            # processor (a round trip that would otherwise delay the start) and before this
+            # run settles, so the schedule goes on as when Node's worker creates it first
+            # (_settle_next_run)
+            slot.next_run = self.next_runs.add(job)
         plugins = self.plugins
         worker = self.worker
         plugins.notify("echomq_job_active", worker=worker, job=job)
@@ -578,10 +585,11 @@ class FetchLoop:
 
     @staticmethod
     def _settle_next_run(slot: Slot) -> None:
-        """Wait for the creation of a scheduler run's next run (it never raises), so that
-        run exists before this one is finished, as with Node's worker."""
+        """Wait until a scheduler run's next run is created, or its call is queued ahead of
+        this run's finish on the same connection (it never raises), so that run exists
+        before this one is finished, as with Node's worker."""
         if slot.next_run is not None:
-            slot.next_run.join()
+            slot.next_run.wait()
             slot.next_run = None
 
     def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:

@@ -58,7 +58,7 @@ class Slot:
         self.greenlet: Any = None
         #: True only while the processor itself runs (a cancellation may interrupt it then)
         self.in_processor = False
-        #: a scheduler's run: the greenlet creating the run after it, joined before it settles
+        #: a scheduler's run: the creation of the run after it (a NextRun), waited on before it settles
         self.next_run: Any = None
 
 

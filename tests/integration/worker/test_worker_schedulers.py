@@ -8,7 +8,7 @@ import time
 import gevent
 
 from echomq_gevent import Worker
-from echomq_gevent.worker import fetch as fetch_module
+from echomq_gevent.worker import next_runs as next_runs_module
 from integration.worker_helpers import marker_wait_blocked
 from running_command import run_python
 
@@ -20,20 +20,25 @@ def _wait(cond, timeout=30.0):
         gevent.sleep(0.02)
 
 
+def _due_now(r, queue, ids):
+    for job_id in ids:
+        if r.zscore(queue.keys.delayed, job_id) is not None:
+            r.zadd(queue.keys.delayed, {job_id: 0})
+
+
 def test_the_next_run_is_created_beside_the_processor_and_before_the_run_settles(r, queue, redis_url,
                                                                                   monkeypatch):
     slow = 0.3
-    real = fetch_module.schedule_next_run
+    real = next_runs_module.next_run_call
 
-    def slow_next_run(scripts, job):  # a slow round trip for the creation of the next run
+    def slow_call(scripts, job, now=None):  # the creation of the next run takes a while
         gevent.sleep(slow)
-        return real(scripts, job)
+        return real(scripts, job, now)
 
-    monkeypatch.setattr(fetch_module, "schedule_next_run", slow_next_run)
+    monkeypatch.setattr(next_runs_module, "next_run_call", slow_call)
     queue.upsert_job_scheduler("s", {"every": 60_000}, {"name": "s"})
     first = (r.zrange(queue.keys.delayed, 0, 0) or r.lrange(queue.keys.wait, 0, 0))[0]
-    if r.zscore(queue.keys.delayed, first) is not None:
-        r.zadd(queue.keys.delayed, {first: 0})  # due now
+    _due_now(r, queue, [first])
     started = {}
 
     def processor(job):
@@ -48,10 +53,40 @@ def test_the_next_run_is_created_beside_the_processor_and_before_the_run_settles
     assert len(nxt) == 1, nxt
     created = int(r.hget(queue.keys.job(nxt[0]), "timestamp"))
     finished = int(r.hget(queue.keys.job(first), "finishedOn"))
-    # the processor did not wait for the creation's round trip...
+    # the processor did not wait for the creation...
     assert started[first] < created - slow * 1000 / 2
     # ...but the run was finished only once its next run existed
     assert created <= finished
+
+
+def test_runs_taken_together_have_their_next_runs_made_in_one_round_trip_before_they_finish(r, queue,
+                                                                                           redis_url):
+    n = 20
+    queue.pause()
+    for i in range(n):  # an "every" scheduler's first run is ready at once
+        queue.upsert_job_scheduler(f"s{i}", {"every": 60_000}, {"name": "s"})
+    firsts = r.lrange(queue.keys.wait, 0, -1)
+    assert len(firsts) == n
+    worker = Worker(queue.name, lambda job: None, connection=redis_url, prefix=queue.prefix, concurrency=50,
+                    drain_delay=5)
+    worker.start()
+    try:
+        _wait(lambda: marker_wait_blocked(worker, r))
+        queue.resume()  # all of them ready at once
+        _wait(lambda: r.zcard(queue.keys.completed) == n and r.zcard(queue.keys.delayed) == n)
+    finally:
+        worker.close(timeout=5)
+    made = worker._fetch.next_runs
+    assert (made.calls, made.batches) == (n, 1)
+    # in the order Redis ran them (the events stream), each run's next run was made before
+    # the run completed, though the run did not wait for the answer
+    events = [(f.get("event"), f.get("jobId")) for _, f in r.xrange(queue.keys.events)]
+    for job_id in firsts:
+        scheduler = job_id.split(":")[1]
+        made_at = next(i for i, (ev, jid) in enumerate(events)
+                       if ev == "delayed" and (jid or "").startswith(f"repeat:{scheduler}:") and jid != job_id)
+        done_at = events.index(("completed", job_id))
+        assert made_at < done_at, (job_id, events)
 
 
 def test_a_worker_of_a_queue_with_schedulers_loads_the_cron_library_at_its_start(redis_url, prefix, qname):

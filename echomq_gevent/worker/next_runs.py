@@ -1,0 +1,139 @@
+"""The next runs of the job schedulers' runs a worker takes, created together.
+
+When a worker takes a job scheduler's run, it creates the run after it
+(``updateJobScheduler-12``), as Node's worker does, and finishes the run only once that
+call went to Redis before the finish. A cron schedule that fires many runs in the same
+millisecond makes a worker take them together, and a call and a greenlet for each would
+have every run wait for the answers of all the others before it finishes.
+
+:class:`NextRuns` gathers the runs taken in one turn of the hub and sends their calls in one
+round trip from one greenlet, spawned by the first run of the turn. The fetch loop adds the
+runs it takes before it spawns their job greenlets, so that greenlet runs first and the
+calls are queued on the worker's script connection before any of those jobs can finish.
+On that connection (the pipelined one of the worker's thread) Redis runs calls in the order
+they were made, so a run's finish, made later, cannot reach Redis before its next run: the
+run does not wait for the answer (:meth:`NextRun.wait` returns at once). Elsewhere (a
+worker whose sockets are not patched, a Redis Cluster) the run waits for the answer before
+it finishes.
+
+A run whose scheduler id has the shape of a BullMQ 5 repeatable job's key, and the runs of
+a round trip that met a connection error, are created one by one, with retries
+(:func:`~echomq_gevent.queue.schedulers.schedule_next_run`); their runs wait for them.
+Nothing here raises into a job: a run whose next run could not be created is logged and
+processed anyway.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, List
+
+import gevent
+import gevent.event
+import redis
+
+from ..errors import EchoMQError
+from ..queue.job import Job
+from ..queue.schedulers import legacy_key_shape, next_run_call, next_run_not_created, schedule_next_run
+from ..protocol.calls import ScriptCall
+from ..protocol.scripts import Scripts
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = ["NextRuns", "NextRun"]
+
+
+class NextRun:
+    """The creation of the run after one taken run, for the run to wait on before it
+    finishes (:meth:`wait`)."""
+
+    __slots__ = ("job", "queued", "done")
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        #: the call is queued on the pipelined connection, ahead of any later call of the hub
+        self.queued = False
+        self.done = gevent.event.Event()
+
+    def wait(self) -> None:
+        """Return once the run may be finished: at once when its next run's call is queued
+        ahead of the finish on the same connection, else when the call has answered."""
+        if not self.queued:
+            self.done.wait()
+
+
+class NextRuns:
+    """Creates the next runs of the scheduler runs one worker takes, one round trip for the
+    runs of a turn of the hub (see the module docstring). ``calls`` and ``batches`` count
+    what was sent."""
+
+    def __init__(self, scripts: Scripts) -> None:
+        self.scripts = scripts
+        self._pending: List[NextRun] = []
+        self._scheduled = False
+        #: calls sent together, and the round trips they went in
+        self.calls = 0
+        self.batches = 0
+
+    def add(self, job: Job) -> NextRun:
+        """Create the run after ``job`` (a run of ``job.repeat_job_key``) in this turn's round
+        trip; returns what the run waits on before it finishes."""
+        run = NextRun(job)
+        self._pending.append(run)
+        if not self._scheduled:
+            self._scheduled = True
+            gevent.spawn(self._flush)
+        return run
+
+    def _flush(self) -> None:
+        batch, self._pending = self._pending, []
+        self._scheduled = False
+        calls: List[ScriptCall] = []
+        sent: List[NextRun] = []
+        for run in batch:
+            job = run.job
+            if legacy_key_shape(job.repeat_job_key or ""):
+                gevent.spawn(self._alone, run)
+                continue
+            try:
+                call = next_run_call(self.scripts, job)
+            except (EchoMQError, ValueError, TypeError) as exc:
+                next_run_not_created(self.scripts, job, exc)
+                call = None
+            if call is None:
+                run.done.set()
+                continue
+            calls.append(call)
+            sent.append(run)
+        if not calls:
+            return
+        # the job greenlets of these runs run only once this one waits for the answers,
+        # by when the calls are queued on the connection, ahead of any finish of theirs
+        queued = self.scripts.pipelined
+        for run in sent:
+            run.queued = queued
+        self.calls += len(calls)
+        self.batches += 1
+        try:
+            answers: List[Any] = self.scripts.run_many(calls, check=False)
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            log.debug("queue %r: creating %d next run(s) met %s; each is tried again alone", self.scripts.keys.name,
+                      len(sent), exc)
+            for run in sent:
+                run.queued = False
+                gevent.spawn(self._alone, run)
+            return
+        except Exception as exc:  # not expected: each run is processed anyway
+            for run in sent:
+                next_run_not_created(self.scripts, run.job, exc)
+                run.done.set()
+            return
+        for run, answer in zip(sent, answers):
+            if isinstance(answer, BaseException):
+                next_run_not_created(self.scripts, run.job, answer)
+            run.done.set()
+
+    def _alone(self, run: NextRun) -> None:
+        try:
+            schedule_next_run(self.scripts, run.job)
+        finally:
+            run.done.set()
