@@ -462,7 +462,7 @@ class FetchLoop:
             self._release(slot)
             return
         if job.repeat_job_key:
-            # before the job's greenlet is spawned: the call creating its next run is
+            # the call creating its next run goes with those of the other runs taken now,
             # queued before the job can finish (next_runs.py)
             slot.next_run = self.next_runs.add(job)
         # the slot goes in a list the greenlet empties: a greenlet keeps its arguments for

@@ -7,14 +7,14 @@ millisecond makes a worker take them together, and a call and a greenlet for eac
 have every run wait for the answers of all the others before it finishes.
 
 :class:`NextRuns` gathers the runs taken in one turn of the hub and sends their calls in one
-round trip from one greenlet, spawned by the first run of the turn. The fetch loop adds the
-runs it takes before it spawns their job greenlets, so that greenlet runs first and the
-calls are queued on the worker's script connection before any of those jobs can finish.
-On that connection (the pipelined one of the worker's thread) Redis runs calls in the order
-they were made, so a run's finish, made later, cannot reach Redis before its next run: the
-run does not wait for the answer (:meth:`NextRun.wait` returns at once). Elsewhere (a
-worker whose sockets are not patched, a Redis Cluster) the run waits for the answer before
-it finishes.
+round trip from one greenlet, spawned by the first run of the turn. That greenlet first
+lets the job greenlets of the turn run (the fetch loop spawns them right after it), so their
+processors start without waiting for the calls to be built; a run then waits only until its
+call is queued on the worker's script connection. On that connection (the pipelined one of
+the worker's thread) Redis runs calls in the order they were made, so the run's finish,
+made later, cannot reach Redis before its next run, and the run does not wait for the
+answer. Elsewhere (a worker whose sockets are not patched, a Redis Cluster) the run waits
+for the answer before it finishes.
 
 A run whose scheduler id has the shape of a BullMQ 5 repeatable job's key, and the runs of
 a round trip that met a connection error, are created one by one, with retries
@@ -46,19 +46,17 @@ class NextRun:
     """The creation of the run after one taken run, for the run to wait on before it
     finishes (:meth:`wait`)."""
 
-    __slots__ = ("job", "queued", "done")
+    __slots__ = ("job", "ready")
 
     def __init__(self, job: Job) -> None:
         self.job = job
-        #: the call is queued on the pipelined connection, ahead of any later call of the hub
-        self.queued = False
-        self.done = gevent.event.Event()
+        #: set when the run may be finished: its next run's call is queued on the pipelined
+        #: connection (ahead of any later call of the hub), or has answered
+        self.ready = gevent.event.Event()
 
     def wait(self) -> None:
-        """Return once the run may be finished: at once when its next run's call is queued
-        ahead of the finish on the same connection, else when the call has answered."""
-        if not self.queued:
-            self.done.wait()
+        """Return once the run may be finished (see :attr:`ready`)."""
+        self.ready.wait()
 
 
 class NextRuns:
@@ -85,6 +83,8 @@ class NextRuns:
         return run
 
     def _flush(self) -> None:
+        # the job greenlets spawned after this one start their processors first
+        gevent.sleep(0)
         batch, self._pending = self._pending, []
         self._scheduled = False
         calls: List[ScriptCall] = []
@@ -100,17 +100,18 @@ class NextRuns:
                 next_run_not_created(self.scripts, job, exc)
                 call = None
             if call is None:
-                run.done.set()
+                run.ready.set()
                 continue
             calls.append(call)
             sent.append(run)
         if not calls:
             return
-        # the job greenlets of these runs run only once this one waits for the answers,
-        # by when the calls are queued on the connection, ahead of any finish of theirs
+        # queued: the calls are put on the connection's queue when run_many is called, before
+        # this greenlet waits for the answers; the runs' greenlets wake only after that
         queued = self.scripts.pipelined
-        for run in sent:
-            run.queued = queued
+        if queued:
+            for run in sent:
+                run.ready.set()
         self.calls += len(calls)
         self.batches += 1
         try:
@@ -119,21 +120,20 @@ class NextRuns:
             log.debug("queue %r: creating %d next run(s) met %s; each is tried again alone", self.scripts.keys.name,
                       len(sent), exc)
             for run in sent:
-                run.queued = False
                 gevent.spawn(self._alone, run)
             return
         except Exception as exc:  # not expected: each run is processed anyway
             for run in sent:
                 next_run_not_created(self.scripts, run.job, exc)
-                run.done.set()
+                run.ready.set()
             return
         for run, answer in zip(sent, answers):
             if isinstance(answer, BaseException):
                 next_run_not_created(self.scripts, run.job, answer)
-            run.done.set()
+            run.ready.set()
 
     def _alone(self, run: NextRun) -> None:
         try:
             schedule_next_run(self.scripts, run.job)
         finally:
-            run.done.set()
+            run.ready.set()
