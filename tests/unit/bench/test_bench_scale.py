@@ -6,7 +6,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from bench.scale import out_of_order, scheduler_specs  # noqa: E402
+from bench.scale import out_of_order, scheduler_specs, slot_split  # noqa: E402
 
 
 def test_a_start_order_in_priority_order_has_nothing_out_of_order():
@@ -35,6 +35,16 @@ def test_scheduler_specs_are_half_every_half_cron_inside_the_window():
     seconds = {int(s[1]["pattern"].split()[0]) for s in cron}
     assert seconds <= {(t0 // 1000 + k) % 60 for k in range(window // 1000)}
     assert all(s[2]["data"]["k"] in ("every", "cron") for s in specs)
+
+
+def test_runs_beyond_the_concurrency_of_one_due_time_waited_for_a_slot():
+    runs = [("cron", 1000.0, late) for late in (5.0, 1.0, 9.0, 3.0)]  # four due at once
+    runs += [("every", 2000.0, 7.0), ("every", 2001.0, 8.0)]  # alone at their times
+    slot, waited = slot_split(runs, concurrency=2)
+    # the first two of the four to start found a slot, the other two waited; lone runs had one
+    assert slot == [1.0, 3.0, 7.0, 8.0]
+    assert waited == [5.0, 9.0]
+    assert slot_split(runs, concurrency=10) == (sorted([5.0, 1.0, 9.0, 3.0, 7.0, 8.0]), [])
 
 
 def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
