@@ -21,24 +21,15 @@
   is removed, as a fetch that finds nothing removes it, and nextDue says when the earliest
   delayed job is due (0: none), which the worker waits for.
 ]]
---- @include "includes/fetchNextJob"
+--- @include "includes/pickUp"
 
-local now = ARGV[2]
-if now == "" then
-  local t = redis.call("TIME")
-  now = string.format("%d", tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-end
+local now = pickUpTime(ARGV[2])
 local workerOpts = cmsgpack.unpack(ARGV[3])
 local fetched = fetchNextJob(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[9],
                              KEYS[10], KEYS[11], ARGV[1], now, workerOpts)
 if fetched then
   if fetched[2] ~= 0 then
-    local ready = redis.call("LLEN", KEYS[1]) + redis.call("ZCARD", KEYS[3])
-    fetched[5] = ready
-    if ready == 0 then
-      redis.call("ZREM", KEYS[11], "0")
-      fetched[4] = getNextDelayedTimestamp(KEYS[7]) or 0
-    end
+    noteReady(fetched, KEYS[1], KEYS[3], KEYS[11], KEYS[7])
   end
   return fetched
 end

@@ -20,23 +20,14 @@
   that raises an error stops it too: the answers end with that error ({err = ...}), after
   the jobs taken before it (and after the job of the pick-up whose ready count failed).
 ]]
---- @include "includes/fetchNextJob"
+--- @include "includes/pickUp"
 
-local now = ARGV[2]
-if now == "" then
-  local t = redis.call("TIME")
-  now = string.format("%d", tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-end
+local now = pickUpTime(ARGV[2])
 local workerOpts = cmsgpack.unpack(ARGV[3])
 local tokenPrefix = ARGV[4]
 local first = tonumber(ARGV[5])
 local most = tonumber(ARGV[6])
 local answers = {}
-
--- how many jobs wait and prioritized still hold
-local function readyCount()
-  return redis.call("LLEN", KEYS[1]) + redis.call("ZCARD", KEYS[3])
-end
 
 -- an error reply for a failed pcall, as the single call would have raised it
 local function asError(err)
@@ -63,15 +54,12 @@ for i = 0, most - 1 do
     break
   end
   -- the job is taken: an error from here on comes after its answer
-  local counted, ready = pcall(readyCount)
+  local counted, ready = pcall(noteReady, fetched, KEYS[1], KEYS[3], KEYS[11], KEYS[7])
   if not counted then
     answers[#answers + 1] = asError(ready)
     break
   end
-  fetched[5] = ready
   if ready == 0 then
-    redis.call("ZREM", KEYS[11], "0")
-    fetched[4] = getNextDelayedTimestamp(KEYS[7]) or 0
     break
   end
 end

@@ -374,9 +374,12 @@ class Scripts:
                 k.paused, k.meta, k.pc, k.marker]
 
     @staticmethod
-    def fetch_opts(token: str, lock_duration: int, limiter: Optional[Dict[str, int]] = None,
+    def fetch_opts(token: Optional[str], lock_duration: int, limiter: Optional[Dict[str, int]] = None,
                    name: Optional[str] = None) -> Dict[str, Any]:
-        opts: Dict[str, Any] = {"token": token, "lockDuration": int(lock_duration)}
+        """The worker's options of a fetch (msgpack ARGV of the pick-ups); no token (None)
+        for ``moveToActiveMany-11``, which numbers its own."""
+        opts: Dict[str, Any] = {"lockDuration": int(lock_duration)} if token is None else \
+            {"token": token, "lockDuration": int(lock_duration)}
         if limiter:
             opts["limiter"] = {"max": int(limiter["max"]), "duration": int(limiter["duration"])}
         if name:
@@ -410,13 +413,9 @@ class Scripts:
         that took no job, the one that left nothing ready (its ``ready`` is 0), or the
         ``most``-th. A pick-up that failed ends them with its error (a ``ResponseError``)
         in its place; the jobs taken before it are in the answers."""
-        opts: Dict[str, Any] = {"lockDuration": int(lock_duration)}
-        if limiter:
-            opts["limiter"] = {"max": int(limiter["max"]), "duration": int(limiter["duration"])}
-        if name:
-            opts["name"] = name
         answers = self.call("moveToActiveMany-11", self._fetch_keys(),
-                            [self.keys.base, now_ms, pack(opts), token_prefix, int(first), int(most)])
+                            [self.keys.base, now_ms, pack(self.fetch_opts(None, lock_duration, limiter, name)),
+                             token_prefix, int(first), int(most)])
         if not isinstance(answers, list) or not answers or len(answers) > most + 1:
             raise ResponseError(f"moveToActiveMany-11 answered {most} pick-ups with {answers!r}")
         return answers
