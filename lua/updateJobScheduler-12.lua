@@ -21,54 +21,14 @@
 
   The scheduler's score moves to the next run and its iteration count "ic" goes up by 1.
 ]]
---- @include "includes/getOrSetMaxEvents"
---- @include "includes/everyNextMillis"
---- @include "includes/enqueueSchedulerJob"
+--- @include "includes/createNextSchedulerRun"
 
-local repeatKey = KEYS[1]
-local schedulerId = ARGV[2]
-local runOpts = cmsgpack.unpack(ARGV[4])
-local now = tonumber(ARGV[5])
-local prefix = ARGV[6]
-
-local prevMillis = redis.call("ZSCORE", repeatKey, schedulerId)
-if not prevMillis then
-  return nil
+local k = {repeatKey = KEYS[1], delayed = KEYS[2], wait = KEYS[3], meta = KEYS[5],
+           prioritized = KEYS[6], marker = KEYS[7], id = KEYS[8], events = KEYS[9], pc = KEYS[10],
+           active = KEYS[12]}
+local jobId = createNextSchedulerRun(k, ARGV[1], ARGV[2], cmsgpack.unpack(ARGV[4]), ARGV[5], ARGV[6],
+                                     ARGV[7], {})
+if jobId then
+  return jobId .. ""
 end
-prevMillis = tonumber(prevMillis)
-if ARGV[7] ~= "repeat:" .. schedulerId .. ":" .. prevMillis then
-  return nil
-end
-
-local schedulerKey = repeatKey .. ":" .. schedulerId
-local stored = redis.call("HMGET", schedulerKey, "name", "data", "every", "startDate", "offset")
-local nextMillis = tonumber(ARGV[1])
-local every = tonumber(stored[3])
-local runRepeat = runOpts["repeat"]
-if not every and type(runRepeat) == "table" and runRepeat["every"] then
-  every = tonumber(runRepeat["every"])
-end
-if every then
-  local offset = stored[5] or (type(runRepeat) == "table" and runRepeat["offset"]) or 0
-  nextMillis = everyNextMillis(prevMillis, every, now, offset, stored[4])
-end
-
-local jobId = "repeat:" .. schedulerId .. ":" .. nextMillis
-local maxEvents = getOrSetMaxEvents(KEYS[5])
-if redis.call("EXISTS", schedulerKey .. ":" .. nextMillis) == 1 then
-  redis.call("XADD", KEYS[9], "MAXLEN", "~", maxEvents, "*", "event", "duplicated", "jobId", jobId)
-  return nil
-end
-
-redis.call("ZADD", repeatKey, nextMillis, schedulerId)
-redis.call("HINCRBY", schedulerKey, "ic", 1)
-redis.call("INCR", KEYS[8])
-local delay = nextMillis - now
-if delay < 0 then
-  delay = 0
-end
-local k = {wait = KEYS[3], active = KEYS[12], meta = KEYS[5], prioritized = KEYS[6], pc = KEYS[10],
-           delayed = KEYS[2], marker = KEYS[7], events = KEYS[9]}
-enqueueSchedulerJob(k, prefix .. jobId, jobId, runOpts, stored[1], stored[2] or "{}", ARGV[5],
-                    maxEvents, schedulerId, delay)
-return jobId .. ""
+return nil

@@ -7,7 +7,7 @@ millisecond makes a worker take them together, and a call and a greenlet for eac
 have every run wait for the answers of all the others before it finishes.
 
 :class:`NextRuns` gathers the runs taken in one turn of the hub and sends their calls in one
-round trip from one greenlet, spawned by the first run of the turn. That greenlet first
+round trip (``updateJobSchedulerMany-11``, up to 25 runs a call) from one greenlet, spawned by the first run of the turn. That greenlet first
 lets the job greenlets of the turn run (the fetch loop spawns them right after it), so their
 processors start without waiting for the calls to be built; a run then waits only until its
 call is queued on the worker's script connection. On that connection (the pipelined one of
@@ -115,7 +115,10 @@ class NextRuns:
         self.calls += len(calls)
         self.batches += 1
         try:
-            answers: List[Any] = self.scripts.run_many(calls, check=False)
+            if len(calls) > 1:
+                answers: List[Any] = self.scripts.schedulers.update_job_scheduler_many(calls)
+            else:
+                answers = self.scripts.run_many(calls, check=False)
         except (redis.ConnectionError, redis.TimeoutError) as exc:
             log.debug("queue %r: creating %d next run(s) met %s; each is tried again alone", self.scripts.keys.name,
                       len(sent), exc)

@@ -1,0 +1,45 @@
+--[[
+  updateJobSchedulerMany-11: a worker took several runs of job schedulers of one queue; create
+  the run after each, in one call. Each is created exactly as updateJobScheduler-12 creates
+  it, one after the other, and nothing else runs in between. A worker sends the next runs of
+  the runs it takes in the same turn (a cron burst) this way. BullMQ has no such script.
+
+  KEYS  1 repeat, 2 delayed, 3 wait, 4 paused (unused), 5 meta, 6 prioritized, 7 marker,
+        8 id, 9 events, 10 pc, 11 active (updateJobScheduler-12's, without the taken run's
+        key, which it does not use)
+  ARGV  1 key prefix ("bull:q:"), then 5 for each run, updateJobScheduler-12's ARGV 1, 2,
+        4, 5 and 7: millis of the next run, scheduler id, msgpack options of the next run,
+        now, id of the taken run
+
+  Returns one answer per run, in order: the id of the run created, or 0 where
+  updateJobScheduler-12 would have returned nil; or, when its creation raised an error, that
+  error (the runs after it are still created).
+]]
+--- @include "includes/createNextSchedulerRun"
+
+local k = {repeatKey = KEYS[1], delayed = KEYS[2], wait = KEYS[3], meta = KEYS[5],
+           prioritized = KEYS[6], marker = KEYS[7], id = KEYS[8], events = KEYS[9], pc = KEYS[10],
+           active = KEYS[11]}
+local prefix = ARGV[1]
+local seen = {}
+local answers = {}
+local count = (#ARGV - 1) / 5
+for i = 0, count - 1 do
+  local at = 1 + i * 5
+  local ok, answer = pcall(function()
+    return createNextSchedulerRun(k, ARGV[at + 1], ARGV[at + 2], cmsgpack.unpack(ARGV[at + 3]),
+                                  ARGV[at + 4], prefix, ARGV[at + 5], seen)
+  end)
+  if not ok then
+    if type(answer) == "table" and answer["err"] then
+      answers[i + 1] = answer
+    else
+      answers[i + 1] = {err = tostring(answer)}
+    end
+  elseif answer then
+    answers[i + 1] = answer .. ""
+  else
+    answers[i + 1] = 0
+  end
+end
+return answers
