@@ -16,9 +16,11 @@ made later, cannot reach Redis before its next run, and the run does not wait fo
 answer. Elsewhere (a worker whose sockets are not patched, a Redis Cluster) the run waits
 for the answer before it finishes.
 
-A run whose scheduler id has the shape of a BullMQ 5 repeatable job's key, and the runs of
-a round trip that met a connection error, are created one by one, with retries
-(:func:`~echomq_gevent.queue.schedulers.schedule_next_run`); their runs wait for them.
+A run whose scheduler id has the shape of a BullMQ 5 repeatable job's key is created alone,
+with retries (:func:`~echomq_gevent.queue.schedulers.schedule_next_run`), and its run waits
+for it. The runs of a round trip that met a connection error are created again one by one
+the same way; on the pipelined connection their runs no longer wait, so one may be finished
+(on a new connection) before its next run exists.
 Nothing here raises into a job: a run whose next run could not be created is logged and
 processed anyway.
 """
