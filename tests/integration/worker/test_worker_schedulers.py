@@ -1,6 +1,7 @@
 """A scheduler's run in our worker: its next run is created beside the processor and before
-the run settles; a worker of a queue with schedulers loads the cron library at its start;
-a burst of due jobs is taken in as many pick-ups as there are jobs, with no empty ones."""
+the run settles, those of runs taken together in one round trip; a worker of a queue with
+schedulers loads the cron library at its start; a burst of due jobs is taken in one call,
+with no empty pick-ups."""
 from __future__ import annotations
 
 import time
