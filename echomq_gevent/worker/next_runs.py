@@ -37,6 +37,7 @@ from ..errors import EchoMQError
 from ..queue.job import Job
 from ..queue.schedulers import legacy_key_shape, next_run_call, next_run_not_created, schedule_next_run
 from ..protocol.calls import ScriptCall
+from ..protocol.schedulers import UPDATE_MANY_MAX
 from ..protocol.scripts import Scripts
 
 log = logging.getLogger("echomq_gevent.worker")
@@ -89,6 +90,13 @@ class NextRuns:
         gevent.sleep(0)
         batch, self._pending = self._pending, []
         self._scheduled = False
+        # in chunks, one round trip each: the runs of a chunk finish (their finishes queued
+        # behind their next runs) while Redis creates the chunk's next runs, ahead of the
+        # next chunk's, so slots free up (and refill) before all the next runs exist
+        for at in range(0, len(batch), UPDATE_MANY_MAX):
+            self._send(batch[at:at + UPDATE_MANY_MAX])
+
+    def _send(self, batch: List[NextRun]) -> None:
         calls: List[ScriptCall] = []
         sent: List[NextRun] = []
         for run in batch:
@@ -108,10 +116,9 @@ class NextRuns:
             sent.append(run)
         if not calls:
             return
-        # queued: the calls are put on the connection's queue when run_many is called, before
-        # this greenlet waits for the answers; the runs' greenlets wake only after that
-        queued = self.scripts.pipelined
-        if queued:
+        # queued: the calls are put on the connection's queue when they are run, before this
+        # greenlet waits for the answers; the runs' greenlets wake only after that
+        if self.scripts.pipelined:
             for run in sent:
                 run.ready.set()
         self.calls += len(calls)
