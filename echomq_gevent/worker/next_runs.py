@@ -6,9 +6,11 @@ call went to Redis before the finish. A cron schedule that fires many runs in th
 millisecond makes a worker take them together, and a call and a greenlet for each would
 have every run wait for the answers of all the others before it finishes.
 
-:class:`NextRuns` gathers the runs taken in one turn of the hub and sends their calls in one
-round trip (``updateJobSchedulerMany-11``, up to 25 runs a call) from one greenlet, spawned by the first run of the turn. That greenlet first
-lets the job greenlets of the turn run (the fetch loop spawns them right after it), so their
+:class:`NextRuns` gathers the runs taken in one turn of the hub and sends their calls from
+one greenlet, spawned by the first run of the turn, as ``updateJobSchedulerMany-11`` calls of
+up to 25 runs, one round trip each: the runs of the first call finish (and their slots take
+the jobs still waiting) while Redis creates the next call's runs. That greenlet first lets
+the job greenlets of the turn run (the fetch loop spawns them right after it), so their
 processors start without waiting for the calls to be built; a run then waits only until its
 call is queued on the worker's script connection. On that connection (the pipelined one of
 the worker's thread) Redis runs calls in the order they were made, so the run's finish,
@@ -63,7 +65,7 @@ class NextRun:
 
 
 class NextRuns:
-    """Creates the next runs of the scheduler runs one worker takes, one round trip for the
+    """Creates the next runs of the scheduler runs one worker takes, a round trip for each 25
     runs of a turn of the hub (see the module docstring). ``calls`` and ``batches`` count
     what was sent."""
 
