@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from redis.exceptions import ResponseError
-
 from .calls import ScriptCall
 from .library import pack
 
@@ -61,24 +59,11 @@ class SchedulerScripts:
         :data:`UPDATE_MANY_MAX` runs sent in one round trip. The answers in order: the id
         of the run created, None where the call would have answered nil, or the error its
         creation raised (a ``ResponseError``). A connection error raises."""
-        chunks = [calls[i:i + UPDATE_MANY_MAX] for i in range(0, len(calls), UPDATE_MANY_MAX)]
-        keys = self._scheduler_keys() + [self.keys.active]
-        many: List[ScriptCall] = []
-        for chunk in chunks:
-            args: List[Any] = [self.keys.base]
-            for c in chunk:
-                a = c.args  # updateJobScheduler-12's ARGV: the data (3rd) is unused, the prefix said once
-                args.extend((a[0], a[1], a[3], a[4], a[6]))
-            many.append(ScriptCall("updateJobSchedulerMany-11", keys, args))
-        results: List[Any] = []
-        for chunk, answers in zip(chunks, self.scripts.run_many(many, check=False)):
-            if isinstance(answers, BaseException):  # the call did not run (or failed as a whole)
-                results.extend([answers] * len(chunk))
-                continue
-            if not isinstance(answers, list) or len(answers) != len(chunk):
-                raise ResponseError(f"updateJobSchedulerMany-11 answered {len(chunk)} runs with {answers!r}")
-            results.extend(None if a == 0 else a if isinstance(a, BaseException) else str(a) for a in answers)
-        return results
+        # updateJobScheduler-12's ARGV without the data (3rd, unused) and the prefix (said once)
+        rows = [(a[0], a[1], a[3], a[4], a[6]) for a in (c.args for c in calls)]
+        answers = self.scripts.run_rows("updateJobSchedulerMany-11", self._scheduler_keys() + [self.keys.active],
+                                        [self.keys.base], rows, UPDATE_MANY_MAX)
+        return [None if a == 0 else a if isinstance(a, BaseException) else str(a) for a in answers]
 
     def update_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
                              now_ms: int, producer_id: str, data_json: str = "{}",

@@ -443,6 +443,30 @@ class Scripts:
                                                 finish_opts, fields_to_update)
         return ScriptCall("moveToFinished-14", keys, args, job_id)
 
+    def run_rows(self, name: str, keys: List[Any], head: Sequence[Any], rows: Sequence[Sequence[Any]],
+                 most: int) -> List[Any]:
+        """A script that takes several rows of ARGV after ``head`` and answers one per row
+        (``moveToFinishedMany-11``, ``updateJobSchedulerMany-11``), in calls of at most
+        ``most`` rows sent in one round trip. One answer per row, in order: the script's,
+        or, where a call failed as a whole, its error. A connection error raises (none of
+        the answers is known)."""
+        chunks = [rows[i:i + most] for i in range(0, len(rows), most)]
+        calls: List[ScriptCall] = []
+        for chunk in chunks:
+            args: List[Any] = list(head)
+            for row in chunk:
+                args.extend(row)
+            calls.append(ScriptCall(name, keys, args))
+        results: List[Any] = []
+        for chunk, answers in zip(chunks, self.run_many(calls, check=False)):
+            if isinstance(answers, BaseException):  # the call did not run (or failed as a whole)
+                results.extend([answers] * len(chunk))
+                continue
+            if not isinstance(answers, list) or len(answers) != len(chunk):
+                raise ResponseError(f"{name} answered {len(chunk)} rows with {answers!r}")
+            results.extend(answers)
+        return results
+
     def move_to_finished_many(self, calls: Sequence[ScriptCall]) -> List[Any]:
         """Several ``moveToFinished-14`` calls of this queue (from
         :meth:`move_to_finished_call`) as ``moveToFinishedMany-11``: each job finished as
@@ -450,27 +474,13 @@ class Scripts:
         :data:`FINISH_MANY_MAX` jobs sent in one round trip. The answers in order, as
         :meth:`run_many` gives them: a script error, or a negative code's typed error, in
         place of its answer. A connection error raises (none of the answers is known)."""
-        chunks = [calls[i:i + FINISH_MANY_MAX] for i in range(0, len(calls), FINISH_MANY_MAX)]
-        keys = self._fetch_keys()
-        many: List[ScriptCall] = []
-        for chunk in chunks:
-            args: List[Any] = [self.keys.base]
-            for c in chunk:
-                a = c.args  # moveToFinished-14's ARGV: the prefix (7th) is said once
-                args.extend((a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8] if len(a) > 8 else ""))
-            many.append(ScriptCall("moveToFinishedMany-11", keys, args))
-        results: List[Any] = []
-        for chunk, answers in zip(chunks, self.run_many(many, check=False)):
-            if isinstance(answers, BaseException):  # the call did not run (or failed as a whole)
-                results.extend([answers] * len(chunk))
-                continue
-            if not isinstance(answers, list) or len(answers) != len(chunk):
-                raise ResponseError(f"moveToFinishedMany-11 answered {len(chunk)} finishes with {answers!r}")
-            for c, res in zip(chunk, answers):
-                if isinstance(res, int) and res < 0:
-                    res = error_for_code(res, c.name, c.job_id)
-                results.append(res)
-        return results
+        # moveToFinished-14's ARGV without the prefix (7th), which is said once
+        rows = [(a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8] if len(a) > 8 else "")
+                for a in (c.args for c in calls)]
+        answers = self.run_rows("moveToFinishedMany-11", self._fetch_keys(), [self.keys.base], rows,
+                                FINISH_MANY_MAX)
+        return [error_for_code(res, c.name, c.job_id) if isinstance(res, int) and res < 0 else res
+                for c, res in zip(calls, answers)]
 
     def move_to_finished(self, job_id: str, now_ms: int, field: str, value: str, target: str,
                          fetch_next: bool, finish_opts: Dict[str, Any],

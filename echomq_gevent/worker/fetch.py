@@ -101,9 +101,9 @@ class FetchLoop:
         self.options = ctx.options
         self._tokens = itertools.count()
         self._stopped = gevent.event.Event()  # set once closing starts: ends the pause after a failure
-        self._burst = _MAX_BURST
         #: the jobs a pick-up said were still ready after it (moveToActive-11's fifth
-        #: element), None when the last answer had no such count (a finish's fetch)
+        #: element), None when the last answer brought no job or had no such count (a
+        #: finish's fetch)
         self._ready: Optional[int] = None
         self._block_until = 0
         #: made by :meth:`setup`
@@ -272,14 +272,12 @@ class FetchLoop:
             return
         if self.paused or self.ctx.closing:  # paused or closed while blocked on the marker
             return
-        self._fetch(min(self._burst, self.concurrency - len(self.active)))
+        self._fetch(min(self._next_burst(), self.concurrency - len(self.active)))
 
     def _fetch(self, count: int) -> None:
         """Up to ``count`` pick-ups: one ``moveToActive``, or when ``count`` is more than one,
         one ``moveToActiveMany`` call that takes jobs until ``count`` are taken or none is
-        ready; start every job they bring. While every pick-up brings a job, the next burst
-        is what the last one said was still ready (:meth:`_next_burst`); otherwise it falls
-        back to :data:`_MAX_BURST` (the call stops by itself when nothing is ready)."""
+        ready; start every job they bring. How many to ask for next: :meth:`_next_burst`."""
         ctx = self.ctx
         first = next(self._tokens)
         now = now_ms()
@@ -297,7 +295,6 @@ class FetchLoop:
             raise
         self.last_fetch_at = time.time()
         error: Optional[BaseException] = None
-        started = 0
         for i, answer in enumerate(answers):
             if isinstance(answer, BaseException):
                 error = error or answer
@@ -305,9 +302,7 @@ class FetchLoop:
             token = f"{ctx.id}:{first + i}"
             job = self._next_from(answer, token)
             if job is not None:
-                started += 1
                 self._start(job, token)
-        self._burst = self._next_burst() if started == max(1, count) and error is None else _MAX_BURST
         if error is not None:
             raise error
 
@@ -412,14 +407,13 @@ class FetchLoop:
             job = self._next_from(answer, fetched.token)
             if job is not None:
                 self._start(job, fetched.token)
-                self._burst = self._next_burst()
         if fetched.pop_error is not None:
             raise fetched.pop_error
 
     def _next_burst(self) -> int:
         """How many pick-ups to ask for next: as many as the last pick-up said were still
-        ready, else (nothing was ready then, or the job came from a finish, which does not
-        say) :data:`_MAX_BURST`, since ``moveToActiveMany`` stops by itself once nothing is
+        ready, else (nothing was ready then, the last answer brought no job, or its job came
+        from a finish, which does not say) :data:`_MAX_BURST`, since ``moveToActiveMany`` stops by itself once nothing is
         ready. The free slots bound it further."""
         ready = self._ready
         return min(ready, _MAX_BURST) if ready else _MAX_BURST
@@ -431,6 +425,7 @@ class FetchLoop:
         hints = self.hints
         if not res:
             hints.drained = True
+            self._ready = None
             return None
         flat, job_id, ttl, due = res[0], res[1], int(res[2] or 0), int(res[3] or 0)
         now = now_ms()
@@ -446,6 +441,7 @@ class FetchLoop:
             job.token = token
             return job
         hints.drained = True
+        self._ready = None
         if (self._block_until and (not old_block or self._block_until < old_block)) or \
                 hints.limit_until > old_limit:
             hints.kick.set()
