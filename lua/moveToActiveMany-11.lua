@@ -21,6 +21,7 @@
   the jobs taken before it (and after the job of the pick-up whose ready count failed).
 ]]
 --- @include "includes/pickUp"
+--- @include "includes/errorReply"
 
 local now = pickUpTime(ARGV[2])
 local workerOpts = cmsgpack.unpack(ARGV[3])
@@ -29,20 +30,12 @@ local first = tonumber(ARGV[5])
 local most = tonumber(ARGV[6])
 local answers = {}
 
--- an error reply for a failed pcall, as the single call would have raised it
-local function asError(err)
-  if type(err) == "table" and err["err"] then
-    return err
-  end
-  return {err = tostring(err)}
-end
-
 for i = 0, most - 1 do
   workerOpts["token"] = tokenPrefix .. string.format("%d", first + i)
   local ok, fetched = pcall(fetchNextJob, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7],
                             KEYS[9], KEYS[10], KEYS[11], ARGV[1], now, workerOpts)
   if not ok then
-    answers[#answers + 1] = asError(fetched)
+    answers[#answers + 1] = errorReply(fetched)
     break
   end
   if not fetched then
@@ -56,7 +49,7 @@ for i = 0, most - 1 do
   -- the job is taken: an error from here on comes after its answer
   local counted, ready = pcall(noteReady, fetched, KEYS[1], KEYS[3], KEYS[11], KEYS[7])
   if not counted then
-    answers[#answers + 1] = asError(ready)
+    answers[#answers + 1] = errorReply(ready)
     break
   end
   if ready == 0 then

@@ -20,6 +20,7 @@
   finished.
 ]]
 --- @include "includes/finishActiveJob"
+--- @include "includes/errorReply"
 
 local keyPrefix = ARGV[1]
 local answers = {}
@@ -35,10 +36,8 @@ for i = 0, count - 1 do
                            ARGV[at + 7], ARGV[at + 8])
   if ok then
     answers[i + 1] = answer
-  elseif type(answer) == "table" and answer["err"] then
-    answers[i + 1] = answer
   else
-    answers[i + 1] = {err = tostring(answer)}
+    answers[i + 1] = errorReply(answer)
   end
 end
 return answers

@@ -16,6 +16,7 @@
   error (the runs after it are still created).
 ]]
 --- @include "includes/createNextSchedulerRun"
+--- @include "includes/errorReply"
 
 local k = {repeatKey = KEYS[1], delayed = KEYS[2], wait = KEYS[3], meta = KEYS[5],
            prioritized = KEYS[6], marker = KEYS[7], id = KEYS[8], events = KEYS[9], pc = KEYS[10],
@@ -31,11 +32,7 @@ for i = 0, count - 1 do
                                   ARGV[at + 4], prefix, ARGV[at + 5], seen)
   end)
   if not ok then
-    if type(answer) == "table" and answer["err"] then
-      answers[i + 1] = answer
-    else
-      answers[i + 1] = {err = tostring(answer)}
-    end
+    answers[i + 1] = errorReply(answer)
   elseif answer then
     answers[i + 1] = answer .. ""
   else
