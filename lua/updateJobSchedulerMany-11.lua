@@ -22,7 +22,8 @@ local k = {repeatKey = KEYS[1], delayed = KEYS[2], wait = KEYS[3], meta = KEYS[5
            prioritized = KEYS[6], marker = KEYS[7], id = KEYS[8], events = KEYS[9], pc = KEYS[10],
            active = KEYS[11]}
 local prefix = ARGV[1]
-local seen = {}
+-- the delay marker is moved once, after all the runs: where each call would leave it
+local seen = {deferMarker = {}}
 local answers = {}
 local count = (#ARGV - 1) / 5
 for i = 0, count - 1 do
@@ -38,5 +39,8 @@ for i = 0, count - 1 do
   else
     answers[i + 1] = 0
   end
+end
+if seen.deferMarker.delayed then
+  addDelayMarkerIfNeeded(k.marker, k.delayed)
 end
 return answers

@@ -6,8 +6,10 @@
 -- marker, id, events, pc, active. nextMillisArg is the next run's millis for a cron
 -- scheduler (recomputed here for "every"), runOpts its options (unpacked), now the caller's
 -- clock (ms, as text), producerId the taken run's id; seen keeps what one call has read once
--- (the events cap, read when first needed). Returns the created run's id, or nil
--- (the scheduler is gone, the taken run is not its upcoming one, or the next run exists).
+-- (the events cap, read when first needed), and with seen.deferMarker (a table) a delayed
+-- run leaves the delay marker to its caller (see enqueueSchedulerJob). Returns the created
+-- run's id, or nil (the scheduler is gone, the taken run is not its upcoming one, or the
+-- next run exists).
 local function createNextSchedulerRun(k, nextMillisArg, schedulerId, runOpts, nowArg, prefix,
                                       producerId, seen)
   local now = tonumber(nowArg)
@@ -49,6 +51,6 @@ local function createNextSchedulerRun(k, nextMillisArg, schedulerId, runOpts, no
     delay = 0
   end
   enqueueSchedulerJob(k, prefix .. jobId, jobId, runOpts, stored[1], stored[2] or "{}", nowArg,
-                      maxEvents, schedulerId, delay)
+                      maxEvents, schedulerId, delay, seen.deferMarker)
   return jobId
 end

@@ -9,9 +9,11 @@
 -- naming the scheduler. A run in the future goes to delayed (event "delayed" with its due
 -- time, delay marker moved); a run due now goes to prioritized or to wait (the right end
 -- with lifo) and wakes a worker unless the queue is paused or maxed (event "waiting").
--- k is {wait, active, meta, prioritized, pc, delayed, marker, events}.
+-- k is {wait, active, meta, prioritized, pc, delayed, marker, events}. With deferMarker (a
+-- table), a delayed run only sets deferMarker.delayed, and the caller moves the delay marker
+-- once after all the runs it creates (a call that creates several).
 local function enqueueSchedulerJob(k, jobKey, jobId, opts, name, data, timestamp, maxEvents,
-                                   schedulerId, delay)
+                                   schedulerId, delay, deferMarker)
   opts["delay"] = delay
   opts["jobId"] = jobId
   local _, priority = storeJobHash(jobKey, jobId, name, data, opts, timestamp, nil, nil,
@@ -21,7 +23,11 @@ local function enqueueSchedulerJob(k, jobKey, jobId, opts, name, data, timestamp
     redis.call("ZADD", k.delayed, score, jobId)
     redis.call("XADD", k.events, "MAXLEN", "~", maxEvents, "*", "event", "delayed", "jobId", jobId,
                "delay", due)
-    addDelayMarkerIfNeeded(k.marker, k.delayed)
+    if deferMarker then
+      deferMarker.delayed = true
+    else
+      addDelayMarkerIfNeeded(k.marker, k.delayed)
+    end
     return
   end
   local held = isQueuePausedOrMaxed(k.meta, k.active)
