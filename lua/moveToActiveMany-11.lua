@@ -29,11 +29,17 @@ local tokenPrefix = ARGV[4]
 local first = tonumber(ARGV[5])
 local most = tonumber(ARGV[6])
 local answers = {}
+-- the queue's meta fields a pick-up reads, read once: no pick-up writes them (when the read
+-- fails, each pick-up reads them itself and ends the answers with the error)
+local metaRead, metaFields = pcall(redis.call, "HMGET", KEYS[9], "paused", "concurrency", "max", "duration")
+if not metaRead then
+  metaFields = nil
+end
 
 for i = 0, most - 1 do
   workerOpts["token"] = tokenPrefix .. string.format("%d", first + i)
   local ok, fetched = pcall(fetchNextJob, KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7],
-                            KEYS[9], KEYS[10], KEYS[11], ARGV[1], now, workerOpts)
+                            KEYS[9], KEYS[10], KEYS[11], ARGV[1], now, workerOpts, metaFields)
   if not ok then
     answers[#answers + 1] = errorReply(fetched)
     break
