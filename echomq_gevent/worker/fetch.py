@@ -57,6 +57,12 @@ __all__ = ["FetchLoop"]
 
 #: Most pick-ups the fetch loop asks for in one call when many slots are free.
 _MAX_BURST = 100
+#: Waiting for a delayed job due in less than this (ms), the loop waits on its timer alone
+#: instead of also blocking on the marker: a job added meanwhile is taken at that due time, at
+#: most this much later. When delayed jobs or scheduler runs fall due every few milliseconds,
+#: each would otherwise cost a ``BZPOPMIN`` and a wake-up more: the delay marker the worker's
+#: own next run (or any new delayed job) writes ends the wait with nothing new to do.
+_TIMER_ONLY_MS = 5
 
 
 def _tcp_kwargs(settings: Any) -> Any:
@@ -349,6 +355,10 @@ class FetchLoop:
             if remaining < 1:
                 self._block_until = 0
                 return True
+            if remaining < _TIMER_ONLY_MS and not (self.marker is not None and self.marker.pending):
+                # the due time is close: wait for it on the timer alone (see _TIMER_ONLY_MS)
+                self._wait_kick(remaining / 1000.0)
+                return False
             timeout = min(max(remaining / 1000.0, MIN_BLOCK_S), MAX_BLOCK_S)
         else:
             timeout = min(max(ctx.drain_delay, MIN_BLOCK_S), MAX_BLOCK_S)

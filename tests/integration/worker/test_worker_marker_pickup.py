@@ -215,3 +215,29 @@ def test_no_pickup_waits_behind_the_marker_wait_for_a_delayed_job_due(redis_url,
                  what="the worker waiting for the delayed job's due time")
         assert int(_blocking_entry(w, r)["qbuf"]) == 0  # nothing written behind this wait
         wait_for(lambda: w.completed_count == 1, timeout=10, what="the delayed job")
+
+
+def test_runs_due_every_few_ms_are_waited_for_on_the_timer_without_a_marker_wait_each(redis_url, prefix, qname,
+                                                                                      queue, r, wait_for):
+    """Waiting for a delayed job due in under ``_TIMER_ONLY_MS``, the loop waits on its timer
+    alone. Without that, each scheduler run (whose next run writes the delay marker, which
+    ends the worker's own blocked wait) costs a BZPOPMIN and a wake-up more; with runs due
+    every 2.5 ms, nearly every wait is such a short one."""
+    from echomq_gevent.worker import fetch
+
+    assert fetch._TIMER_ONLY_MS >= 3
+    w = make_worker(redis_url, prefix, qname, lambda j: j.name, drain_delay=5)
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        start = int(time.time() * 1000) + 500
+        for i in range(40):  # one run every 2.5 ms: each due 100 ms after its last
+            queue.upsert_job_scheduler(f"s{i}", {"every": 100, "startDate": start + (i * 5) // 2},
+                                       {"name": "tick", "data": {}})
+        gevent.sleep((start - time.time() * 1000) / 1000.0 + 0.1)
+        pops = int(r.info("commandstats").get("cmdstat_bzpopmin", {}).get("calls", 0))
+        done = w.completed_count
+        gevent.sleep(1.0)
+        runs = w.completed_count - done
+        pops = int(r.info("commandstats").get("cmdstat_bzpopmin", {}).get("calls", 0)) - pops
+    assert runs >= 200, runs  # about 400 were due
+    assert pops < runs // 4, (pops, runs)
