@@ -22,16 +22,22 @@ local k = {repeatKey = KEYS[1], delayed = KEYS[2], wait = KEYS[3], meta = KEYS[5
            prioritized = KEYS[6], marker = KEYS[7], id = KEYS[8], events = KEYS[9], pc = KEYS[10],
            active = KEYS[11]}
 local prefix = ARGV[1]
--- the delay marker is moved once, after all the runs: where each call would leave it
+-- the delay marker is moved once, after all the runs: where each call would leave it; if
+-- moving it fails, each run that went to delayed answers that error, as its call would have
 local seen = {deferMarker = {}}
 local answers = {}
+local delayedRuns = {}
 local count = (#ARGV - 1) / 5
 for i = 0, count - 1 do
   local at = 1 + i * 5
+  seen.deferMarker.delayed = false
   local ok, answer = pcall(function()
     return createNextSchedulerRun(k, ARGV[at + 1], ARGV[at + 2], cmsgpack.unpack(ARGV[at + 3]),
                                   ARGV[at + 4], prefix, ARGV[at + 5], seen)
   end)
+  if seen.deferMarker.delayed then
+    delayedRuns[#delayedRuns + 1] = i + 1
+  end
   if not ok then
     answers[i + 1] = errorReply(answer)
   elseif answer then
@@ -40,7 +46,12 @@ for i = 0, count - 1 do
     answers[i + 1] = 0
   end
 end
-if seen.deferMarker.delayed then
-  addDelayMarkerIfNeeded(k.marker, k.delayed)
+if #delayedRuns > 0 then
+  local moved, failure = pcall(addDelayMarkerIfNeeded, k.marker, k.delayed)
+  if not moved then
+    for _, at in ipairs(delayedRuns) do
+      answers[at] = errorReply(failure)
+    end
+  end
 end
 return answers

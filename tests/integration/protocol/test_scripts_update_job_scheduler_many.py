@@ -77,3 +77,27 @@ def test_more_runs_than_one_call_takes_go_in_several_calls_of_one_round_trip(r, 
     assert len(got) == n and all(x and x.startswith("repeat:s") for x in got)
     assert r.zcard(queue.keys.delayed) == n
     assert r.info("commandstats")["cmdstat_evalsha"]["calls"] - before == 3
+
+
+def test_a_marker_that_cannot_be_moved_fails_the_delayed_runs_as_the_calls_one_by_one(r, redis_url, prefix, qname,
+                                                                                      frozen):
+    """The call moves the delay marker once, after all its runs: when that fails (a marker
+    key of the wrong type), each run that went to delayed answers the error, as its own
+    call would have, and Redis is left as by those calls."""
+    one, seq_calls = _scene(r, redis_url, prefix, qname + "-one")
+    many, many_calls = _scene(r, redis_url, prefix, qname + "-many")
+    for queue in (one, many):
+        r.delete(queue.keys.marker)
+        r.set(queue.keys.marker, "not a sorted set")
+    expected = []
+    for c in seq_calls:
+        try:
+            res = one.scripts.call(c.name, c.keys, c.args)
+            expected.append(None if res is None else str(res))
+        except ResponseError as exc:
+            expected.append(exc)
+    got = many.scripts.schedulers.update_job_scheduler_many(many_calls)
+    shape = [type(x).__name__ if isinstance(x, BaseException) else x for x in got]
+    assert shape == [type(x).__name__ if isinstance(x, BaseException) else x for x in expected]
+    assert "ResponseError" in shape and any(isinstance(x, str) for x in shape)
+    assert queue_state(r, many.keys) == queue_state(r, one.keys)
