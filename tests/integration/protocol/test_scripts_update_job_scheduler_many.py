@@ -44,9 +44,13 @@ def _scene(r, redis_url, prefix, name):
     return queue, calls
 
 
-def test_many_next_runs_in_one_call_leave_redis_as_the_calls_one_by_one(r, redis_url, prefix, qname, frozen):
-    one, seq_calls = _scene(r, redis_url, prefix, qname + "-one")
-    many, many_calls = _scene(r, redis_url, prefix, qname + "-many")
+def _shape(answers):
+    return [type(x).__name__ if isinstance(x, BaseException) else x for x in answers]
+
+
+def _one_call_and_one_by_one(one, seq_calls, many, many_calls):
+    """The answers of the calls one by one on ``one``, and of the same calls in one
+    ``updateJobSchedulerMany`` on ``many``."""
     expected = []
     for c in seq_calls:
         try:
@@ -54,9 +58,15 @@ def test_many_next_runs_in_one_call_leave_redis_as_the_calls_one_by_one(r, redis
             expected.append(None if res is None else str(res))
         except ResponseError as exc:
             expected.append(exc)
-    got = many.scripts.schedulers.update_job_scheduler_many(many_calls)
-    shape = [type(x).__name__ if isinstance(x, BaseException) else x for x in got]
-    assert shape == [type(x).__name__ if isinstance(x, BaseException) else x for x in expected]
+    return expected, many.scripts.schedulers.update_job_scheduler_many(many_calls)
+
+
+def test_many_next_runs_in_one_call_leave_redis_as_the_calls_one_by_one(r, redis_url, prefix, qname, frozen):
+    one, seq_calls = _scene(r, redis_url, prefix, qname + "-one")
+    many, many_calls = _scene(r, redis_url, prefix, qname + "-many")
+    expected, got = _one_call_and_one_by_one(one, seq_calls, many, many_calls)
+    shape = _shape(got)
+    assert shape == _shape(expected)
     assert shape[:4] == ["repeat:e1:%d" % (NOW + 60_000), shape[1], None, None]
     assert shape[1].startswith("repeat:c1:") and shape[5].startswith("repeat:e2:")
     # the error stays with its run; the run after it is created
@@ -89,15 +99,8 @@ def test_a_marker_that_cannot_be_moved_fails_the_delayed_runs_as_the_calls_one_b
     for queue in (one, many):
         r.delete(queue.keys.marker)
         r.set(queue.keys.marker, "not a sorted set")
-    expected = []
-    for c in seq_calls:
-        try:
-            res = one.scripts.call(c.name, c.keys, c.args)
-            expected.append(None if res is None else str(res))
-        except ResponseError as exc:
-            expected.append(exc)
-    got = many.scripts.schedulers.update_job_scheduler_many(many_calls)
-    shape = [type(x).__name__ if isinstance(x, BaseException) else x for x in got]
-    assert shape == [type(x).__name__ if isinstance(x, BaseException) else x for x in expected]
+    expected, got = _one_call_and_one_by_one(one, seq_calls, many, many_calls)
+    shape = _shape(got)
+    assert shape == _shape(expected)
     assert "ResponseError" in shape and any(isinstance(x, str) for x in shape)
     assert queue_state(r, many.keys) == queue_state(r, one.keys)
