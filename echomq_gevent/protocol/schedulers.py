@@ -44,11 +44,15 @@ class SchedulerScripts:
         return str(res[0]), int(res[1])
 
     def update_job_scheduler_call(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
-                                  now_ms: int, producer_id: str, data_json: str = "{}") -> ScriptCall:
-        """The ``updateJobScheduler-12`` call of :meth:`update_job_scheduler`, to run with
-        others (:meth:`Scripts.run_many <echomq_gevent.protocol.scripts.Scripts.run_many>`)."""
+                                  now_ms: int, producer_id: str) -> ScriptCall:
+        """``updateJobScheduler-12``: after the run ``producer_id`` was taken, the call that
+        creates the next one (answer: its id, or nil when the scheduler is gone, the run is
+        not its upcoming one, or the next run exists). Run it alone or with others
+        (:meth:`Scripts.run_many <echomq_gevent.protocol.scripts.Scripts.run_many>`,
+        :meth:`update_job_scheduler_many`). The data argument is ``{}``: the script creates
+        the run with the data the scheduler stores, as BullMQ's does, and reads nothing of it."""
         keys = self._scheduler_keys() + [self.keys.job(producer_id), self.keys.active]
-        args = ["" if next_millis is None else int(next_millis), scheduler_id, data_json, pack(run_opts),
+        args = ["" if next_millis is None else int(next_millis), scheduler_id, "{}", pack(run_opts),
                 int(now_ms), self.keys.base, producer_id]
         return ScriptCall("updateJobScheduler-12", keys, args)
 
@@ -64,15 +68,6 @@ class SchedulerScripts:
         answers = self.scripts.run_rows("updateJobSchedulerMany-11", self._scheduler_keys() + [self.keys.active],
                                         [self.keys.base], rows, UPDATE_MANY_MAX)
         return [None if a == 0 else a if isinstance(a, BaseException) else str(a) for a in answers]
-
-    def update_job_scheduler(self, scheduler_id: str, next_millis: Optional[int], run_opts: Dict[str, Any],
-                             now_ms: int, producer_id: str, data_json: str = "{}",
-                             client: Any = None) -> Optional[str]:
-        """``updateJobScheduler-12``: after the run ``producer_id`` was taken, create the next
-        one. Returns its id, or None (scheduler gone, not its upcoming run, next run exists)."""
-        call = self.update_job_scheduler_call(scheduler_id, next_millis, run_opts, now_ms, producer_id, data_json)
-        res = self.scripts.call(call.name, call.keys, call.args, client)
-        return None if res is None else str(res)
 
     def remove_job_scheduler(self, scheduler_id: str) -> bool:
         """``removeJobScheduler-3``: True when the scheduler existed (and is now gone)."""

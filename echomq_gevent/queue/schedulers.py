@@ -325,8 +325,6 @@ def next_run_call(scripts: Scripts, job: Job, now: Optional[int] = None) -> Opti
     passed = {k: v for k, v in raw_repeat.items() if v is not None}
     passed.update(repeat)
     run = _next_opts(job.opts, passed, scheduler_id, next_millis, count, offset, now_ms())
-    # the data argument is left at "{}": the script creates the run with the data the
-    # scheduler stores, as BullMQ's does, and reads nothing of it
     return scripts.schedulers.update_job_scheduler_call(scheduler_id, next_millis, stored_form(run), now_ms(),
                                                         job.id)
 
