@@ -43,6 +43,7 @@ the loop at a pause.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Optional, Sequence, Tuple
 
 import gevent
@@ -182,33 +183,42 @@ class MarkerWaiter:
         :attr:`can_fetch`; a wait already in flight is reused as it is. Errors of the
         wait are raised here."""
         timeout = min(max(timeout, MIN_BLOCK_S), MAX_BLOCK_S)
-        if self._pending is None:
-            if fetch is not None and self.can_fetch:
-                token, command = fetch
-                self._pending = self._spawn(self._pop_and_fetch, timeout, token, command)
-                self._pending_token = token
-                # a loop that left this wait (woken) hears of the answer at once
-                self._pending.rawlink(lambda _: wake.set())
-            else:
-                self._pending = self._spawn(self._pop, timeout)
-        pending = self._pending
-        # a pick-up behind the wait answers just after the BZPOPMIN's own timeout, or its
-        # read fails within answer_slack after that: wait for either rather than give up
-        # first (the loop would pick up the ordinary way beside it)
-        limit = timeout + self.answer_slack + 0.5 if self._pending_token is not None else timeout
-        gevent.wait([pending, wake], timeout=limit, count=1)
-        if self._pending is not pending:  # cancelled meanwhile (close): the cancel has it
-            return "woken", 0.0
-        if pending.ready():
-            res = self.take()
-            if isinstance(res, Fetched):
-                return "fetched", res
-            if not res:
-                return "timeout", 0.0
-            return "marker", float(res[2])
-        if wake.is_set():
-            return "woken", 0.0
-        return "timeout", 0.0
+        deadline = time.monotonic() + timeout
+        while True:
+            reused = self._pending is not None
+            if not reused:
+                if fetch is not None and self.can_fetch:
+                    token, command = fetch
+                    self._pending = self._spawn(self._pop_and_fetch, timeout, token, command)
+                    self._pending_token = token
+                    # a loop that left this wait (woken) hears of the answer at once
+                    self._pending.rawlink(lambda _: wake.set())
+                else:
+                    self._pending = self._spawn(self._pop, timeout)
+            pending = self._pending
+            # a pick-up behind the wait answers just after the BZPOPMIN's own timeout, or its
+            # read fails within answer_slack after that: wait for either rather than give up
+            # first (the loop would pick up the ordinary way beside it)
+            limit = timeout + self.answer_slack + 0.5 if self._pending_token is not None else timeout
+            gevent.wait([pending, wake], timeout=limit, count=1)
+            if self._pending is not pending:  # cancelled meanwhile (close): the cancel has it
+                return "woken", 0.0
+            if pending.ready():
+                res = self.take()
+                if isinstance(res, Fetched):
+                    return "fetched", res
+                if not res:
+                    timeout = deadline - time.monotonic()
+                    if reused and timeout >= MIN_BLOCK_S and not wake.is_set():
+                        # the BZPOPMIN of an earlier wait, which the loop left on its own
+                        # timer (Redis ends a blocked command's timeout only at its next
+                        # tick), timed out: this wait's own time is not over
+                        continue
+                    return "timeout", 0.0
+                return "marker", float(res[2])
+            if wake.is_set():
+                return "woken", 0.0
+            return "timeout", 0.0
 
     def take(self) -> Any:
         """The answer of the finished wait (its error raised), which is no longer pending."""

@@ -241,3 +241,25 @@ def test_runs_due_every_few_ms_are_waited_for_on_the_timer_without_a_marker_wait
         pops = int(r.info("commandstats").get("cmdstat_bzpopmin", {}).get("calls", 0)) - pops
     assert runs >= 200, runs  # about 400 were due
     assert pops < runs // 4, (pops, runs)
+
+
+def test_a_marker_wait_left_on_the_timer_does_not_end_the_next_wait_when_it_times_out(redis_url, prefix, qname,
+                                                                                      queue, r, wait_for):
+    """The loop leaves a marker wait when its own timer says a delayed job is due; Redis ends
+    that BZPOPMIN's timeout only at its next tick, up to 100 ms later, and the loop's next
+    wait takes that wait over. Its timing out then is not the end of the next wait (whose own
+    time is not over): it waited on, instead of a pick-up that finds nothing."""
+    w = make_worker(redis_url, prefix, qname, lambda j: j.name, drain_delay=5)
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        loop = w._fetch
+        pickups = []
+        for name in ("move_to_active", "move_to_active_many"):
+            real = getattr(loop.scripts, name)
+            setattr(loop.scripts, name, lambda *a, real=real, **k: pickups.append(1) or real(*a, **k))
+        queue.add("later", {}, {"delay": 300})
+        wait_for(lambda: w.completed_count == 1, timeout=10, what="the delayed job")
+        gevent.sleep(0.4)  # past Redis's next tick: the wait the loop left has timed out
+        assert marker_wait_blocked(w, r)
+    assert len(pickups) == 1, pickups
+
