@@ -243,6 +243,13 @@ class PipelinedConnection:
             return self._after_failure(req, resend)
         return req.results
 
+    def gather_turn(self) -> None:
+        """Have the next call of this hub turn wait for the turn's end, to be written with
+        the calls the turn's other greenlets make, instead of at once."""
+        if not self._turn_open:
+            self._turn_open = True
+            self._hub.loop.run_callback(self._end_turn)
+
     @property
     def in_flight(self) -> int:
         """Requests written and not yet answered."""

@@ -195,6 +195,13 @@ class Scripts:
             return self._lanes.pipe(self._owner)
         return self._kept
 
+    def gather_turn(self) -> None:
+        """On the pipelined connection: the next call of this hub turn is written with the
+        turn's other calls at its end, not at once (see
+        :meth:`PipelinedConnection.gather_turn`); elsewhere nothing."""
+        if self._owner is not None and self._owner == _thread_id() and self._cluster is None:
+            self._lanes.pipe(self._owner).gather_turn()
+
     def release_connections(self) -> None:
         """Give the connections kept for script calls back to the client's pool (they are
         taken again on the next call). Queue.close and Worker's close call it; idempotent.

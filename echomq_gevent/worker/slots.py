@@ -91,9 +91,9 @@ class FinishBatcher:
 
     A job greenlet calls :meth:`run` and waits for its own answer. On the pipelined
     connection the first finish of a turn is sent at once, alone, so Redis works on it
-    while the turn's other jobs run; the first request also spawns the flush greenlet,
-    which runs after every greenlet already woken in that turn and sends the others, in
-    calls that each wake their own jobs. A worker of fewer than ``2 * FINISH_MANY_MAX``
+    while the turn's other jobs run; after every greenlet already woken in that turn, a
+    flush greenlet (spawned only when there are any) sends the others, in calls that each
+    wake their own jobs. A worker of fewer than ``2 * FINISH_MANY_MAX``
     slots sends each finish on its own (the pipelined connection still writes a turn's
     calls together). Errors reach each caller as exceptions: a connection error fails
     the whole call (each caller retries on its own), a script error or a negative answer
@@ -120,7 +120,7 @@ class FinishBatcher:
             return self.scripts.run(call)
         if not self._scheduled:
             self._scheduled = True
-            gevent.spawn(self._flush)
+            gevent.get_hub().loop.run_callback(self._end_turn)
             if self.scripts.pipelined:
                 # the first finish of the turn goes at once, alone: Redis works on it while
                 # the turn's other jobs run (they go together when the turn ends)
@@ -128,6 +128,15 @@ class FinishBatcher:
         result = gevent.event.AsyncResult()
         self._pending.append((call, result))
         return result.get()
+
+    def _end_turn(self) -> None:
+        """In the hub, after the greenlets already woken in the turn of the first finish: the
+        flush greenlet only when another finish waits (a lone finish, sent at once, spawns
+        none)."""
+        if self._pending:
+            gevent.spawn(self._flush)
+        else:
+            self._scheduled = False
 
     def _flush(self) -> None:
         batch, self._pending = self._pending, []

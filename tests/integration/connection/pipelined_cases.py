@@ -530,6 +530,54 @@ def test_a_worker_finishes_everything_with_many_in_flight(redis_url, prefix, qna
         queue.close()
 
 
+def test_a_scheduler_run_due_alone_costs_two_sends_its_pickup_then_its_next_run_with_its_finish(redis_url, prefix,
+                                                                                                qname, r):
+    """A run due alone: the pick-up, then one send with its next run and its finish (the next
+    run's call waits for the end of the hub turn, in which the run's no-op processor ends);
+    and at 20 slots or more, where finishes are gathered, a lone finish spawns no greenlet
+    to gather the others."""
+    import time
+
+    from echomq_gevent import Queue, Worker
+    from echomq_gevent.protocol.library import library
+
+    for name in ("moveToActiveMany-11", "updateJobScheduler-12", "moveToFinished-14"):
+        r.script_load(library().sources[name])  # no NOSCRIPT round trip in the sends counted
+    queue = Queue(qname, connection=redis_url, prefix=prefix)
+    worker = Worker(qname, lambda job: None, connection=redis_url, prefix=prefix, concurrency=50, drain_delay=5)
+    flushes = []
+    batcher = worker._settler.batcher
+    real_flush = batcher._flush
+    batcher._flush = lambda: flushes.append(1) or real_flush()
+    try:
+        worker.start()
+        _wait_until(lambda: worker._fetch.last_fetch_at is not None and worker._fetch.marker.pending,
+                    "the idle worker waiting on its marker")
+        sends = []
+        pipe = worker.scripts._pipe
+        real_send = pipe._send
+
+        def recording_send(batch):
+            sends.append([req.commands[0][1] for req in batch])
+            real_send(batch)
+
+        pipe._send = recording_send
+        queue.upsert_job_scheduler("alone", {"every": 3_600_000, "startDate": int(time.time() * 1000) + 300},
+                                   {"name": "alone"})
+        _wait_until(lambda: r.zcard(queue.keys.completed) == 1 and r.zcard(queue.keys.delayed) == 1,
+                    "the run completed and its next run made")
+        gevent.sleep(0.1)
+        shas = library().shas
+        # the pick-up that took the run; then its next run with its finish, in one send
+        assert sends[-2:] == [[shas["moveToActiveMany-11"]],
+                              [shas["updateJobScheduler-12"], shas["moveToFinished-14"]]], sends
+        assert all(sha == shas["moveToActiveMany-11"] for sent in sends[:-2] for sha in sent), sends
+        assert flushes == []
+    finally:
+        worker.close()
+        queue.close()
+
+
 # --------------------------------------------------------------------------- the window of a burst
 def _quiet_pipe(make_pipe, **kw):
     """A pipe whose connection exists and has been idle longer than its ``quiet``."""
