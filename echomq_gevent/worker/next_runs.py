@@ -17,8 +17,9 @@ the worker's thread) Redis runs calls in the order they were made, so the run's 
 made later, cannot reach Redis before its next run, and the run does not wait for the
 answer. The call of a run taken alone is written when the hub turn ends, not at once, so
 the finish its greenlet makes in that turn leaves in the same send: a run due alone costs
-two round trips (its pick-up, then its next run and its finish), not three. Elsewhere (a worker whose sockets are not patched, a Redis Cluster) the run waits
-for the answer before it finishes.
+two round trips (its pick-up, then its next run and its finish), not three. Elsewhere (a
+worker whose sockets are not patched, a Redis Cluster) the run waits for the answer before
+it finishes.
 
 A run whose scheduler id has the shape of a BullMQ 5 repeatable job's key is created alone,
 with retries (:func:`~echomq_gevent.queue.schedulers.schedule_next_run`), and its run waits

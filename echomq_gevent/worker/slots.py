@@ -93,9 +93,8 @@ class FinishBatcher:
     connection the first finish of a turn is sent at once, alone, so Redis works on it
     while the turn's other jobs run; after every greenlet already woken in that turn, a
     flush greenlet (spawned only when there are any) sends the others, in calls that each
-    wake their own jobs. A worker of fewer than ``2 * FINISH_MANY_MAX``
-    slots sends each finish on its own (the pipelined connection still writes a turn's
-    calls together). Errors reach each caller as exceptions: a connection error fails
+    wake their own jobs. A worker of fewer than ``2 * FINISH_MANY_MAX`` slots sends each
+    finish on its own (the pipelined connection still writes a turn's calls together). Errors reach each caller as exceptions: a connection error fails
     the whole call (each caller retries on its own), a script error or a negative answer
     (as its typed error) only its job.
     """
@@ -141,8 +140,6 @@ class FinishBatcher:
     def _flush(self) -> None:
         batch, self._pending = self._pending, []
         self._scheduled = False
-        if not batch:
-            return
         self.batches += 1
         self.calls += len(batch)
         if self.scripts.pipelined and len(batch) > FINISH_MANY_MAX:
