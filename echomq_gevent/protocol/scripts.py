@@ -199,7 +199,7 @@ class Scripts:
         """On the pipelined connection: the next call of this hub turn is written with the
         turn's other calls at its end, not at once (see
         :meth:`PipelinedConnection.gather_turn`); elsewhere nothing."""
-        if self._owner is not None and self._owner == _thread_id() and self._cluster is None:
+        if self.pipelined and self._cluster is None:
             self._lanes.pipe(self._owner).gather_turn()
 
     def release_connections(self) -> None:

@@ -94,9 +94,10 @@ class FinishBatcher:
     while the turn's other jobs run; after every greenlet already woken in that turn, a
     flush greenlet (spawned only when there are any) sends the others, in calls that each
     wake their own jobs. A worker of fewer than ``2 * FINISH_MANY_MAX`` slots sends each
-    finish on its own (the pipelined connection still writes a turn's calls together). Errors reach each caller as exceptions: a connection error fails
-    the whole call (each caller retries on its own), a script error or a negative answer
-    (as its typed error) only its job.
+    finish on its own (the pipelined connection still writes a turn's calls together).
+    Errors reach each caller as exceptions: a connection error fails the whole call (each
+    caller retries on its own), a script error or a negative answer (as its typed error)
+    only its job.
     """
 
     def __init__(self, scripts: Scripts, concurrency: int) -> None:
