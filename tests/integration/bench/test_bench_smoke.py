@@ -202,10 +202,16 @@ def test_scale_section_runs_the_prioritized_schedulers_payloads_and_dashboard_ca
         assert r["completed"] == r["n"] == sizes["prioritized_n"] and r["priorities"] == sizes["priorities"]
         assert r["out_of_order"] >= 0 and "order" not in r, r["impl"]  # the start order is not kept
     assert sorted(r["impl"] for r in data["prioritized"]) == ["node", "ours"]
-    for r in data["schedulers"]:
+    spread = [r for r in data["schedulers"] if r["case"] == "spread"]
+    bursts = [r for r in data["schedulers"] if r["case"] == "burst"]
+    for r in spread:
         assert r["schedulers_made"] == sizes["schedulers_n"], r["impl"]  # every upsert made its scheduler
         assert r["every_runs"] > 0 and r["cron_runs"] > 0 and r["worker_cpu_pct"] >= 0, r["impl"]
-    assert sorted(r["impl"] for r in data["schedulers"]) == ["node", "ours"]
+        assert r["runs_before_ready"] == 0, r["impl"]  # the worker was up before the first run
+    for r in bursts:  # all cron, more due at once each second than the 100 slots
+        assert r["schedulers_made"] == r["cron_runs"] == sizes["burst_n"] and r["every_runs"] == 0, r["impl"]
+        assert r["waited_runs"] > 0, r["impl"]
+    assert sorted(r["impl"] for r in spread) == sorted(r["impl"] for r in bursts) == ["node", "ours"]
     assert {(r["n"], r["payload_b"], r["impl"]) for r in data["payloads"]} == {
         (n, pad, impl) for n, pad in sizes["payloads"] for impl in ("ours", "node")}
     assert all(r["completed"] == r["n"] and r["peak_rss_mb"] > 0 for r in data["payloads"])
@@ -213,5 +219,5 @@ def test_scale_section_runs_the_prioritized_schedulers_payloads_and_dashboard_ca
     assert any(p.startswith("queues page") for p in pages) and any(p.startswith("job list, last page") for p in pages)
     assert {r["impl"] for r in data["dashboard"]} == {"ours", "node"}
     text = (out / "scale.md").read_text(encoding="utf-8")
-    assert "prioritized jobs over" in text and "job schedulers" in text and "## Large payloads" in text
+    assert "prioritized jobs over" in text and "## Job schedulers" in text and "## Large payloads" in text
     assert "## Dashboard" in text and "Not in this run" not in text

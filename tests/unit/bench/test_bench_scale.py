@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
@@ -26,15 +27,30 @@ def test_every_late_start_is_counted():
 
 
 def test_scheduler_specs_are_half_every_half_cron_inside_the_window():
-    t0, window = 1_700_000_000_000, 40_000
+    t0, window = 1_700_000_000_000, 60_000
     specs = scheduler_specs(10, t0, window)
     every = [s for s in specs if "every" in s[1]]
     cron = [s for s in specs if "pattern" in s[1]]
     assert len(every) == 5 and len(cron) == 5 and len({s[0] for s in specs}) == 10
     assert all(t0 <= s[1]["startDate"] < t0 + window // 2 and s[1]["every"] == window // 2 for s in every)
-    seconds = {int(s[1]["pattern"].split()[0]) for s in cron}
-    assert seconds <= {(t0 // 1000 + k) % 60 for k in range(window // 1000)}
+    # each cron scheduler is pinned to a second and a minute of the window (local time), so a
+    # window of a whole minute runs each once, none before the window starts
+    starts = {(time.localtime(t0 // 1000 + k).tm_sec, time.localtime(t0 // 1000 + k).tm_min): k
+              for k in range(window // 1000)}
+    at = sorted(starts[tuple(int(f) for f in s[1]["pattern"].split()[:2])] for s in cron)
+    assert at == [0, 12, 24, 36, 48]  # spread evenly over the window's seconds
+    assert all(s[1]["pattern"].split()[2:] == ["*"] * 4 for s in cron)
     assert all(s[2]["data"]["k"] in ("every", "cron") for s in specs)
+
+
+def test_burst_scheduler_specs_are_all_cron_many_a_second():
+    t0, window = 1_700_000_000_000, 2_000
+    cron = scheduler_specs(250, t0, window, every=False)
+    assert len(cron) == 250 and all("pattern" in s[1] and s[2]["data"]["k"] == "cron" for s in cron)
+    per_second: dict = {}
+    for s in cron:
+        per_second[s[1]["pattern"]] = per_second.get(s[1]["pattern"], 0) + 1
+    assert sorted(per_second.values()) == [125, 125]  # 125 due in the same millisecond, twice
 
 
 def test_runs_beyond_the_concurrency_of_one_due_time_waited_for_a_slot():
