@@ -47,6 +47,7 @@ from ..protocol.clock import now_ms
 from ..protocol.scripts import shared_call
 from ..protocol.cron import preload as preload_cron
 from .context import WorkerContext
+from .due_timer import DueTimer, make_due_timer
 from .next_runs import NextRuns
 from .settle import NO_NEXT, Settler
 from .slots import CONNECTION_ERRORS, Slot, SlotGreenlet
@@ -120,6 +121,9 @@ class FetchLoop:
         self._runtime: Any = None
         #: creates the next runs of the scheduler runs this worker takes
         self.next_runs = NextRuns(ctx.scripts)
+        #: wakes the loop at a delayed job's due time to a fraction of a millisecond
+        #: (:mod:`.due_timer`; made by :meth:`setup`, None where the platform has no timerfd)
+        self.due_timer: Optional[DueTimer] = None
 
     # ------------------------------------------------------------------ set-up and close
     def blocking_client_name(self) -> str:
@@ -145,6 +149,7 @@ class FetchLoop:
         self.pool = gevent.pool.Group()
         self.pool.greenlet_class = SlotGreenlet
         self._runtime = ctx.runtime
+        self.due_timer = make_due_timer(self.hints.kick.set)
         if self.shared_wait is not None:  # one BZPOPMIN for the idle queues of the process
             self.marker = self.shared_wait.attach(ctx.keys.marker)  # type: ignore[assignment]
             try:
@@ -211,6 +216,8 @@ class FetchLoop:
 
     def teardown(self) -> None:
         """After the close: drop the blocking connection (or leave the shared wait)."""
+        if self.due_timer is not None:
+            self.due_timer.close()
         if self.shared_wait is not None:
             if self.marker is not None:
                 self.shared_wait.detach(self.marker)
@@ -355,6 +362,10 @@ class FetchLoop:
             if remaining < 1:
                 self._block_until = 0
                 return True
+            if self.due_timer is not None:
+                # the loop's own timer below wakes up to 1.4 ms late (libev waits in whole
+                # milliseconds); this one ends the wait at the due time itself
+                self.due_timer.arm(self._block_until)
             if remaining < _TIMER_ONLY_MS and not (self.marker is not None and self.marker.pending):
                 # the due time is close: wait for it on the timer alone (see _TIMER_ONLY_MS)
                 self._wait_kick(remaining / 1000.0)

@@ -1,0 +1,82 @@
+"""``worker/due_timer.py``: a wake-up at a due time of the wall clock, on a ``timerfd``
+watched by the hub. It never calls before its time (no upper bound is asserted: machines
+are noisy), a new time replaces the old, a closed timer never calls, and without a timerfd
+there is none (the fetch loop then waits on its own timer)."""
+from __future__ import annotations
+
+import sys
+import time
+
+import gevent
+import gevent.event
+import pytest
+
+from echomq_gevent.worker import due_timer
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="timerfd is Linux's")
+
+
+def _recording():
+    calls = []
+    fired = gevent.event.Event()
+
+    def on_due():
+        calls.append(time.time() * 1000.0)
+        fired.set()
+
+    return calls, fired, on_due
+
+
+def test_it_calls_once_the_wall_clock_reaches_the_time_never_before():
+    calls, fired, on_due = _recording()
+    timer = due_timer.make_due_timer(on_due)
+    assert timer is not None
+    try:
+        due = int(time.time() * 1000) + 30
+        assert timer.arm(due) and timer.armed == due
+        assert fired.wait(5)
+        assert len(calls) == 1 and calls[0] >= due
+        assert timer.armed == 0
+    finally:
+        timer.close()
+
+
+def test_arming_again_replaces_the_time():
+    calls, fired, on_due = _recording()
+    timer = due_timer.make_due_timer(on_due)
+    try:
+        now = int(time.time() * 1000)
+        timer.arm(now + 40)
+        timer.arm(now + 150)  # the first time is gone
+        assert fired.wait(5)
+        assert calls[0] >= now + 150
+        gevent.sleep(0.1)
+        assert len(calls) == 1
+    finally:
+        timer.close()
+
+
+def test_a_time_already_past_calls_at_once():
+    calls, fired, on_due = _recording()
+    timer = due_timer.make_due_timer(on_due)
+    try:
+        assert timer.arm(int(time.time() * 1000) - 1000)
+        assert fired.wait(5) and len(calls) == 1
+    finally:
+        timer.close()
+
+
+def test_a_closed_timer_never_calls_and_closes_once():
+    calls, _, on_due = _recording()
+    timer = due_timer.make_due_timer(on_due)
+    timer.arm(int(time.time() * 1000) + 30)
+    timer.close()
+    gevent.sleep(0.1)
+    assert calls == []
+    timer.close()  # again: nothing to do
+    assert timer.arm(int(time.time() * 1000) + 10) is False
+
+
+def test_without_a_timerfd_there_is_no_due_timer(monkeypatch):
+    monkeypatch.setattr(due_timer, "_libc", False)  # as on a platform without timerfd
+    assert due_timer.make_due_timer(lambda: None) is None
