@@ -7,7 +7,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from bench.scale import out_of_order, scheduler_specs, slot_split  # noqa: E402
+from bench.scale import median_rounds, out_of_order, scheduler_specs, slot_split  # noqa: E402
 
 
 def test_a_start_order_in_priority_order_has_nothing_out_of_order():
@@ -82,3 +82,16 @@ def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
     assert "job schedulers" in rows[1] and rows[1].endswith("| 25.00 |")
     assert "100 KB payloads" in rows[2] and rows[2].endswith("| 1.50 |")
     assert "page max 12 ms (the first discovery of the queues 900 ms)" in rows[3] and rows[3].endswith("| – |")
+
+
+def test_a_throughput_case_of_several_rounds_keeps_the_median_round_of_each_implementation():
+    rows = [{"impl": "ours", "n": 1, "jobs_per_s": 50.0}, {"impl": "node", "n": 1, "jobs_per_s": 30.0},
+            {"impl": "ours", "n": 1, "jobs_per_s": 90.0}, {"impl": "node", "n": 1, "jobs_per_s": 10.0},
+            {"impl": "ours", "n": 1, "jobs_per_s": 70.0}, {"impl": "node", "n": 1, "jobs_per_s": 20.0}]
+    out = median_rounds(rows, lambda r: r["impl"])
+    assert [(r["impl"], r["jobs_per_s"]) for r in out] == [("ours", 70.0), ("node", 20.0)]
+    assert out[0]["rounds_jobs_per_s"] == [50.0, 90.0, 70.0]  # in run order
+    # an even count keeps the lower middle round; one round is kept as it is
+    two = median_rounds(rows[:4], lambda r: r["impl"])
+    assert [r["jobs_per_s"] for r in two] == [50.0, 10.0]
+    assert median_rounds(rows[:1], lambda r: r["impl"])[0]["rounds_jobs_per_s"] == [50.0]
