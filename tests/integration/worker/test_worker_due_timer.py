@@ -1,7 +1,7 @@
 """The fetch loop's wake-up at a delayed job's due time (``worker/due_timer.py``): an idle
 worker arms its due timer for the earliest delayed job, the timer's call ends the wait and
 the job starts, not before its time; without a timerfd the loop's own timer does it; a
-closed worker releases the timer's descriptor."""
+closed worker cancels its wake-up."""
 from __future__ import annotations
 
 import sys
@@ -22,15 +22,15 @@ def test_an_idle_worker_wakes_on_its_due_timer_and_starts_the_job_at_its_time(re
         timer = w._fetch.due_timer
         assert timer is not None
         calls = []
-        real = timer._on_due
-        timer._on_due = lambda: calls.append(1) or real()
+        real = timer.on_due
+        timer.on_due = lambda: calls.append(1) or real()
         job = queue.add("later", {}, {"delay": 400})
         due = job.timestamp + 400
         wait_for(lambda: timer.armed == due, what="the due timer armed for the delayed job")
         wait_for(lambda: w.completed_count == 1, timeout=10, what="the delayed job")
         assert calls == [1]  # the due timer's call ended the wait
         assert int(r.hget(queue.keys.job(job.id), "processedOn")) >= due  # never before its time
-    assert timer._fd == -1  # the closed worker released the descriptor
+    assert timer.closed  # the closed worker cancelled its wake-up
 
 
 def test_without_a_timerfd_the_loop_wakes_on_its_own_timer(redis_url, prefix, qname, queue, r, wait_for,

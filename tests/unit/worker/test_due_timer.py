@@ -1,7 +1,9 @@
-"""``worker/due_timer.py``: a wake-up at a due time of the wall clock, on a ``timerfd``
-watched by the hub. It never calls before its time (no upper bound is asserted: machines
-are noisy), a new time replaces the old, a closed timer never calls, and without a timerfd
-there is none (the fetch loop then waits on its own timer)."""
+"""``worker/due_timer.py``: a wake-up at a due time of the wall clock, on the hub's one
+``timerfd``. It never calls before its time (no upper bound is asserted: machines are
+noisy), a new time replaces the old, the handles of one hub share one descriptor and each
+is called at its own time, a closed handle is never called, a forked child drops the
+descriptor it inherited, and without a timerfd there is none (the fetch loop then waits on
+its own timer)."""
 from __future__ import annotations
 
 import sys
@@ -80,3 +82,41 @@ def test_a_closed_timer_never_calls_and_closes_once():
 def test_without_a_timerfd_there_is_no_due_timer(monkeypatch):
     monkeypatch.setattr(due_timer, "_libc", False)  # as on a platform without timerfd
     assert due_timer.make_due_timer(lambda: None) is None
+
+
+def test_the_loops_of_a_hub_share_one_descriptor_and_each_is_called_at_its_time():
+    first_calls, first_fired, first = _recording()
+    second_calls, second_fired, second = _recording()
+    late = due_timer.make_due_timer(first)
+    early = due_timer.make_due_timer(second)
+    try:
+        assert late._hub_timer is early._hub_timer
+        now = int(time.time() * 1000)
+        late.arm(now + 120)
+        early.arm(now + 30)  # earlier than the time the descriptor is armed for
+        assert early_fired_first(first_fired, second_fired)
+        assert second_calls[0] >= now + 30
+        assert first_fired.wait(5) and first_calls[0] >= now + 120
+        gevent.sleep(0.05)
+        assert len(first_calls) == len(second_calls) == 1
+    finally:
+        late.close()
+        early.close()
+
+
+def early_fired_first(first_fired, second_fired):
+    return second_fired.wait(5) and not first_fired.is_set()
+
+
+def test_a_forked_child_drops_the_descriptor_it_inherited():
+    calls, fired, on_due = _recording()
+    before = due_timer.make_due_timer(on_due)
+    inherited = before._hub_timer
+    due_timer._abandon_in_child()  # what runs in a child after fork
+    assert before.arm(int(time.time() * 1000) + 10) is False  # its loop waits on its own timer
+    after = due_timer.make_due_timer(on_due)
+    try:
+        assert after._hub_timer is not inherited
+        assert after.arm(int(time.time() * 1000) + 20) and fired.wait(5) and len(calls) == 1
+    finally:
+        after.close()
