@@ -815,8 +815,8 @@ def markdown(res: Dict[str, Any], meta: Dict[str, Any]) -> str:
         f"Redis {meta['redis']} · Python {meta['python']} · Node {meta['node']} · "
         f"load average (1 min) {meta.get('load1_min', '?')}–{meta.get('load1_max', '?')}"
         + (" · **quick run (tiny sizes)**" if meta.get("quick") else ""),
-        "", "One round per row. How to run it and what each case does: `docs/performance.md`, "
-        "`bench/scale.py`.", "",
+        "", "One round per row, except where a case says it ran rounds. How to run it and what each case "
+        "does: `docs/performance.md`, `bench/scale.py`.", "",
     ]
     if res["backlog"]:
         node = {r["n"]: r for r in res["backlog"] if r["impl"] == "node"}
