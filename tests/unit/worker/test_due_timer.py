@@ -29,43 +29,40 @@ def _recording():
     return calls, fired, on_due
 
 
-def test_it_calls_once_the_wall_clock_reaches_the_time_never_before():
+@pytest.fixture
+def recorded():
+    """A due timer on this hub, the times it called at and an event set at its first call."""
     calls, fired, on_due = _recording()
     timer = due_timer.make_due_timer(on_due)
     assert timer is not None
-    try:
-        due = int(time.time() * 1000) + 30
-        assert timer.arm(due) and timer.armed == due
-        assert fired.wait(5)
-        assert len(calls) == 1 and calls[0] >= due
-        assert timer.armed == 0
-    finally:
-        timer.close()
+    yield timer, calls, fired
+    timer.close()
 
 
-def test_arming_again_replaces_the_time():
-    calls, fired, on_due = _recording()
-    timer = due_timer.make_due_timer(on_due)
-    try:
-        now = int(time.time() * 1000)
-        timer.arm(now + 40)
-        timer.arm(now + 150)  # the first time is gone
-        assert fired.wait(5)
-        assert calls[0] >= now + 150
-        gevent.sleep(0.1)
-        assert len(calls) == 1
-    finally:
-        timer.close()
+def test_it_calls_once_the_wall_clock_reaches_the_time_never_before(recorded):
+    timer, calls, fired = recorded
+    due = int(time.time() * 1000) + 30
+    assert timer.arm(due) and timer.armed == due
+    assert fired.wait(5)
+    assert len(calls) == 1 and calls[0] >= due
+    assert timer.armed == 0
 
 
-def test_a_time_already_past_calls_at_once():
-    calls, fired, on_due = _recording()
-    timer = due_timer.make_due_timer(on_due)
-    try:
-        assert timer.arm(int(time.time() * 1000) - 1000)
-        assert fired.wait(5) and len(calls) == 1
-    finally:
-        timer.close()
+def test_arming_again_replaces_the_time(recorded):
+    timer, calls, fired = recorded
+    now = int(time.time() * 1000)
+    timer.arm(now + 40)
+    timer.arm(now + 150)  # the first time is gone
+    assert fired.wait(5)
+    assert calls[0] >= now + 150
+    gevent.sleep(0.1)
+    assert len(calls) == 1
+
+
+def test_a_time_already_past_calls_at_once(recorded):
+    timer, calls, fired = recorded
+    assert timer.arm(int(time.time() * 1000) - 1000)
+    assert fired.wait(5) and len(calls) == 1
 
 
 def test_a_closed_timer_never_calls_and_closes_once():
@@ -94,7 +91,7 @@ def test_the_loops_of_a_hub_share_one_descriptor_and_each_is_called_at_its_time(
         now = int(time.time() * 1000)
         late.arm(now + 120)
         early.arm(now + 30)  # earlier than the time the descriptor is armed for
-        assert early_fired_first(first_fired, second_fired)
+        assert second_fired.wait(5) and not first_fired.is_set()  # the earlier time first
         assert second_calls[0] >= now + 30
         assert first_fired.wait(5) and first_calls[0] >= now + 120
         gevent.sleep(0.05)
@@ -102,10 +99,6 @@ def test_the_loops_of_a_hub_share_one_descriptor_and_each_is_called_at_its_time(
     finally:
         late.close()
         early.close()
-
-
-def early_fired_first(first_fired, second_fired):
-    return second_fired.wait(5) and not first_fired.is_set()
 
 
 def test_a_forked_child_drops_the_descriptor_it_inherited():
