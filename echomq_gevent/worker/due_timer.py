@@ -92,8 +92,8 @@ class _HubTimer:
         _made.add(self)
 
     def abandon(self) -> None:
-        """In a forked child: stop watching the descriptor inherited from the parent and
-        close the child's copy of it (the parent's timer goes on)."""
+        """Stop watching the descriptor and close it: in a forked child, the copy inherited
+        from the parent (whose timer goes on); or one the hub could not keep."""
         self.pid = -1
         self._heap = []
         try:
@@ -206,10 +206,15 @@ def make_due_timer(on_due: Callable[[], None]) -> Optional[DueTimer]:
             log.debug("timerfd_create failed (errno %d); the fetch loop wakes on its own timer",
                       ctypes.get_errno())
             return None
+        hub_timer = None
         try:
             hub_timer = _HubTimer(libc, fd)
-        except Exception:
-            os.close(fd)
-            raise
-        setattr(hub, _HUB_ATTR, hub_timer)
+            setattr(hub, _HUB_ATTR, hub_timer)
+        except Exception as exc:  # a loop that cannot watch it: the loop's own timer will do
+            log.debug("the hub cannot watch a timerfd (%s); the fetch loop wakes on its own timer", exc)
+            if hub_timer is not None:
+                hub_timer.abandon()  # stops its watcher and closes the descriptor
+            else:
+                os.close(fd)
+            return None
     return DueTimer(hub_timer, on_due)

@@ -113,3 +113,18 @@ def test_a_forked_child_drops_the_descriptor_it_inherited():
         assert after.arm(int(time.time() * 1000) + 20) and fired.wait(5) and len(calls) == 1
     finally:
         after.close()
+
+
+def test_a_hub_that_cannot_watch_the_descriptor_gets_none_and_keeps_no_descriptor(monkeypatch):
+    monkeypatch.delattr(gevent.get_hub(), due_timer._HUB_ATTR, raising=False)  # none made yet
+    closed = []
+    real_close = due_timer.os.close
+    monkeypatch.setattr(due_timer.os, "close", lambda fd: closed.append(fd) or real_close(fd))
+
+    class Unwatchable(due_timer._HubTimer):
+        def __init__(self, libc, fd):
+            raise OSError("no watcher")
+
+    monkeypatch.setattr(due_timer, "_HubTimer", Unwatchable)
+    assert due_timer.make_due_timer(lambda: None) is None  # the loop's own timer will do
+    assert len(closed) == 1  # the descriptor made for it was closed
