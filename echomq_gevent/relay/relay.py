@@ -314,7 +314,7 @@ class Relay:
                                        f"{self.max_message_size}")
         self.wait_until_ready()
         self._ensure_open()
-        from ..clock import now_ms
+        from ..protocol.clock import now_ms
 
         mid, nodes, endpoints = self.backend.publish(topic, text, now_ms(), retain, self.max_message_size,
                                                      self.inbox_max_length)

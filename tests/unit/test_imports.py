@@ -27,6 +27,12 @@ def _modules() -> Dict[str, str]:
 
 
 def _imports(name: str, path: str, modules: Dict[str, str]) -> Set[str]:
+    return {m for m in _targets(name, path, modules) if m in modules and m != name}
+
+
+def _targets(name: str, path: str, modules: Dict[str, str]) -> Set[str]:
+    """The absolute names of the modules ``name`` imports when it runs, whether a file holds
+    them or not (a moved name of 0.1 has none)."""
     is_package = path.endswith("__init__.py")
     with open(path, encoding="utf-8") as fh:
         tree = ast.parse(fh.read(), path)
@@ -49,9 +55,9 @@ def _imports(name: str, path: str, modules: Dict[str, str]) -> Set[str]:
                 target = node.module or ""
             out.add(target)
             for alias in node.names:  # ``from . import backoff``: the submodule itself
-                if f"{target}.{alias.name}" in modules:
+                if f"{target}.{alias.name}" in modules or f"{target}.{alias.name}" in echomq_gevent.MOVED_MODULES:
                     out.add(f"{target}.{alias.name}")
-    return {m for m in out if m in modules and m != name}
+    return out
 
 
 def _cycles(graph: Dict[str, Set[str]]) -> List[List[str]]:
@@ -186,3 +192,13 @@ def test_loading_a_configuration_imports_neither_redis_nor_ssl(tmp_path):
             "print(sorted(m for m in ('redis', 'ssl') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_package_imports_no_name_of_0_1_that_moved():
+    """The flat modules of 0.1 still import, with a DeprecationWarning a user would see for
+    the package's own code if it used them."""
+    modules = _modules()
+    old = [f"{name} imports {target} (now {echomq_gevent.MOVED_MODULES[target]})"
+           for name, path in modules.items() for target in sorted(_targets(name, path, modules))
+           if target in echomq_gevent.MOVED_MODULES]
+    assert old == []
