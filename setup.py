@@ -54,7 +54,10 @@ EXTRAS = {
     "otel": ["opentelemetry-api>=1.20"],
     # The framework integrations (echomq_gevent.contrib.django, .flask, .pyramid); the
     # test extra carries them for tests/frameworks/, docs/frameworks.md names the versions run.
-    "django": ["Django>=3.2,<6"],
+    "django": ["Django>=3.2,<7"],
+    # Django's Tasks framework on Django 4.2 to 5.2: its backport (Django 6 has it built in;
+    # the backport needs Python 3.10+). echomq_gevent.contrib.django.tasks serves both.
+    "django-tasks": ["Django>=4.2,<7", "django-tasks>=0.12; python_version>='3.10'"],
     "flask": ["Flask>=2.2,<4", "SQLAlchemy>=1.4,<3"],
     "pyramid": ["pyramid>=2.0,<3", "pyramid_tm>=2.5,<3", "transaction>=3.0,<6"],
     # The transactional outbox on PostgreSQL (echomq_gevent.contrib.outbox): psycopg2, the
@@ -73,7 +76,7 @@ EXTRAS = {
 EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
                          *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"],
-                         *EXTRAS["django"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],
+                         *EXTRAS["django-tasks"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],
                          "Flask-SQLAlchemy>=3.0,<4", "zope.sqlalchemy>=1.6,<5"})
 
 setup(

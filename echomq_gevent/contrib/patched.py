@@ -10,10 +10,15 @@ start themselves again this way when the framework was imported before gevent pa
 the process: Django's connection storage and SQLAlchemy's pool locks are made at import
 or app creation time, and only patched ones keep each job greenlet's connection its own
 and let a greenlet that waits for a connection yield to the others.
-"""
-from gevent import monkey
 
-monkey.patch_all()
+Importing the module (for :func:`restart_patched`) patches nothing: patching a process
+that has loaded the framework already walks every object it holds, and a lazy one (such
+as Django admin's default site, made by some packages' imports) would be set up there.
+"""
+if __name__ == "__main__":  # run as the program: patch before anything else is imported
+    from gevent import monkey
+
+    monkey.patch_all()
 
 import os  # noqa: E402
 import runpy  # noqa: E402

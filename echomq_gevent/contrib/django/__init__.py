@@ -97,6 +97,7 @@ def integration() -> Integration:
         setting = f"{config_path}: queues" if config_path else _where(("queues",))
         state = Integration(cfg, setting, [DjangoJobContext(), processor])
         _outbox = _make_outbox(state, outbox_value)
+        state.outbox = _outbox  # what the status command reads
         _integration = state
     return _integration
 
@@ -204,14 +205,19 @@ def discover_modules() -> List[Any]:
 
 def worker_plugins() -> List[Any]:
     """The plugins a worker of this Django project runs with: the per-job DB hygiene,
-    the processor table and every discovered app module (which may implement hooks)."""
+    the processor table, the tasks of ``settings.TASKS`` (when it names
+    ``EchoMQBackend``), the outbox's relay and every discovered app module (which may
+    implement hooks)."""
+    from .task_worker import worker_plugins as task_plugins
+
     modules = discover_modules()
-    extra: List[Any] = []
+    state = integration()
+    extra: List[Any] = task_plugins(list(state.cfg.queues))  # settings.TASKS's tasks
     if outbox() is not None:
         from ..outbox.registry import RelayPlugin
 
         extra.append(RelayPlugin())
-    return integration().plugins + extra + [m for m in modules]
+    return state.plugins + extra + [m for m in modules]
 
 
 @contextlib.contextmanager
