@@ -357,3 +357,40 @@ def test_bad_options_name_the_setting(configure):
     configure(retries=3)
     with pytest.raises(ImproperlyConfigured, match=r"settings.TASKS\['default'\]\['OPTIONS'\]\['retries'\]"):
         _backend()
+
+
+def test_status_command_prints_the_outbox_line(configure, capsys):
+    """``manage.py echomq_status`` with the outbox on: the line of waiting and parked rows
+    (the Django integration kept its outbox where the status did not read it)."""
+    from django.core.management import call_command
+    from django.db import connection
+
+    configure(outbox=True)
+    with connection.cursor() as cur:
+        cur.execute("DELETE FROM echomq_outbox")
+    call_command("echomq_status", "tasks")
+    assert "outbox: 0 row(s) waiting" in capsys.readouterr().out
+
+
+# --- Node on the same queue ------------------------------------------------------------------------
+@pytest.mark.interop
+def test_a_node_producer_enqueues_a_task_and_a_node_reader_sees_results(t, redis_url, prefix, wait_for):
+    """Node's bullmq (the pinned 6.7.0) adds a job naming the task with ``{args, kwargs}``;
+    our worker runs it; Node reads the return value, and reads a job Django enqueued."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "interop"))
+    from interop_node import NodeTool
+
+    node = NodeTool(redis_url, prefix, "tasks")
+    try:
+        from_node = node.run("add", name="djtasks.tasks.add", data={"args": [2], "kwargs": {"b": 5}},
+                             opts={"attempts": 2})
+        from_django = t.add.enqueue(1, b=2)
+        seen = node.run("getJob", jobId=from_django.id)
+        assert seen["name"] == "djtasks.tasks.add" and seen["data"] == {"args": [1], "kwargs": {"b": 2}}
+        with _Worker(redis_url):
+            wait_for(lambda: _counts()["completed"] == 2, what="both tasks to run")
+        assert node.run("getJob", jobId=from_node["id"])["returnvalue"] == {"sum": 7}
+        assert node.run("getJob", jobId=from_django.id)["returnvalue"] == {"sum": 3}
+        assert t.add.get_result(from_node["id"]).return_value == {"sum": 7}
+    finally:
+        node.close()

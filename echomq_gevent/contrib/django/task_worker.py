@@ -26,6 +26,10 @@ __all__ = ["register", "registered", "discover", "TaskProcessors", "backends", "
 
 log = logging.getLogger("echomq_gevent.django.tasks")
 
+#: The BACKEND value of the backend in ``settings.TASKS`` (compared as text, so a Django
+#: without the Tasks framework never imports it).
+BACKEND_PATH = "echomq_gevent.contrib.django.tasks.EchoMQBackend"
+
 _known: Dict[str, Any] = {}
 _lock = threading.Lock()
 _discovered = False
@@ -56,8 +60,6 @@ def registered(path: str, import_modules: bool = False) -> Optional[Any]:
 def backends() -> List[Any]:
     """The ``EchoMQBackend`` instances of ``settings.TASKS`` (none without the setting)."""
     from django.conf import settings
-
-    from .tasks import BACKEND_PATH
 
     aliases = [alias for alias, params in (getattr(settings, "TASKS", None) or {}).items()
                if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH]

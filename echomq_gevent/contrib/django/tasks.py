@@ -41,14 +41,13 @@ from django.core.exceptions import ImproperlyConfigured
 
 from ...errors import ConfigError, InvalidOptionError
 from . import task_worker
+from .task_worker import BACKEND_PATH
 from .task_results import read_result, to_datetime
 from .tasks_api import (BaseTaskBackend, InvalidTask, TaskResult, TaskResultDoesNotExist, TaskResultStatus,
                         normalize_json, task_enqueued)
 
 __all__ = ["EchoMQBackend", "bullmq_priority", "BACKEND_PATH"]
 
-#: The BACKEND value of this class in ``settings.TASKS``.
-BACKEND_PATH = "echomq_gevent.contrib.django.tasks.EchoMQBackend"
 OPTION_KEYS = ("job_options", "queue_job_options", "modules", "enqueue_on_commit")
 #: BullMQ job options the backend sets itself (from the task, or per job).
 OWN_OPTIONS = ("jobId", "priority", "delay", "repeat", "parent")
