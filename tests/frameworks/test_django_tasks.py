@@ -17,7 +17,7 @@ django = pytest.importorskip("django")
 if django.VERSION < (4, 2):
     pytest.skip("Django's Tasks framework needs Django 6, or 4.2 and later with the django-tasks backport",
                 allow_module_level=True)
-tasks_api = pytest.importorskip("echomq_gevent.contrib.django.tasks_api",
+task_api = pytest.importorskip("echomq_gevent.contrib.django.task_api",
                                 reason="Django < 6 without the django-tasks backport")
 
 PROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
@@ -88,7 +88,7 @@ def _backend(alias="default"):
     """The backend of ``settings.TASKS[alias]`` (made on first use)."""
     import importlib
 
-    return importlib.import_module(tasks_api.API).task_backends[alias]
+    return importlib.import_module(task_api.API).task_backends[alias]
 
 
 def _queue(name="tasks"):
@@ -122,7 +122,7 @@ class _Worker:
 # --- enqueueing ----------------------------------------------------------------------------------
 def test_enqueue_adds_one_job_named_by_the_task_path(t):
     result = t.add.enqueue(2, b=3)
-    assert result.status == tasks_api.TaskResultStatus.READY and len(result.id) == 32
+    assert result.status == task_api.TaskResultStatus.READY and len(result.id) == 32
     assert result.args == [2] and result.kwargs == {"b": 3} and result.enqueued_at is not None
     [job] = _queue().get_jobs(["prioritized"])
     assert job.id == result.id and job.name == "djtasks.tasks.add"
@@ -156,7 +156,7 @@ def test_run_after_is_a_delay(t):
     job = _queue().get_job(result.id)
     assert _queue().get_job_state(result.id) == "delayed"
     assert 58_000 <= job.opts["delay"] <= 60_000
-    assert t.add.get_result(result.id).status == tasks_api.TaskResultStatus.READY
+    assert t.add.get_result(result.id).status == task_api.TaskResultStatus.READY
 
 
 def test_arguments_json_cannot_hold_are_refused_with_nothing_added(t):
@@ -193,7 +193,7 @@ def test_enqueue_on_commit_option_waits_for_the_commit_and_drops_on_rollback(con
             dropped = t.add.enqueue(2)
             raise RuntimeError("the view failed")
     assert _queue().get_job(dropped.id) is None
-    with pytest.raises(tasks_api.TaskResultDoesNotExist):
+    with pytest.raises(task_api.TaskResultDoesNotExist):
         t.add.get_result(dropped.id)
 
 
@@ -223,7 +223,7 @@ def test_with_the_outbox_an_enqueue_is_a_row_of_the_transaction(configure, redis
     with _Worker(redis_url):
         done = wait_for(lambda: (lambda r: r if r.is_finished else None)(t.add.get_result(result.id))
                         if _queue().get_job(result.id) else None, what="the relayed task to run")
-    assert done.status == tasks_api.TaskResultStatus.SUCCESSFUL and done.return_value == {"sum": 11}
+    assert done.status == task_api.TaskResultStatus.SUCCESSFUL and done.return_value == {"sum": 11}
     assert rows() == []
 
 
@@ -232,9 +232,9 @@ def test_worker_runs_the_task_and_get_result_reports_it(t, redis_url, wait_for):
     result = t.add.enqueue(20, b=22)
     with _Worker(redis_url):
         wait_for(lambda: _counts()["completed"] == 1, what="the task to run")
-    assert result.status == tasks_api.TaskResultStatus.READY  # until refreshed
+    assert result.status == task_api.TaskResultStatus.READY  # until refreshed
     result.refresh()
-    assert result.status == tasks_api.TaskResultStatus.SUCCESSFUL and result.return_value == {"sum": 42}
+    assert result.status == task_api.TaskResultStatus.SUCCESSFUL and result.return_value == {"sum": 42}
     assert result.enqueued_at <= result.started_at <= result.finished_at
     assert result.last_attempted_at == result.started_at and result.attempts == 1 and result.errors == []
     assert _backend().get_result(result.id).return_value == {"sum": 42}
@@ -258,7 +258,7 @@ def test_a_task_that_keeps_failing_ends_failed_with_every_error(t, redis_url, wa
     with _Worker(redis_url):
         wait_for(lambda: _counts()["failed"] == 1, what="the task to fail three times")
     done = t.always_fails.get_result(result.id)
-    assert done.status == tasks_api.TaskResultStatus.FAILED and done.attempts == 3
+    assert done.status == task_api.TaskResultStatus.FAILED and done.attempts == 3
     assert len(done.errors) == 3 and done.finished_at is not None
     with pytest.raises(ValueError):
         done.return_value  # noqa: B018 (Django raises for a failed task)
@@ -299,16 +299,16 @@ def test_foreign_jobs_fail_once_with_the_cause_and_the_worker_goes_on(t, redis_u
 
 
 def test_get_result_of_an_unknown_or_removed_job(t, redis_url, wait_for):
-    with pytest.raises(tasks_api.TaskResultDoesNotExist):
+    with pytest.raises(task_api.TaskResultDoesNotExist):
         t.add.get_result("0" * 32)
-    with pytest.raises(tasks_api.TaskResultDoesNotExist):
+    with pytest.raises(task_api.TaskResultDoesNotExist):
         t.add.get_result("no such id!")
     other = _queue().add("not-a-task", {})
-    with pytest.raises(tasks_api.TaskResultDoesNotExist):
+    with pytest.raises(task_api.TaskResultDoesNotExist):
         t.add.get_result(other.id)  # a job by that id, but not a task's
     result = t.add.enqueue(1)
     _queue().get_job(result.id).remove()
-    with pytest.raises(tasks_api.TaskResultDoesNotExist):
+    with pytest.raises(task_api.TaskResultDoesNotExist):
         result.refresh()
 
 
@@ -320,17 +320,17 @@ def test_async_variants(t, redis_url, wait_for):
     fetched = asyncio.run(t.add.aget_result(result.id))
     assert fetched.return_value == {"sum": 8}
     asyncio.run(result.arefresh())
-    assert result.status == tasks_api.TaskResultStatus.SUCCESSFUL
+    assert result.status == task_api.TaskResultStatus.SUCCESSFUL
 
 
 # --- settings and definitions --------------------------------------------------------------------
 def test_definitions_are_checked_where_the_task_is_defined(t):
-    task = tasks_api.task
-    with pytest.raises(tasks_api.InvalidTask, match="priority"):
+    task = task_api.task
+    with pytest.raises(task_api.InvalidTask, match="priority"):
         task(priority=101, queue_name="tasks")(t.plain)
-    with pytest.raises(tasks_api.InvalidTask):
+    with pytest.raises(task_api.InvalidTask):
         task(queue_name="elsewhere")(t.plain)
-    with pytest.raises(tasks_api.InvalidTask, match="async def task: echomq-gevent runs tasks on gevent"):
+    with pytest.raises(task_api.InvalidTask, match="async def task: echomq-gevent runs tasks on gevent"):
         task(queue_name="tasks")(t.coroutine)
 
 

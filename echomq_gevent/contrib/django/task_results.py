@@ -12,7 +12,7 @@ import datetime as _dt
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
-from .tasks_api import TaskError, TaskResult, TaskResultStatus
+from .task_api import TaskError, TaskResult, TaskResultStatus
 
 __all__ = ["read_result", "to_datetime", "exception_class_path", "task_errors", "worker_ids", "task_call"]
 

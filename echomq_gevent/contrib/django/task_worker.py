@@ -65,7 +65,7 @@ def backends() -> List[Any]:
                if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH]
     if not aliases:
         return []
-    from .tasks_api import API
+    from .task_api import API
 
     handler = importlib.import_module(API).task_backends
     return [handler[alias] for alias in aliases]
@@ -79,7 +79,8 @@ def discover(extra: Sequence[str] = ()) -> List[Any]:
     from django.apps import apps
     from django.utils.module_loading import module_has_submodule
 
-    names = [f"{app.name}.tasks" for app in apps.get_app_configs() if module_has_submodule(app.module, "tasks")]
+    names = [f"{app.name}.tasks" for app in apps.get_app_configs()
+             if app.name != __package__ and module_has_submodule(app.module, "tasks")]  # ours: the backend
     for backend in backends():
         names += [m for m in backend.modules if m not in names]
     names += [m for m in extra if m not in names]
@@ -155,9 +156,8 @@ class TaskRun:
         self.__module__ = task.func.__module__
 
     def __call__(self, job: Any) -> Any:
+        from .task_api import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
         from .task_results import read_result, task_call, worker_ids
-        from .tasks import EchoMQBackend
-        from .tasks_api import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
 
         task = self.task
         try:
@@ -174,7 +174,8 @@ class TaskRun:
         # this attempt's worker: the host and process (a fork has its own pid)
         object.__setattr__(result, "worker_ids", worker_ids(job, job.attempts_made + 1,
                                                             f"{socket.gethostname()}:{os.getpid()}"))
-        task_started.send(sender=EchoMQBackend, task_result=result)
+        sender = type(task.get_backend())  # the signals' sender: the backend class, as Django's
+        task_started.send(sender=sender, task_result=result)
         try:
             if task.takes_context:
                 value = task.func(TaskContext(task_result=result), *args, **kwargs)
@@ -187,11 +188,11 @@ class TaskRun:
                                          f"{exc}") from None
         except BaseException:
             object.__setattr__(result, "status", TaskResultStatus.FAILED)
-            _finished(task_finished, EchoMQBackend, result)
+            _finished(task_finished, sender, result)
             raise
         object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
         object.__setattr__(result, "_return_value", value)
-        _finished(task_finished, EchoMQBackend, result)
+        _finished(task_finished, sender, result)
         return value
 
 

@@ -17,7 +17,7 @@ priority (-100 to 100, larger sooner) becomes BullMQ's ``100 - priority`` (0 to 
 smaller sooner; 0 is BullMQ's plain wait list, which its workers serve first);
 ``run_after`` becomes a delay. ``python manage.py echomq_worker`` runs the tasks
 (``task_worker``). Works with ``django.tasks`` (Django 6) and the ``django-tasks``
-backport (``django_tasks``, Django 4.2 to 5.2): see ``tasks_api``.
+backport (``django_tasks``, Django 4.2 to 5.2): see ``task_api``.
 
 OPTIONS (all optional):
 
@@ -43,7 +43,7 @@ from ...errors import ConfigError, InvalidOptionError
 from . import task_worker
 from .task_worker import BACKEND_PATH
 from .task_results import read_result, to_datetime
-from .tasks_api import (BaseTaskBackend, InvalidTask, TaskResult, TaskResultDoesNotExist, TaskResultStatus,
+from .task_api import (BaseTaskBackend, InvalidTask, TaskResult, TaskResultDoesNotExist, TaskResultStatus,
                         normalize_json, task_enqueued)
 
 __all__ = ["EchoMQBackend", "bullmq_priority", "BACKEND_PATH"]

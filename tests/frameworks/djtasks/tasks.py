@@ -1,5 +1,5 @@
 """The tasks the backend's tests enqueue and run (module level, as Django requires)."""
-from echomq_gevent.contrib.django.tasks_api import task
+from echomq_gevent.contrib.django.task_api import task
 
 #: what the tasks saw, by test key (the tests run the worker in their own process)
 SEEN = {}
