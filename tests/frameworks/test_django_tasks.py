@@ -394,3 +394,26 @@ def test_a_node_producer_enqueues_a_task_and_a_node_reader_sees_results(t, redis
         assert t.add.get_result(from_node["id"]).return_value == {"sum": 7}
     finally:
         node.close()
+
+
+def test_manage_py_check_and_the_worker_command_name_a_queue_echomq_lacks(shop, tmp_path, redis_url, command):
+    """In a new process, before any task module is imported: ``manage.py check`` reports
+    the backend's queue that settings.ECHOMQ lacks, and ``manage.py echomq_worker`` stops
+    at its start naming both settings."""
+    from django.conf import settings
+
+    (tmp_path / "ghost_settings.py").write_text(
+        "from shop.settings import *  # noqa\n"
+        f"TASKS = {{'default': {{'BACKEND': {BACKEND!r}, 'QUEUES': ['orders', 'ghost']}}}}\n")
+    root = os.path.dirname(os.path.dirname(PROJECT))
+    env = {"SHOP_DB": settings.DATABASES["default"]["NAME"], "REDIS_URL": redis_url,
+           "DJANGO_SETTINGS_MODULE": "ghost_settings",
+           "PYTHONPATH": os.pathsep.join([root, PROJECT, str(tmp_path)])}
+    check = command([sys.executable, "manage.py", "check"], PROJECT, env)
+    assert check.finish() != 0
+    assert check.saw("(echomq_gevent.E001) settings.TASKS['default']['QUEUES'] names the queue 'ghost'"), \
+        check.output()
+    worker = command([sys.executable, "manage.py", "echomq_worker"], PROJECT, env)
+    assert worker.finish() != 0  # Django's system checks, run before the command, stop it
+    assert worker.saw("settings.TASKS['default']['QUEUES'] names the queue 'ghost', which settings.ECHOMQ['queues'] "
+                      "does not declare"), worker.output()

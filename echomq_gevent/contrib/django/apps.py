@@ -16,9 +16,19 @@ class EchoMQConfig(AppConfig):
         """Check ``settings.ECHOMQ`` when Django starts, so a wrong setting stops every
         command (and the web app) with an error naming it."""
         from . import integration, reset
+        from .task_worker import aliases
 
         reset()
         try:
             integration()
         except ConfigError as exc:
             raise ImproperlyConfigured(str(exc)) from None
+        if aliases():
+            # settings.TASKS names EchoMQBackend: load Django's Tasks API now, so its system
+            # checks (each backend's check(): queues ECHOMQ lacks) run with `manage.py check`
+            # even before any task module is imported
+            try:
+                from . import task_api  # noqa: F401
+            except ImportError as exc:
+                raise ImproperlyConfigured(f"settings.TASKS names {aliases()[0]!r} with EchoMQBackend: {exc}") \
+                    from None

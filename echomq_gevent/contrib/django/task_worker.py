@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 from ...errors import ConfigError, UnrecoverableError
 from ...plugins.hookspecs import hookimpl
 
-__all__ = ["register", "registered", "discover", "TaskProcessors", "backends", "worker_plugins"]
+__all__ = ["register", "registered", "discover", "TaskProcessors", "aliases", "backends", "worker_plugins"]
 
 log = logging.getLogger("echomq_gevent.django.tasks")
 
@@ -57,18 +57,23 @@ def registered(path: str, import_modules: bool = False) -> Optional[Any]:
     return task
 
 
-def backends() -> List[Any]:
-    """The ``EchoMQBackend`` instances of ``settings.TASKS`` (none without the setting)."""
+def aliases() -> List[str]:
+    """The aliases of ``settings.TASKS`` whose backend is ``EchoMQBackend``."""
     from django.conf import settings
 
-    aliases = [alias for alias, params in (getattr(settings, "TASKS", None) or {}).items()
-               if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH]
-    if not aliases:
+    return [alias for alias, params in (getattr(settings, "TASKS", None) or {}).items()
+            if isinstance(params, dict) and params.get("BACKEND") == BACKEND_PATH]
+
+
+def backends() -> List[Any]:
+    """The ``EchoMQBackend`` instances of ``settings.TASKS`` (none without the setting)."""
+    names = aliases()
+    if not names:
         return []
     from .task_api import API
 
     handler = importlib.import_module(API).task_backends
-    return [handler[alias] for alias in aliases]
+    return [handler[alias] for alias in names]
 
 
 def discover(extra: Sequence[str] = ()) -> List[Any]:
