@@ -73,7 +73,7 @@ EXTRAS = {
 }
 # websocket-client drives the headless Chromium of the dashboard's browser tests; the
 # frameworks run tests/frameworks/ and the example projects.
-EXTRAS["test"] = sorted({"pytest>=7", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
+EXTRAS["test"] = sorted({"pytest>=7", "pytest-xdist>=3", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
                          *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"],
                          *EXTRAS["django-tasks"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],

@@ -117,8 +117,10 @@ UPWARD = {
 
 def _layer(module: str) -> int:
     parts = module.split(".")
-    if len(parts) == 1 or parts[1] in ("__main__",):
-        return len(LAYERS)  # the package's face and ``python -m`` may import anything
+    if len(parts) == 1 or parts[1] in ("__main__", "testing"):
+        # the package's face, ``python -m`` and the testing kit's face (its pytest plugin)
+        # may import anything
+        return len(LAYERS)
     assert parts[1] in LAYERS, f"{module}: a module outside the layers; add its folder to LAYERS"
     return LAYERS.index(parts[1])
 
