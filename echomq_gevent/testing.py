@@ -25,11 +25,33 @@ Redis, so a job's options, retries, flows and failures behave as in production.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, List
+import sys
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
-from .host.testkit import DrainResult, DrainTimeout, JobOutcome, assert_enqueued, drain, enqueued
+from .host.testkit import DrainResult, DrainTimeout, JobOutcome, assert_enqueued, enqueued
+from .host.testkit import drain as _drain
 
 __all__ = ["drain", "DrainResult", "DrainTimeout", "JobOutcome", "enqueued", "assert_enqueued"]
+
+def drain(queue: Any, processors: Any = None, *, config: Any = None, timeout: float = 10.0, delayed: str = "run",
+          raise_errors: bool = False, plugins: Sequence[Any] = (), outbox: bool = True) -> DrainResult:
+    """Run the jobs of ``queue`` (a Queue, or a list) with real workers in this process
+    until none is left to run; return what happened (see
+    :func:`echomq_gevent.host.testkit.drain.drain`). With ``outbox`` (the default), the
+    rows waiting in the transactional outboxes this process registered (a Django, Flask
+    or Pyramid app with its outbox on) are relayed first, through the calling greenlet's
+    database connection: rows a test wrote in a transaction it has not committed (a
+    Django ``TestCase``) are relayed too."""
+    return _drain(queue, processors, config=config, timeout=timeout, delayed=delayed, raise_errors=raise_errors,
+                  plugins=plugins, before_poll=_outbox_relay() if outbox else None)
+
+
+def _outbox_relay() -> Optional[Callable[[], int]]:
+    """The registered outboxes' relaying call, or None (an app with an outbox has
+    imported the registry; nothing is imported here otherwise)."""
+    registry = sys.modules.get("echomq_gevent.contrib.outbox.registry")
+    return registry.relay_waiting() if registry is not None else None
+
 
 try:
     import pytest

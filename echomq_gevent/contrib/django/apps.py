@@ -15,9 +15,13 @@ class EchoMQConfig(AppConfig):
     def ready(self) -> None:
         """Check ``settings.ECHOMQ`` when Django starts, so a wrong setting stops every
         command (and the web app) with an error naming it."""
+        from django.core.signals import setting_changed
+
         from . import integration, reset
         from .task_worker import aliases
 
+        # override_settings(ECHOMQ=...) in a test: read the new settings on next use
+        setting_changed.connect(_setting_changed, dispatch_uid="echomq_gevent.setting_changed")
         reset()
         try:
             integration()
@@ -32,3 +36,10 @@ class EchoMQConfig(AppConfig):
             except ImportError as exc:
                 raise ImproperlyConfigured(f"settings.TASKS names {aliases()[0]!r} with EchoMQBackend: {exc}") \
                     from None
+
+
+def _setting_changed(*, setting: str, **kwargs: object) -> None:
+    if setting == "ECHOMQ":
+        from . import reset
+
+        reset()

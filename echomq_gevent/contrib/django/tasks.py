@@ -83,7 +83,6 @@ class EchoMQBackend(BaseTaskBackend):
             raise ImproperlyConfigured(str(exc)) from None
         if "QUEUES" not in params:
             self.queues = set(declared)  # every queue of settings.ECHOMQ
-        self.declared = declared
         self.job_options, self.queue_job_options, self.modules, self.on_commit = self._options(self.options)
 
     # -- settings ---------------------------------------------------------------------------
@@ -132,6 +131,13 @@ class EchoMQBackend(BaseTaskBackend):
             raise ImproperlyConfigured(f"{_setting(alias, 'OPTIONS', 'enqueue_on_commit')} must be True or False, "
                                        f"got {on_commit!r}")
         return defaults, per_queue, list(modules), on_commit
+
+    @property
+    def declared(self) -> List[str]:
+        """The queues of ``settings.ECHOMQ`` (read again after the settings change)."""
+        from . import integration
+
+        return list(integration().cfg.queues)
 
     def undeclared_queues(self) -> List[str]:
         """The backend's queues that ``settings.ECHOMQ`` does not declare."""

@@ -20,7 +20,7 @@ from .relay import Relay, read_stats
 from .rows import Db, Row
 from .settings import OutboxSettings
 
-__all__ = ["Outbox", "register", "registered", "start_relays", "stop_relays", "status", "RelayPlugin"]
+__all__ = ["Outbox", "register", "registered", "relay_waiting", "start_relays", "stop_relays", "status", "RelayPlugin"]
 
 log = logging.getLogger("echomq_gevent.outbox")
 
@@ -136,6 +136,20 @@ def unregister(key: str) -> None:
 
 def registered() -> List[Outbox]:
     return list(_outboxes.values())
+
+
+def relay_waiting() -> Optional[Callable[[], int]]:
+    """A call that relays the waiting rows of every registered outbox once, through the
+    calling greenlet's database connection, and returns how many jobs it added (what a
+    test's drain calls before it looks at the queues: rows written in a transaction the
+    test has not committed are relayed too); None when this process registered none."""
+    relays = [Relay(box.make_db(), box.queue_for, box.settings, box.label) for box in registered()]
+    if not relays:
+        return None
+
+    def relay_once() -> int:
+        return sum(relay.run_once().added for relay in relays)
+    return relay_once
 
 
 def start_relays() -> List[Relay]:

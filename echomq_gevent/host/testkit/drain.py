@@ -157,7 +157,7 @@ def _queues(queue: Any) -> List[Any]:
     return queues
 
 
-def _workers(queues: List[Any], processors: Optional[Processors], config: Any,
+def _workers(queues: List[Any], processors: Optional[Processors], config: Any, plugins: Sequence[Any],
              recorder: _Recorder) -> List[Any]:
     """The workers of the drained queues, with the processors and plugins the worker
     command would give them."""
@@ -167,7 +167,7 @@ def _workers(queues: List[Any], processors: Optional[Processors], config: Any,
     from ..runner import build_plugin_host
 
     names = [q.name for q in queues]
-    extra: List[Any] = [recorder]
+    extra: List[Any] = [recorder, *plugins]
     if processors:
         extra.append(_Routes(processors, names))
     found: Dict[str, Any] = {}
@@ -200,7 +200,8 @@ def _left(queues: List[Any], delayed: str) -> int:
 
 
 def drain(queue: Any, processors: Optional[Processors] = None, *, config: Any = None, timeout: float = 10.0,
-          delayed: str = "run", raise_errors: bool = False) -> DrainResult:
+          delayed: str = "run", raise_errors: bool = False, plugins: Sequence[Any] = (),
+          before_poll: Optional[Callable[[], int]] = None) -> DrainResult:
     """Run the jobs of ``queue`` (a :class:`~echomq_gevent.queue.Queue`, or a list of
     them: a flow's children in other queues) with real workers in this process until
     none is waiting, active, prioritized or (``delayed="run"``) delayed; return what
@@ -213,17 +214,20 @@ def drain(queue: Any, processors: Optional[Processors] = None, *, config: Any = 
     ``raise_errors``: stop at the first exception a processor raises (a retry's too)
     and raise it here, with its traceback. ``timeout``: seconds before
     :class:`DrainTimeout` (naming the jobs still active, which go back to wait).
-    Works whether or not the process is patched by gevent: drain waits with
+    ``plugins``: plugin objects the workers get besides (a framework's processors and
+    per-job context). ``before_poll``: called in the calling greenlet before each look
+    at the queues; returns how many jobs it added (the testing face relays outbox rows
+    with it). Works whether or not the process is patched by gevent: drain waits with
     ``gevent.sleep``, and the workers' connections are gevent's.
     """
     if delayed not in DELAYED_MODES:
         raise ValueError(f"drain(delayed=...): one of {', '.join(DELAYED_MODES)}, got {delayed!r}")
-    if processors is None and config is None:
+    if processors is None and config is None and not plugins:
         raise ConfigError("drain(): pass processors={job name: fn} or config='worker.yaml' (the file whose "
                           "plugins and processor: lines serve the queues)")
     queues = _queues(queue)
     recorder = _Recorder()
-    workers = _workers(queues, processors, config, recorder)
+    workers = _workers(queues, processors, config, plugins, recorder)
     for w in workers:
         w.start()
     deadline = time.monotonic() + timeout
@@ -232,7 +236,8 @@ def drain(queue: Any, processors: Optional[Processors] = None, *, config: Any = 
         while True:
             if raise_errors and recorder.first_error is not None:
                 break
-            busy = any(len(w.active_jobs) for w in workers)
+            added = before_poll() if before_poll is not None else 0
+            busy = added or any(len(w.active_jobs) for w in workers)
             quiet = quiet + 1 if not busy and _left(queues, delayed) == 0 else 0
             if quiet >= 2:  # twice in a row, a poll apart: nothing between a finish and a refill
                 break
