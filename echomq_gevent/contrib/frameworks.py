@@ -267,6 +267,21 @@ class Integration:
         build_plugin_host(cfg, tuple(plugins))
         return cfg, plugins
 
+    def drain(self, *queues: str, timeout: float = 10.0, delayed: str = "run", raise_errors: bool = False,
+              outbox: bool = True) -> Any:
+        """For tests: run the jobs of the named queues (every declared queue when none is
+        named) with real workers in this process, with the app's processors and per-job
+        context, until none is left to run; returns the
+        :class:`~echomq_gevent.testing.DrainResult`. With ``outbox``, the registered
+        outboxes' waiting rows are relayed first, through the calling greenlet's
+        database connection (see :func:`echomq_gevent.testing.drain`)."""
+        from ..host.testkit.drain import drain as run
+        from .outbox.registry import relay_waiting
+
+        names = list(queues) or list(self.cfg.queues)
+        return run([self.queue(n) for n in names], config=self.select(names), plugins=self.plugins, timeout=timeout,
+                   delayed=delayed, raise_errors=raise_errors, before_poll=relay_waiting() if outbox else None)
+
     def print_status(self, queues: Sequence[str] = (), as_json: bool = False, out: Any = None) -> int:
         from ..host.process_state import read_states
         from ..host.status import print_status

@@ -305,3 +305,19 @@ def _two_processes_up_then_drained(worker, wait_for):
     assert worker.stop(signal.SIGTERM) == 0, worker.output()
     assert worker.saw("SIGTERM: draining 2 worker process(es)"), worker.output()
     assert worker.saw("every worker process has stopped; exiting 0"), worker.output()
+
+
+def test_the_apps_jobs_drain_in_the_test(shop):
+    """The testing kit's glue: ``echomq.state(app).drain()`` runs the app's processors
+    (in an app context of their own) in the test's process; what the view enqueued is
+    confirmed when it returns."""
+    from echomq_gevent.testing import assert_enqueued
+
+    module, app = shop
+    client = app.test_client()
+    created = client.post("/orders", json={"email": "drain@example.com"})
+    assert created.status_code == 201, created.data
+    assert_enqueued(module.echomq.queue("orders", app), "confirm", count=1)
+    result = module.echomq.state(app).drain()
+    assert [o.name for o in result.completed] == ["confirm"] and result.failed == []
+    assert client.get(f"/orders/{created.get_json()['id']}").get_json()["status"] == "confirmed"
