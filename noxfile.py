@@ -63,7 +63,7 @@ def tests(session: nox.Session, deps: str) -> None:
 #: The Django integration's tests (settings, enqueue on commit, the outbox, the commands,
 #: the Tasks backend); ``.ci/run`` runs them on Django 5.2 (the suite), 4.2 and 3.2 too.
 DJANGO_TESTS = ["tests/frameworks/test_django.py", "tests/frameworks/test_django_tasks.py",
-                "tests/frameworks/test_django_testing.py",
+                "tests/frameworks/test_django_testing.py", "tests/frameworks/test_example_tests.py",
                 "tests/frameworks/test_outbox_django.py"]
 
 

@@ -30,8 +30,10 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 from .host.testkit import DrainResult, DrainTimeout, JobOutcome, assert_enqueued, enqueued
 from .host.testkit import drain as _drain
+from .host.testkit.server import delete_prefix, new_prefix
 
-__all__ = ["drain", "DrainResult", "DrainTimeout", "JobOutcome", "enqueued", "assert_enqueued"]
+__all__ = ["drain", "DrainResult", "DrainTimeout", "JobOutcome", "enqueued", "assert_enqueued", "new_prefix",
+           "delete_prefix"]
 
 def drain(queue: Any, processors: Any = None, *, config: Any = None, timeout: float = 10.0, delayed: str = "run",
           raise_errors: bool = False, plugins: Sequence[Any] = (), outbox: bool = True) -> DrainResult:
