@@ -73,7 +73,7 @@ EXTRAS = {
 }
 # websocket-client drives the headless Chromium of the dashboard's browser tests; the
 # frameworks run tests/frameworks/ and the example projects.
-EXTRAS["test"] = sorted({"pytest>=7", "pytest-xdist>=3", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
+EXTRAS["test"] = sorted({"pytest>=7", "pytest-xdist>=3", "mypy==2.4.1", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
                          *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"],
                          *EXTRAS["django-tasks"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],
@@ -92,6 +92,7 @@ setup(
     package_dir={"echomq_gevent.lua": "lua"},
     package_data={
         "echomq_gevent.lua": ["*.lua", "includes/*.lua"],
+        "echomq_gevent": ["py.typed"],
         "echomq_gevent.contrib": ["*.yaml"],
         "echomq_gevent.contrib.dashboard": ["static/*.css", "static/*.js"],
     },

@@ -4,6 +4,8 @@ Public names are re-exported here; see ``docs/`` for the guides.
 """
 __version__ = "0.1.0"
 
+from typing import TYPE_CHECKING  # noqa: E402
+
 from .errors import (  # noqa: E402
     ConfigError,
     DelayedError,
@@ -48,6 +50,19 @@ _LAZY = {
 }
 
 __getattr__ = lazy_exports(__name__, _LAZY)
+
+if TYPE_CHECKING:  # what type checkers see of the lazy names (py.typed: the package is typed)
+    from .connection.settings import ConnectionSettings
+    from .plugins.hookspecs import FailureDecision, hookimpl
+    from .protocol.cron import CronError
+    from .queue.events import JobFailedError, QueueEvents, QueueEventsProducer
+    from .queue.flows import FlowProducer
+    from .queue.job import Job
+    from .queue.queue import Queue
+    from .queue.schedulers import JobScheduler
+    from .relay.relay import Relay
+    from .worker.runtime import JobTimeoutError
+    from .worker.worker import Worker
 
 #: The flat modules of 0.1 and the modules they became; the old names
 #: still import (with a DeprecationWarning) through :class:`~._lazy.MovedModules`.

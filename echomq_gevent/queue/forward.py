@@ -8,12 +8,20 @@ code behind them lives in parts that own their state (``queue.getters``, ``queue
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:  # the forwarded method keeps the part's signature for type checkers
+    from typing import TypeVar
+
+    from typing_extensions import Concatenate, ParamSpec
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
 
 __all__ = ["forward"]
 
 
-def forward(part: str, method: Callable[..., Any]) -> Callable[..., Any]:
+def forward(part: str, method: Callable[Concatenate[Any, P], R]) -> Callable[Concatenate[Any, P], R]:
     """A method that calls ``method``'s namesake on ``getattr(self, part)``."""
     name = method.__name__
 
