@@ -278,3 +278,17 @@ def _two_processes_up_then_drained(worker, wait_for):
     assert worker.stop(signal.SIGTERM) == 0, worker.output()
     assert worker.saw("SIGTERM: draining 2 worker process(es)"), worker.output()
     assert worker.saw("every worker process has stopped; exiting 0"), worker.output()
+
+
+def test_the_apps_jobs_drain_in_the_test(shop):
+    """The testing kit's glue: ``integration(registry).drain()`` runs the app's
+    processors (a request and a transaction each) in the test's process."""
+    from echomq_gevent.testing import assert_enqueued
+
+    module, app, _ini_path = shop
+    response = _post(app, {"email": "drain@example.com"})
+    pk = response.json["id"]
+    assert_enqueued(_state(app).queue("orders"), count=1)
+    result = _state(app).drain(raise_errors=True)
+    assert len(result.completed) == 1 and result.failed == []
+    assert _get(app, pk)["status"] == "confirmed"
