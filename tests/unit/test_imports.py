@@ -135,6 +135,17 @@ def test_the_walk_sees_the_package():
     assert "echomq_gevent.plugins.hookspecs" in graph["echomq_gevent.plugins.host"]  # ``from . import hookspecs``
 
 
+def test_the_walk_sees_imports_inside_functions_but_not_those_for_type_checkers(tmp_path):
+    """A cycle closed by an import inside a function is a cycle (it runs on the first call);
+    one closed by an ``if TYPE_CHECKING:`` import is not (it never runs)."""
+    path = tmp_path / "part.py"
+    path.write_text("from typing import TYPE_CHECKING\n"
+                    "if TYPE_CHECKING:\n    from .job import Job\n"
+                    "def explain(job):\n    from ..errors import error_for_code\n    return error_for_code\n")
+    modules = {"echomq_gevent.queue.part": str(path), "echomq_gevent.queue.job": "", "echomq_gevent.errors": ""}
+    assert _imports("echomq_gevent.queue.part", str(path), modules) == {"echomq_gevent.errors"}
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
