@@ -2,11 +2,12 @@
 
 Each file ``lua/<name>-<numkeys>.lua`` is one BullMQ v6 script with the same name,
 KEYS and ARGV order as npm ``bullmq`` 6.7.0 (see ``docs/protocol.md``); they are read
-and expanded once per process (:mod:`.script_library`), loaded with SCRIPT LOAD on first
+and expanded once per process (:mod:`.library`), loaded with SCRIPT LOAD on first
 use per server, called with EVALSHA, and reloaded on NOSCRIPT (after a SCRIPT FLUSH or a
-server restart). Calls go on the connection :mod:`.kept_connection` keeps checked out; on
-the gevent hub (patched sockets) the calls of all greenlets share one connection with
-several round trips in flight (:mod:`.pipelined`).
+server restart). Calls go on the connection :mod:`echomq_gevent.connection.kept` keeps
+checked out; on the gevent hub (patched sockets) the calls of all greenlets share one
+connection with several round trips in flight (:mod:`echomq_gevent.connection.pipelined`);
+every ``Scripts`` of a client shares these connections (:mod:`.lanes`).
 
 :class:`Scripts` wraps every script for one queue: it builds the KEYS from
 :class:`~echomq_gevent.protocol.keys.QueueKeys`, packs the msgpack arguments exactly as the
@@ -18,7 +19,6 @@ from __future__ import annotations
 import weakref
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-import gevent.monkey
 import redis
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -31,75 +31,21 @@ from .keys import QueueKeys, require_hash_tag
 from ..connection.kept import KeptConnection
 from ..connection.pipelined import PipelinedConnection, pipelining_available
 from .calls import ADD_SCRIPTS, RESEND_SAFE, ScriptBatch, ScriptCall
+from .lanes import ScriptLanes, shared_call
+from .lanes import thread_id as _thread_id
 from .schedulers import SchedulerScripts
+from . import worker_calls
+from .worker_calls import FINISH_MANY_MAX
 from .library import ScriptLibrary, library, lua_dir, pack
 
 __all__ = ["ScriptLibrary", "Scripts", "shared_call", "ScriptCall", "ScriptBatch", "library", "pack", "lua_dir", "RESEND_SAFE",
-           "ADD_SCRIPTS"]
+           "ADD_SCRIPTS", "FINISH_MANY_MAX"]
 
 Number = Union[int, float]
-
-#: Most jobs one ``moveToFinishedMany-11`` call finishes (about 0.2 ms of Redis time at
-#: no-op jobs): larger calls save Redis little more, and the jobs of a call all wait for
-#: its answer, so the worker keeps several smaller calls in flight instead.
-FINISH_MANY_MAX = 10
-#: the OS thread id (``threading.get_ident`` names a greenlet once patched)
-_thread_id = gevent.monkey.get_original("_thread", "get_ident")
 
 
 def _int(v: Any) -> int:
     return int(v) if v is not None else 0
-
-
-class _Lanes:
-    """The connections script calls go on, one set per client, shared by every
-    :class:`Scripts` made on that client: the kept connection, the pipelined connection of
-    each thread that calls, and on a Redis Cluster the router's connections per primary.
-
-    So the workers of a process that share one client (the runner's, per Redis and
-    connection settings) hold one script connection between them, not one each. The set
-    hangs on the client itself (a reference cycle, freed with the client), since the
-    connections refer to their client."""
-
-    __slots__ = ("kept", "cluster", "pipes")
-
-    _ATTR = "_echomq_script_lanes"
-
-    def __init__(self, client: Any) -> None:
-        self.kept: Optional[KeptConnection] = KeptConnection.for_client(client)
-        self.cluster: Optional[ClusterRouter] = ClusterRouter(client) if is_cluster(client) else None
-        #: OS thread id -> the pipelined connection of that thread's hub
-        self.pipes: Dict[int, PipelinedConnection] = {}
-
-    @classmethod
-    def of(cls, client: Any) -> "_Lanes":
-        lanes = getattr(client, cls._ATTR, None)
-        if lanes is None:
-            lanes = cls(client)
-            try:
-                setattr(client, cls._ATTR, lanes)
-            except AttributeError:  # pragma: no cover - a client class with __slots__
-                pass
-        return lanes
-
-    def pipe(self, owner: int) -> PipelinedConnection:
-        pipe = self.pipes.get(owner)
-        if pipe is None:
-            pipe = self.pipes[owner] = PipelinedConnection(self.kept)  # type: ignore[arg-type]
-        return pipe
-
-
-def shared_call(client: Any, *command: Any) -> Any:
-    """Send one plain command (``CLIENT UNBLOCK``...) on the script connection the
-    :class:`Scripts` of ``client`` share, so it opens no connection of its own: pipelined
-    on the hub that calls, else on the kept connection, else through the client."""
-    lanes = _Lanes.of(client)
-    if lanes.kept is None:
-        return client.execute_command(*command)
-    owner = _thread_id()
-    if pipelining_available():
-        return lanes.pipe(owner).call_command(tuple(command), True)
-    return lanes.kept.call_command(tuple(command), True)
 
 
 class Scripts:
@@ -112,7 +58,8 @@ class Scripts:
     The worker's per-job calls come in two shapes: a method per script that runs it and
     checks its answer (``move_to_active``, ``move_to_finished``...), and, for calls the
     worker sends together, ``move_to_active_many`` (several pick-ups in one call) and
-    ``move_to_finished_call`` + :meth:`run_many` (batched finishes).
+    ``move_to_finished_call`` + :meth:`run_many` (batched finishes). These are written in
+    :mod:`.worker_calls` and named in this class's body (no part: one lookup more a job).
     The calls off the hot path come in parts made on each use (they hold nothing but
     this object and its keys): :attr:`admin` (getters and bulk admin), :attr:`flows`
     (parents and children) and :attr:`schedulers` (job schedulers).
@@ -126,8 +73,8 @@ class Scripts:
         # (see kept_connection.py), or None when the client cannot lend one. Given back by
         # release_connections() or when this object is collected.
         # The connections are the client's, shared by every Scripts made on it (the workers
-        # of a process that share one client share them): see _Lanes.
-        self._lanes = _Lanes.of(client)
+        # of a process that share one client share them): see lanes.py.
+        self._lanes = ScriptLanes.of(client)
         self._kept: Optional[KeptConnection] = self._lanes.kept
         # On a Redis Cluster: the calls go to the primary serving the queue's slot and
         # follow its redirects (cluster.py); the queue's keys must share a hash tag.
@@ -326,6 +273,30 @@ class Scripts:
             raise error_for_code(result, script, job_id)
         return result
 
+    def run_rows(self, name: str, keys: List[Any], head: Sequence[Any], rows: Sequence[Sequence[Any]],
+                 most: int) -> List[Any]:
+        """A script that takes several rows of ARGV after ``head`` and answers one per row
+        (``moveToFinishedMany-11``, ``updateJobSchedulerMany-11``), in calls of at most
+        ``most`` rows sent in one round trip. One answer per row, in order: the script's,
+        or, where a call failed as a whole, its error. A connection error raises (none of
+        the answers is known)."""
+        chunks = [rows[i:i + most] for i in range(0, len(rows), most)]
+        calls: List[ScriptCall] = []
+        for chunk in chunks:
+            args: List[Any] = list(head)
+            for row in chunk:
+                args.extend(row)
+            calls.append(ScriptCall(name, keys, args))
+        results: List[Any] = []
+        for chunk, answers in zip(chunks, self.run_many(calls, check=False)):
+            if isinstance(answers, BaseException):  # the call did not run (or failed as a whole)
+                results.extend([answers] * len(chunk))
+                continue
+            if not isinstance(answers, list) or len(answers) != len(chunk):
+                raise ResponseError(f"{name} answered {len(chunk)} rows with {answers!r}")
+            results.extend(answers)
+        return results
+
     # -- adding jobs (docs/protocol.md, "Adding jobs") -------------------------------
     def add_job_args(self, job_id: str, name: str, timestamp: Number, data_json: str,
                      encoded_opts: Dict[str, Any], parent_key: Optional[str] = None,
@@ -374,194 +345,21 @@ class Scripts:
             return None
         return str(self.check(script, self.call(script, keys, args, resend=bool(job_id)), job_id or None))
 
-    # -- worker side (docs/protocol.md, "Fetching and finishing") ---------------------
-    def _fetch_keys(self) -> List[str]:
-        k = self.keys
-        return [k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed,
-                k.paused, k.meta, k.pc, k.marker]
-
-    @staticmethod
-    def fetch_opts(token: Optional[str], lock_duration: int, limiter: Optional[Dict[str, int]] = None,
-                   name: Optional[str] = None) -> Dict[str, Any]:
-        """The worker's options of a fetch (msgpack ARGV of the pick-ups); no token (None)
-        for ``moveToActiveMany-11``, which numbers its own."""
-        opts: Dict[str, Any] = {"lockDuration": int(lock_duration)} if token is None else \
-            {"token": token, "lockDuration": int(lock_duration)}
-        if limiter:
-            opts["limiter"] = {"max": int(limiter["max"]), "duration": int(limiter["duration"])}
-        if name:
-            opts["name"] = name
-        return opts
-
-    def move_to_active(self, token: str, lock_duration: int, now_ms: int,
-                       limiter: Optional[Dict[str, int]] = None, name: Optional[str] = None,
-                       client: Optional["redis.Redis"] = None, packed_opts: Optional[bytes] = None) -> List[Any]:
-        """``moveToActive-11``: ``[flat job hash | 0, job id | 0, rate-limit ttl, next delayed ts]``."""
-        if packed_opts is None:
-            packed_opts = pack(self.fetch_opts(token, lock_duration, limiter, name))
-        return self.call("moveToActive-11", self._fetch_keys(),
-                         [self.keys.base, now_ms, packed_opts], client=client)
-
-    def move_to_active_command(self, token: str, lock_duration: int, limiter: Optional[Dict[str, int]] = None,
-                               name: Optional[str] = None) -> Tuple[Any, ...]:
-        """The ``EVALSHA`` of a ``moveToActive-11`` pick-up that reads the time on the server
-        (an empty ``now``): the command the worker writes behind its marker wait
-        (:mod:`.marker_wait`), which Redis runs only when the wait ends."""
-        return self._evalsha(ScriptCall("moveToActive-11", self._fetch_keys(),
-                                        [self.keys.base, "", pack(self.fetch_opts(token, lock_duration, limiter,
-                                                                                  name))]))
-
-    def move_to_active_many(self, token_prefix: str, first: int, most: int, lock_duration: int, now_ms: int,
-                            limiter: Optional[Dict[str, int]] = None,
-                            name: Optional[str] = None) -> List[Any]:
-        """``moveToActiveMany-11``: up to ``most`` pick-ups in one script call, the i-th
-        (from 0) locking its job with the token ``f"{token_prefix}{first + i}"``. The answers
-        in order, each as :meth:`move_to_active` gives it; they end with the first pick-up
-        that took no job, the one that left nothing ready (its ``ready`` is 0), or the
-        ``most``-th. A pick-up that failed ends them with its error (a ``ResponseError``)
-        in its place; the jobs taken before it are in the answers."""
-        answers = self.call("moveToActiveMany-11", self._fetch_keys(),
-                            [self.keys.base, now_ms, pack(self.fetch_opts(None, lock_duration, limiter, name)),
-                             token_prefix, int(first), int(most)])
-        if not isinstance(answers, list) or not answers or len(answers) > most + 1:
-            raise ResponseError(f"moveToActiveMany-11 answered {most} pick-ups with {answers!r}")
-        return answers
-
-    def move_to_finished_args(self, job_id: str, now_ms: int, field: str, value: str, target: str,
-                              fetch_next: bool, finish_opts: Union[Dict[str, Any], bytes],
-                              fields_to_update: Optional[Sequence[Any]] = None) -> Tuple[List[str], List[Any]]:
-        k = self.keys
-        keys = [k.wait, k.active, k.prioritized, k.events, k.stalled, k.limiter, k.delayed,
-                k.paused, k.meta, k.pc, k.completed if target == "completed" else k.failed,
-                k.job(job_id), k.metrics(target), k.marker]
-        args: List[Any] = [job_id, now_ms, field, value, target, "1" if fetch_next else "0",
-                           k.base, finish_opts if isinstance(finish_opts, bytes) else pack(finish_opts)]
-        if fields_to_update:
-            args.append(pack(list(fields_to_update)))
-        return keys, args
-
-    def move_to_finished_call(self, job_id: str, now_ms: int, field: str, value: str, target: str,
-                              fetch_next: bool, finish_opts: Union[Dict[str, Any], bytes],
-                              fields_to_update: Optional[Sequence[Any]] = None) -> ScriptCall:
-        """The ``moveToFinished-14`` call :meth:`move_to_finished` makes, for :meth:`run`
-        or :meth:`run_many` (the worker sends the finishes of one hub turn together).
-        ``finish_opts`` may come packed already (the bytes of ARGV[8])."""
-        keys, args = self.move_to_finished_args(job_id, now_ms, field, value, target, fetch_next,
-                                                finish_opts, fields_to_update)
-        return ScriptCall("moveToFinished-14", keys, args, job_id)
-
-    def run_rows(self, name: str, keys: List[Any], head: Sequence[Any], rows: Sequence[Sequence[Any]],
-                 most: int) -> List[Any]:
-        """A script that takes several rows of ARGV after ``head`` and answers one per row
-        (``moveToFinishedMany-11``, ``updateJobSchedulerMany-11``), in calls of at most
-        ``most`` rows sent in one round trip. One answer per row, in order: the script's,
-        or, where a call failed as a whole, its error. A connection error raises (none of
-        the answers is known)."""
-        chunks = [rows[i:i + most] for i in range(0, len(rows), most)]
-        calls: List[ScriptCall] = []
-        for chunk in chunks:
-            args: List[Any] = list(head)
-            for row in chunk:
-                args.extend(row)
-            calls.append(ScriptCall(name, keys, args))
-        results: List[Any] = []
-        for chunk, answers in zip(chunks, self.run_many(calls, check=False)):
-            if isinstance(answers, BaseException):  # the call did not run (or failed as a whole)
-                results.extend([answers] * len(chunk))
-                continue
-            if not isinstance(answers, list) or len(answers) != len(chunk):
-                raise ResponseError(f"{name} answered {len(chunk)} rows with {answers!r}")
-            results.extend(answers)
-        return results
-
-    def move_to_finished_many(self, calls: Sequence[ScriptCall]) -> List[Any]:
-        """Several ``moveToFinished-14`` calls of this queue (from
-        :meth:`move_to_finished_call`) as ``moveToFinishedMany-11``: each job finished as
-        its own call would finish it, one after the other, in calls of at most
-        :data:`FINISH_MANY_MAX` jobs sent in one round trip. The answers in order, as
-        :meth:`run_many` gives them: a script error, or a negative code's typed error, in
-        place of its answer. A connection error raises (none of the answers is known)."""
-        # moveToFinished-14's ARGV without the prefix (7th), which is said once
-        rows = [(a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8] if len(a) > 8 else "")
-                for a in (c.args for c in calls)]
-        answers = self.run_rows("moveToFinishedMany-11", self._fetch_keys(), [self.keys.base], rows,
-                                FINISH_MANY_MAX)
-        return [error_for_code(res, c.name, c.job_id) if isinstance(res, int) and res < 0 else res
-                for c, res in zip(calls, answers)]
-
-    def move_to_finished(self, job_id: str, now_ms: int, field: str, value: str, target: str,
-                         fetch_next: bool, finish_opts: Dict[str, Any],
-                         fields_to_update: Optional[Sequence[Any]] = None,
-                         client: Optional["redis.Redis"] = None) -> Any:
-        """``moveToFinished-14``. ``finish_opts`` is the ARGV[8] map: token, keepJobs,
-        lockDuration, attempts, maxMetricsSize, limiter, name. Returns 0, or with
-        ``fetch_next`` the next job 4-tuple (or ``None``/0 when there is none)."""
-        keys, args = self.move_to_finished_args(job_id, now_ms, field, value, target, fetch_next,
-                                                finish_opts, fields_to_update)
-        return self.check("moveToFinished-14", self.call("moveToFinished-14", keys, args, client), job_id)
-
-    def move_to_delayed(self, job_id: str, now_ms: int, token: str, delay_ms: int,
-                        skip_attempt: bool = False, fields_to_update: Optional[Sequence[Any]] = None,
-                        fetch_next: bool = False, fetch_opts: Optional[Dict[str, Any]] = None,
-                        client: Optional["redis.Redis"] = None) -> Any:
-        """``moveToDelayed-11``: 0, or the next job 4-tuple when ``fetch_next`` found one."""
-        k = self.keys
-        keys = [k.marker, k.active, k.prioritized, k.delayed, k.job(job_id), k.events, k.meta,
-                k.stalled, k.wait, k.limiter, k.pc]
-        args: List[Any] = [k.base, now_ms, job_id, token, int(delay_ms), "1" if skip_attempt else "0",
-                           pack(list(fields_to_update or [])), "1" if fetch_next else "0"]
-        if fetch_next:
-            args.append(pack(fetch_opts or {}))
-        return self.check("moveToDelayed-11", self.call("moveToDelayed-11", keys, args, client), job_id)
-
-    def retry_job(self, job_id: str, now_ms: int, token: str, lifo: bool = False,
-                  fields_to_update: Optional[Sequence[Any]] = None,
-                  client: Optional["redis.Redis"] = None) -> int:
-        """``retryJob-11``: move an active job straight back to wait/prioritized."""
-        k = self.keys
-        keys = [k.active, k.wait, k.paused, k.job(job_id), k.meta, k.events, k.delayed,
-                k.prioritized, k.pc, k.marker, k.stalled]
-        args: List[Any] = [k.base, now_ms, "RPUSH" if lifo else "LPUSH", job_id, token]
-        if fields_to_update:
-            args.append(pack(list(fields_to_update)))
-        return self.check("retryJob-11", self.call("retryJob-11", keys, args, client), job_id)
-
-    def extend_lock(self, job_id: str, token: str, duration_ms: int,
-                    client: Optional["redis.Redis"] = None) -> bool:
-        """``extendLock-2``: True if the lock was ours and is renewed."""
-        k = self.keys
-        return bool(self.call("extendLock-2", [k.lock(job_id), k.stalled],
-                              [token, int(duration_ms), job_id], client))
-
-    def extend_locks(self, job_ids: Sequence[str], tokens: Sequence[str], duration_ms: int,
-                     client: Optional["redis.Redis"] = None) -> List[str]:
-        """``extendLocks-1``: renew many locks; returns the ids whose renewal failed."""
-        if not job_ids:
-            return []
-        res = self.call("extendLocks-1", [self.keys.stalled],
-                        [self.keys.base, pack(list(tokens)), pack(list(job_ids)), int(duration_ms)], client)
-        return [str(x) for x in (res or [])]
-
-    def move_stalled_jobs_to_wait(self, max_stalled_count: int, now_ms: int, stalled_interval_ms: int,
-                                  client: Optional["redis.Redis"] = None) -> List[str]:
-        """``moveStalledJobsToWait-9``: the ids found stalled (empty when another worker
-        checked within the interval)."""
-        k = self.keys
-        keys = [k.stalled, k.wait, k.active, k.stalled_check, k.meta, k.paused, k.marker,
-                k.events, k.repeat]
-        res = self.call("moveStalledJobsToWait-9", keys,
-                        [int(max_stalled_count), k.base, now_ms, int(stalled_interval_ms)], client)
-        return [str(x) for x in (res or [])]
-
-    def move_job_from_active_to_wait(self, job_id: str, token: str,
-                                     client: Optional["redis.Redis"] = None) -> int:
-        """``moveJobFromActiveToWait-9``: hand an active job back to the front of wait.
-        Returns the limiter's PTTL (ms) or 0."""
-        k = self.keys
-        keys = [k.active, k.wait, k.stalled, k.paused, k.meta, k.limiter, k.prioritized,
-                k.marker, k.events]
-        res = self.call("moveJobFromActiveToWait-9", keys, [job_id, token, k.job(job_id)], client)
-        return _int(self.check("moveJobFromActiveToWait-9", res, job_id))
+    # -- worker side (docs/protocol.md, "Fetching and finishing"; written in worker_calls.py) --
+    fetch_opts = staticmethod(worker_calls.fetch_opts)
+    move_to_active = worker_calls.move_to_active
+    move_to_active_command = worker_calls.move_to_active_command
+    move_to_active_many = worker_calls.move_to_active_many
+    move_to_finished_args = worker_calls.move_to_finished_args
+    move_to_finished_call = worker_calls.move_to_finished_call
+    move_to_finished_many = worker_calls.move_to_finished_many
+    move_to_finished = worker_calls.move_to_finished
+    move_to_delayed = worker_calls.move_to_delayed
+    retry_job = worker_calls.retry_job
+    extend_lock = worker_calls.extend_lock
+    extend_locks = worker_calls.extend_locks
+    move_stalled_jobs_to_wait = worker_calls.move_stalled_jobs_to_wait
+    move_job_from_active_to_wait = worker_calls.move_job_from_active_to_wait
 
     # -- queue management (docs/protocol.md, "Queue administration") ---------------
     def pause(self, paused: bool, emit: bool = True) -> int:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Union
 from ..protocol.clock import now_ms
 from ..errors import EchoMQError, InvalidJobDataError, ScriptError
 from ..protocol.flows import DEPENDENCY_GROUPS
+from .explain import explain
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
@@ -186,7 +187,7 @@ class JobChildren:
         try:
             return self.job.scripts.flows.move_to_waiting_children(self.job.id, lock, now_ms(), child_key)
         except ScriptError as exc:
-            raise self.job._explain(exc, "move it to waiting-children", "active") from None
+            raise explain(self.job, exc, "move it to waiting-children", "active") from None
 
     # -- changing the links ----------------------------------------------------------
     def remove_child_dependency(self) -> bool:
@@ -202,7 +203,7 @@ class JobChildren:
         try:
             removed = self.job.scripts.flows.remove_child_dependency(self.job.id, self.job.parent_key)
         except ScriptError as exc:
-            raise self.job._explain(exc, f"remove its dependency on parent {self.job.parent_key!r}") from None
+            raise explain(self.job, exc, f"remove its dependency on parent {self.job.parent_key!r}") from None
         if removed:
             self.job.parent = None
             self.job.parent_key = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Optional
 
 from ..errors import EchoMQError, ScriptError
+from .explain import explain
 
 if TYPE_CHECKING:  # pragma: no cover
     from .job import Job
@@ -91,7 +92,7 @@ class JobControl:
         try:
             return self.job.scripts.move_job_from_active_to_wait(self.job.id, token or self.job.token or "0")
         except ScriptError as exc:
-            raise self.job._explain(exc, "move it back to wait") from None
+            raise explain(self.job, exc, "move it back to wait") from None
 
     def clear_logs(self, keep_logs: Optional[int] = None) -> None:
         """Delete the job's log lines, or keep only the newest ``keep_logs`` of them

@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Set, Tupl
 from redis.exceptions import ResponseError
 
 from ..protocol.clock import now_ms
-from ..errors import JobCancelled, JobLockedError, JobNotExist, JobNotInState, ScriptError, error_for_code
+from ..errors import JobCancelled, JobLockedError, ScriptError
 from .children import JobChildren
 from .control import JobControl
+from .explain import explain
 from .forward import forward
 from ..protocol.options import decode_job_options, encode_job_data, stored_options_problems, validate_job_options, wire_text
 
@@ -373,21 +374,6 @@ class Job:
         self.delay = delay
 
     # -- admin calls (Node's job.retry(), promote(), changeDelay() ...) -------------------
-    def _explain(self, exc: ScriptError, action: str, expected: Optional[str] = None) -> ScriptError:
-        """``exc`` again, with a message that names the job, what was tried and why it failed."""
-        where = f"job {self.id} of queue {self.queue_qualified_name!r}"
-        if isinstance(exc, JobNotExist):
-            detail = f"cannot {action}: {where} does not exist (removed, cleaned or never added)"
-        elif isinstance(exc, JobNotInState) and expected:
-            try:
-                now = self.get_state()
-            except Exception:  # noqa: BLE001 - the state only decorates the message
-                now = "in another state"
-            detail = f"cannot {action}: {where} is {now}, not {expected}"
-        else:
-            detail = f"cannot {action}: {where}"
-        return error_for_code(exc.code, exc.script, exc.job_id, detail)
-
     def retry(self, state: str = "failed", reset_attempts_made: bool = False,
               reset_attempts_started: bool = False) -> None:
         """Run a finished job again (Node's ``job.retry(state, opts)``).
@@ -406,7 +392,7 @@ class Job:
                                        reset_attempts_made=reset_attempts_made,
                                        reset_attempts_started=reset_attempts_started)
         except ScriptError as exc:
-            raise self._explain(exc, "retry it", state) from None
+            raise explain(self, exc, "retry it", state) from None
         self.failed_reason = None
         self.finished_on = None
         self.processed_on = None
@@ -424,7 +410,7 @@ class Job:
         try:
             self.scripts.promote(self.id)
         except ScriptError as exc:
-            raise self._explain(exc, "promote it", "delayed") from None
+            raise explain(self, exc, "promote it", "delayed") from None
         self.delay = 0
 
     def change_delay(self, delay_ms: int) -> None:
@@ -439,7 +425,7 @@ class Job:
         try:
             self.scripts.admin.change_delay(self.id, delay_ms, now_ms())
         except ScriptError as exc:
-            raise self._explain(exc, "change its delay", "delayed") from None
+            raise explain(self, exc, "change its delay", "delayed") from None
         self.delay = delay_ms
 
     def change_priority(self, priority: int = 0, lifo: bool = False) -> None:
@@ -455,7 +441,7 @@ class Job:
         try:
             self.scripts.change_priority(self.id, priority, lifo)
         except ScriptError as exc:
-            raise self._explain(exc, "change its priority") from None
+            raise explain(self, exc, "change its priority") from None
         self.priority = priority
 
     # -- state ---------------------------------------------------------------------------
@@ -511,7 +497,7 @@ class Job:
         try:
             removed = self.scripts.remove_job(self.id, remove_children)
         except ScriptError as exc:
-            raise self._explain(exc, "remove it") from None
+            raise explain(self, exc, "remove it") from None
         if not removed:
             raise JobLockedError(f"job {self.id} could not be removed because it is locked by a worker; "
                                  f"wait until it finishes")

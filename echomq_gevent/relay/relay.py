@@ -26,7 +26,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gevent
 import gevent.event
@@ -38,9 +38,12 @@ from ..connection.clients import DEFAULT_URL, ConnectionLike, clone_client, clos
 from ..errors import EchoMQError
 from ..protocol.keys import DEFAULT_PREFIX
 from ..connection.blocking import sockets_patched
-from .backend import MINIMUM_REDIS, InboxEntry, RelayBackend, _num
+from ..queue.forward import forward
+from .backend import MINIMUM_REDIS, InboxEntry, RelayBackend
 from .errors import DATA_TOO_LARGE, RelayClosedError, RelayError
 from .grammar import check_id, check_pattern, check_topic
+from .messages import Endpoint, PublishResult, RelayMessage, Subscription
+from .views import RelayViews
 
 log = logging.getLogger("echomq_gevent.relay")
 
@@ -54,72 +57,10 @@ _CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError, OSError)
 _BATCH, _SWEEP_LIMIT = 100, 100
 
 
-class RelayMessage(NamedTuple):
-    """What a listener gets: ``data`` is the publisher's value, decoded from JSON;
-    ``retained`` is True for the retained message a new subscription starts with."""
-
-    topic: str
-    mid: str
-    ts: int
-    data: Any
-    retained: bool
-
-
-class PublishResult(NamedTuple):
-    """``mid``: the message id (increasing per namespace); ``nodes``/``endpoints``: how many
-    live nodes and subscriptions it was delivered to."""
-
-    mid: str
-    nodes: int
-    endpoints: int
-
-
-class _Endpoint:
-    """One subscription of this node: ``pending`` buffers live messages while its
-    retained message is being read."""
-
-    __slots__ = ("pattern", "listener", "active", "pending")
-
-    def __init__(self, pattern: str, listener: Callable[[RelayMessage], Any]) -> None:
-        self.pattern = pattern
-        self.listener = listener
-        self.active = True
-        self.pending: Optional[List[Tuple[str, str, int, str]]] = []
-
-
-class Subscription:
-    """Returned by :meth:`Relay.subscribe`; :meth:`unsubscribe` removes it (idempotent)."""
-
-    def __init__(self, relay: "Relay", endpoint_id: str, endpoint: _Endpoint) -> None:
-        self._relay = relay
-        self.endpoint_id = endpoint_id
-        self._endpoint = endpoint
-
-    @property
-    def pattern(self) -> str:
-        return self._endpoint.pattern
-
-    def unsubscribe(self) -> None:
-        self._endpoint.active = False
-        self._relay._remove_endpoint(self.endpoint_id)
-
-    def __repr__(self) -> str:
-        return f"Subscription({self.pattern!r}, endpoint_id={self.endpoint_id!r})"
-
-
 def _positive(name: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0 or value > _MAX_INT:
         raise ValueError(f"Relay {name} must be an integer from 1 to {_MAX_INT}, got {value!r}")
     return value
-
-
-def _check_range(start: Any, end: Any) -> Tuple[int, int]:
-    for value in (start, end):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"relay range bounds must be integers, got {start!r}..{end!r}")
-    if start < 0 or end < -1:
-        raise ValueError(f"Invalid relay range: {start}..{end} (start >= 0, end >= -1, -1 = to the end)")
-    return start, end
 
 
 class Relay:
@@ -170,8 +111,10 @@ class Relay:
         # stays open); the inbox wait has another
         self.client = clone_client(base, max_connections=8) if base is connection else base
         self.backend = RelayBackend(self.client, prefix, self.namespace, self.node_id)
+        #: the namespace's views (``get_counts``, ``get_nodes``...), this relay's methods of the same names
+        self.views = RelayViews(self)
         self.cursor = "0-0"
-        self._endpoints: Dict[str, _Endpoint] = {}
+        self._endpoints: Dict[str, Endpoint] = {}
         self._listeners: Dict[str, List[Callable[..., Any]]] = {}
         self._registration = 0
         self._recovery_pending = False
@@ -330,7 +273,7 @@ class Relay:
         self.wait_until_ready()
         self._ensure_open()
         endpoint_id = uuid.uuid4().hex
-        endpoint = _Endpoint(pattern, listener)
+        endpoint = Endpoint(pattern, listener)
         # listed first: messages read while subscribing are buffered, then delivered
         # after the retained one
         self._endpoints[endpoint_id] = endpoint
@@ -435,7 +378,7 @@ class Relay:
             else:
                 self._deliver(endpoint, entry.topic, entry.mid, entry.ts, entry.data, False)
 
-    def _deliver(self, endpoint: _Endpoint, topic: str, mid: str, ts: int, data: str, retained: bool) -> None:
+    def _deliver(self, endpoint: Endpoint, topic: str, mid: str, ts: int, data: str, retained: bool) -> None:
         if not endpoint.active:
             return
         try:
@@ -521,65 +464,14 @@ class Relay:
             self._emit("swept", removed)
         return removed
 
-    # -- views ---------------------------------------------------------------------------------
-    def get_counts(self) -> Dict[str, int]:
-        """``{nodes, subscriptions, patterns, retained}`` of the namespace (nodes include
-        expired ones not swept yet)."""
-        self.wait_until_ready()
-        nodes, subs, patterns, retained = self.backend.get("counts")
-        return {"nodes": int(nodes), "subscriptions": int(subs), "patterns": int(patterns), "retained": int(retained)}
-
-    def get_nodes(self, start: int = 0, end: int = -1) -> List[Dict[str, Any]]:
-        """The namespace's nodes in registration order (inclusive positions; -1 = to the end)."""
-        self.wait_until_ready()
-        rows = self.backend.get("nodes", *_check_range(start, end))
-        out = []
-        for node_id, registered, lease, info, hb, backlog, dropped, subs in rows:
-            try:
-                decoded = json.loads(info) if info else {}
-            except ValueError:
-                decoded = {"unreadable": info}
-            out.append({"id": node_id, "info": decoded, "registeredAt": _num(registered),
-                        "leaseUntil": _num(lease), "lastHeartbeat": _num(hb) if hb else None,
-                        "backlog": _num(backlog), "dropped": _num(dropped), "subscriptions": _num(subs)})
-        return out
-
-    def get_subscriptions(self, node_id: Optional[str] = None, pattern: Optional[str] = None,
-                          start: int = 0, end: int = -1) -> List[Dict[str, str]]:
-        """Subscriptions of the namespace, or of one node, or of one pattern."""
-        if node_id is not None and pattern is not None:
-            raise ValueError("get_subscriptions takes node_id or pattern, not both")
-        kind, value = ("node", check_id("node_id", node_id)) if node_id is not None else \
-            ("pattern", check_pattern(pattern)) if pattern is not None else ("", "")
-        self.wait_until_ready()
-        rows = self.backend.get("subscriptions", *_check_range(start, end), kind, value)
-        return [{"nodeId": n, "endpointId": e, "pattern": p} for n, e, p in rows]
-
-    def get_patterns(self, start: int = 0, end: int = -1) -> List[Dict[str, Any]]:
-        self.wait_until_ready()
-        return [{"pattern": p, "subscriptions": int(n)} for p, n in self.backend.get("patterns", *_check_range(start, end))]
-
-    def get_retained(self, start: int = 0, end: int = -1) -> List[Dict[str, Any]]:
-        """Retained messages by expiry; ``data`` as published (JSON text)."""
-        self.wait_until_ready()
-        rows = self.backend.get("retained", *_check_range(start, end))
-        return [{"topic": t, "expiresAt": _num(x), "mid": str(m), "ts": _num(ts), "data": d}
-                for t, x, m, ts, d in rows]
-
-    def get_namespaces(self) -> List[str]:
-        """The namespaces of this prefix with a live node or a retained message."""
-        self.wait_until_ready()
-        return self.backend.get_namespaces()
-
-    def get_node_connections(self, node_id: Optional[str] = None) -> List[Dict[str, Any]]:
-        """A node's inbox connection as Redis lists it (``address``, ``age``, ``idle`` in
-        seconds); empty when it is not connected. Lists every client: use on demand."""
-        target = check_id("node_id", node_id if node_id is not None else self.node_id)
-        self.wait_until_ready()
-        name = self.backend.inbox_connection_name(target)
-        db = str(self.client.connection_pool.connection_kwargs.get("db", 0))
-        return [{"address": c.get("addr"), "age": int(c.get("age", 0)), "idle": int(c.get("idle", 0))}
-                for c in self.backend.client_list() if c.get("name") == name and str(c.get("db")) == db]
+    # -- views (views.py) -------------------------------------------------------------------
+    get_counts = forward("views", RelayViews.get_counts)
+    get_nodes = forward("views", RelayViews.get_nodes)
+    get_subscriptions = forward("views", RelayViews.get_subscriptions)
+    get_patterns = forward("views", RelayViews.get_patterns)
+    get_retained = forward("views", RelayViews.get_retained)
+    get_namespaces = forward("views", RelayViews.get_namespaces)
+    get_node_connections = forward("views", RelayViews.get_node_connections)
 
     # -- closing ---------------------------------------------------------------------------------
     def close(self, timeout: float = 10.0) -> None:

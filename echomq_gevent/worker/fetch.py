@@ -8,7 +8,7 @@ Each free slot is filled by one atomic pick-up (``moveToActive-11``; several fre
 slots: one ``moveToActiveMany-11`` call that takes a job for each, as far as jobs are ready);
 each job runs in its own greenlet of a ``gevent.pool.Pool(concurrency)``. A finishing
 job calls ``moveToFinished`` with fetch-next, so a busy slot is refilled in the same
-round trip and the same greenlet (:meth:`FetchLoop._run_slot`). When nothing is waiting
+round trip and the same greenlet (:mod:`.slot_runner`). When nothing is waiting
 the loop blocks on the marker ZSET (``BZPOPMIN``, ``drain_delay``) on its own
 connection, honouring delay markers; rate limited, it sleeps the limiter TTL; with a
 delayed job pending, it wakes at its due time. A gevent Event (``hints.kick``) wakes it
@@ -18,13 +18,14 @@ the moment a slot frees or a state changes; it never spins.
 The Worker makes it with its :class:`~echomq_gevent.worker.context.WorkerContext`, its
 :class:`~echomq_gevent.worker.settle.Settler` (which writes each job's outcome and returns
 the fetch-next answer) and its processor. It owns the loop's state, the job pool, the
-marker wait and its blocking connection; the lifecycle (:mod:`.lifecycle`) calls
+marker wait and its blocking connection (:func:`~.marker.open_marker_wait`), and the
+:class:`~.slot_runner.SlotRunner` whose greenlets run the jobs; the jobs of pick-ups whose
+answers were lost it finds with :mod:`.lost_pickups`. The lifecycle (:mod:`.lifecycle`) calls
 :meth:`FetchLoop.setup`, :meth:`FetchLoop.run`, :meth:`FetchLoop.stop` and
 :meth:`FetchLoop.teardown`.
 """
 from __future__ import annotations
 
-import base64
 import itertools
 import logging
 import time
@@ -35,21 +36,20 @@ import gevent.event
 import gevent.pool
 import redis
 
-from ..errors import UnrecoverableError
 from ..queue.job import Job
 from ..connection.kept import AmbiguousCallError
-from ..connection.clients import clone_client
-from ..connection.cluster import is_cluster
 from ..connection.slot_client import SlotClient
-from .marker import Fetched, MarkerWaiter
+from .marker import Fetched, MarkerWaiter, blocking_client_name, open_marker_wait
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S
 from ..protocol.clock import now_ms
 from ..protocol.scripts import shared_call
 from ..protocol.cron import preload as preload_cron
 from .context import WorkerContext
 from .due_timer import DueTimer, make_due_timer
+from .lost_pickups import lost_pickups
 from .next_runs import NextRuns
-from .settle import NO_NEXT, Settler
+from .settle import Settler
+from .slot_runner import SlotRunner
 from .slots import CONNECTION_ERRORS, Slot, SlotGreenlet
 
 log = logging.getLogger("echomq_gevent.worker")
@@ -66,18 +66,13 @@ _MAX_BURST = 100
 _TIMER_ONLY_MS = 5
 
 
-def _tcp_kwargs(settings: Any) -> Any:
-    kwargs = settings.client_kwargs()
-    kwargs.pop("socket_timeout", None)
-    return kwargs
-
-
 class FetchLoop:
     """The fetch loop and the job greenlets of one :class:`~echomq_gevent.worker.Worker`.
 
     Owns: ``concurrency`` and ``paused`` (set through the Worker), the loop's own state
     (the pick-up burst, the due time of a delayed job, tokens), ``last_fetch_at``, the
-    job pool, the marker wait and its blocking connection. Shares through ``ctx``: the
+    job pool, the marker wait and its blocking connection, and the :class:`SlotRunner` of
+    the job greenlets (``processor`` is its). Shares through ``ctx``: the
     slots of the jobs in flight, the hints others leave for the loop, the lifecycle's
     ``running``/``closing`` flags, the lock renewer and the hub watchdog. Everything runs
     on the worker's hub: the loop on the run greenlet, the jobs on greenlets of the pool.
@@ -89,7 +84,6 @@ class FetchLoop:
         #: a :class:`~.shared_wait.SharedMarkerWait` to wait in instead of a wait of its own
         self.shared_wait = shared_wait
         self.settler = settler
-        self.processor = processor
         #: how many jobs run at once (``Worker.concurrency``)
         self.concurrency = concurrency
         #: no new jobs while set (``Worker.pause``)
@@ -99,12 +93,8 @@ class FetchLoop:
         self.active = ctx.active
         self.hints = ctx.hints
         self.scripts = ctx.scripts
-        self.plugins = ctx.plugins
         self.queue_name = ctx.queue_name
-        self.worker = ctx.worker
         self._connection_settings = connection_settings
-        job_timeout = ctx.options["job_timeout"]
-        self._timeout_s: Optional[float] = job_timeout / 1000.0 if job_timeout else None
         self.options = ctx.options
         self._tokens = itertools.count()
         self._stopped = gevent.event.Event()  # set once closing starts: ends the pause after a failure
@@ -118,22 +108,31 @@ class FetchLoop:
         self.marker: Optional[MarkerWaiter] = None
         #: the marker wait's connection (on a cluster, to the primary serving the marker's slot)
         self.blocking: Optional[redis.Redis] = None
-        self._runtime: Any = None
         #: creates the next runs of the scheduler runs this worker takes
         self.next_runs = NextRuns(ctx.scripts)
+        #: runs the jobs, one greenlet a slot (:mod:`.slot_runner`)
+        self.runner = SlotRunner(ctx, settler, processor, self.next_runs, self._can_fetch_next, self._next_from)
+        #: what each slot's greenlet runs (bound once: :meth:`_start` spawns it per job)
+        self._run_slot = self.runner.run_slot
         #: wakes the loop at a delayed job's due time to a fraction of a millisecond
         #: (:mod:`.due_timer`; made by :meth:`setup`, None where the platform has no timerfd)
         self.due_timer: Optional[DueTimer] = None
+
+    @property
+    def processor(self) -> Optional[Callable[[Job], Any]]:
+        """The Worker's processor (None: the plugins find one per job name); the runner's."""
+        return self.runner.processor
+
+    @processor.setter
+    def processor(self, value: Optional[Callable[[Job], Any]]) -> None:
+        self.runner.processor = value
 
     # ------------------------------------------------------------------ set-up and close
     def blocking_client_name(self) -> str:
         """The name of the marker wait's connection, as BullMQ names a worker's
         (``<prefix>:<base64 queue>[:w:<name>]``), so ``getWorkers()`` lists the worker."""
         ctx = self.ctx
-        name = f"{ctx.prefix}:{base64.b64encode(ctx.queue_name.encode('utf-8')).decode('ascii')}"
-        if ctx.name:
-            name += f":w:{ctx.name}"
-        return name
+        return blocking_client_name(ctx.prefix, ctx.queue_name, ctx.name)
 
     def unblock_client(self) -> Any:
         """Where ``CLIENT UNBLOCK`` of the marker wait goes: its own node on a cluster."""
@@ -148,7 +147,7 @@ class FetchLoop:
         # ``worker.concurrency = n`` can change it while jobs run
         self.pool = gevent.pool.Group()
         self.pool.greenlet_class = SlotGreenlet
-        self._runtime = ctx.runtime
+        self.runner.runtime = ctx.runtime
         self.due_timer = make_due_timer(self.hints.kick.set)
         if self.shared_wait is not None:  # one BZPOPMIN for the idle queues of the process
             self.marker = self.shared_wait.attach(ctx.keys.marker)  # type: ignore[assignment]
@@ -158,32 +157,11 @@ class FetchLoop:
                 log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", ctx.label, exc)
             return
 
-        # on a cluster, script calls follow redirections through the worker's router: no
-        # pick-up is written behind the marker wait there
-        marker = MarkerWaiter(None, ctx.keys.marker, fetch_behind=not is_cluster(ctx.client))
-
-        def on_connect(conn: Any) -> None:
-            conn.on_connect()
-            try:
-                conn.send_command("CLIENT", "ID")
-                marker.connection_id = int(conn.read_response())
-            except redis.ResponseError:
-                marker.connection_id = None
-
-        settings = self._connection_settings
-        if is_cluster(ctx.client):  # a plain client of the primary serving the marker's slot
-            self.blocking = SlotClient(ctx.client, ctx.keys.marker, max_connections=2,
-                                       **_tcp_kwargs(settings), client_name=self.blocking_client_name(),
-                                       socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
-                                       redis_connect_func=on_connect)
-        else:
-            self.blocking = clone_client(ctx.client, max_connections=2, settings=settings,
-                                         client_name=self.blocking_client_name(),
-                                         socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
-                                         redis_connect_func=on_connect)
-        marker.client = self.blocking
-        marker.answer_slack = settings.socket_timeout
-        self.marker = marker
+        # its own connection (on a cluster, to the primary serving the marker's slot, with no
+        # pick-up written behind the wait: script calls follow redirections there)
+        self.marker = open_marker_wait(ctx.client, ctx.keys.marker, self._connection_settings,
+                                       self.blocking_client_name())
+        self.blocking = self.marker.client
         try:  # connect now: the worker shows up in getWorkers() from the start
             self.blocking.ping()
             self._preload_cron()
@@ -326,27 +304,12 @@ class FetchLoop:
         next job a finish fetched when the finish's answer was lost. Raises on a connection
         error (the loop tries again after its pause); the locks are renewed meanwhile only
         once the jobs are started, so a read-back that takes longer than ``lock_duration``
-        leaves them to the stalled check."""
+        leaves them to the stalled check (:mod:`.lost_pickups`)."""
         hints = self.hints
-        keys = self.ctx.keys
-        tokens = set(hints.unknown_pickups)
-        client = self.scripts.client
-        ids = client.lrange(keys.active, 0, -1)
-        owners: List[Any] = []
-        if ids:
-            pipe = client.pipeline(transaction=False)
-            for job_id in ids:
-                pipe.get(keys.lock(job_id))
-            owners = pipe.execute()
         claimed = 0
-        for job_id, owner in zip(ids, owners):
-            if owner not in tokens or job_id in self.active:
-                continue
-            fields = client.hgetall(keys.job(job_id))
-            job = Job.from_fields(self.scripts, job_id, fields)
-            job.token = owner
+        for job in lost_pickups(self.scripts, set(hints.unknown_pickups), self.active):
             claimed += 1
-            self._start(job, owner)
+            self._start(job, job.token)
         hints.unknown_pickups.clear()
         hints.drained = False
         if claimed:
@@ -468,7 +431,10 @@ class FetchLoop:
             hints.kick.set()
         return None
 
+    # ------------------------------------------------------------------ the slots
     def _start(self, job: Job, token: str) -> None:
+        """Record ``job`` in a slot, have its lock renewed, and spawn the slot's greenlet
+        (:meth:`SlotRunner.run_slot`); fetched as a close or a pause began, hand it back."""
         slot = Slot(job, token)
         self.active[job.id] = slot
         ctx = self.ctx
@@ -488,59 +454,12 @@ class FetchLoop:
         self.pool.spawn(self._run_slot, [slot])
 
     def _can_fetch_next(self) -> bool:
+        """Whether a finishing job may take the next one (called by the runner, once a job)."""
         # the finishing job still holds its slot: refill it only within the concurrency
         # (which may have been lowered while it ran)
         ctx = self.ctx
         return (ctx.running and not ctx.closing and not self.paused
                 and len(self.active) <= self.concurrency)
-
-    # ------------------------------------------------------------------ one slot
-    def _run_slot(self, first: List[Slot]) -> None:
-        """A job greenlet: run the job, write its result, and go on with the job that
-        fetch-next returned, in the same slot. ``first`` holds the first slot; it is
-        emptied, so the greenlet's arguments do not keep finished jobs alive."""
-        slot = first.pop()
-        current = [slot]
-        me = gevent.getcurrent()
-        ctx = self.ctx
-        active = self.active
-        locks = ctx.locks
-        process = self._process
-        monitor = ctx.hub_monitor
-        if monitor is not None:
-            monitor.register(me, lambda: self._describe(current[0]))
-        try:
-            while True:
-                slot.greenlet = me
-                try:
-                    nxt = process(slot)
-                except gevent.GreenletExit:
-                    raise
-                except Exception:
-                    log.exception("queue %r: job %s: unexpected error in the worker; the job stays active "
-                                  "and a stalled check will recover it", self.queue_name, slot.job.id)
-                    nxt = None
-                finally:  # the slot is released (as _release does, inline: once a job)
-                    slot.phase = "done"
-                    job_id = slot.job.id
-                    if active.get(job_id) is slot:
-                        del active[job_id]
-                    if locks is not None:
-                        locks.untrack(job_id, slot.token)
-                if nxt is None:
-                    break
-                slot = Slot(nxt, slot.token)
-                current[0] = slot
-                active[nxt.id] = slot
-                if locks is not None:
-                    locks.track(nxt.id, slot.token)
-        finally:
-            if monitor is not None:
-                monitor.unregister(me)
-            self.hints.kick.set()
-
-    def _describe(self, slot: Slot) -> str:
-        return f"job {slot.job.id} ({slot.job.name!r}) of queue {self.queue_name!r}"
 
     def _release(self, slot: Slot) -> None:
         slot.phase = "done"
@@ -549,74 +468,3 @@ class FetchLoop:
         locks = self.ctx.locks
         if locks is not None:
             locks.untrack(slot.job.id, slot.token)
-
-    def _unrecoverable_reason(self, job: Job) -> Optional[str]:
-        if job.deferred_failure:
-            return job.deferred_failure
-        limit = self.options["max_started_attempts"]
-        if limit and limit < (job.attempts_started or 0):
-            return "job started more than allowable limit"
-        if job.decode_error:
-            return job.decode_error
-        return None
-
-    def _process(self, slot: Slot) -> Optional[Job]:
-        """Run one job and settle it. Returns the next job fetch-next brought, or None."""
-        job = slot.job
-        if job.repeat_job_key and slot.next_run is None:
-            # a scheduler's run (one a finish fetched): its next run is created beside the
-            # processor (a round trip that would otherwise delay the start) and before this
-            # run settles, so the schedule goes on as when Node's worker creates it first
-            # (_settle_next_run)
-            slot.next_run = self.next_runs.add(job)
-        plugins = self.plugins
-        worker = self.worker
-        plugins.notify("echomq_job_active", worker=worker, job=job)
-        reason = self._unrecoverable_reason(job)
-        if reason is not None:
-            return self._fail(slot, UnrecoverableError(reason))
-        try:
-            fn = self.processor or plugins.get_processor(self.queue_name, job.name)
-        except Exception as exc:
-            return self._fail(slot, exc)
-        if fn is None:
-            return self._fail(slot, UnrecoverableError(
-                f"no processor for job name {job.name!r} on queue {self.queue_name!r}: pass processor= to the "
-                f"Worker, set processor: in the queue's config, or register one with a plugin"))
-        try:
-            with plugins.job_context(worker, job):
-                slot.in_processor = True
-                try:
-                    result = self._runtime.call(fn, job, self._timeout_s)
-                finally:
-                    slot.in_processor = False
-        except (Exception, gevent.Timeout) as exc:
-            if self._discarded(slot):
-                return None
-            return self._fail(slot, exc)
-        if self._discarded(slot):
-            return None
-        self._settle_next_run(slot)
-        res = self.settler.complete(slot, result, self._can_fetch_next())
-        return None if res is NO_NEXT else self._next_from(res, slot.token)
-
-    @staticmethod
-    def _settle_next_run(slot: Slot) -> None:
-        """Wait until a scheduler run's next run is created, or its call is queued ahead of
-        this run's finish on the same connection (it never raises), so that run exists
-        before this one is finished, as with Node's worker."""
-        if slot.next_run is not None:
-            slot.next_run.wait()
-            slot.next_run = None
-
-    def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
-        self._settle_next_run(slot)
-        res = self.settler.fail(slot, err, self._can_fetch_next())
-        return None if res is NO_NEXT else self._next_from(res, slot.token)
-
-    def _discarded(self, slot: Slot) -> bool:
-        if slot.handed_back or slot.lock_lost:
-            log.info("queue %r: job %s finished, but %s; its result is not written", self.queue_name,
-                     slot.job.id, "it was handed back" if slot.handed_back else "its lock was lost")
-            return True
-        return False

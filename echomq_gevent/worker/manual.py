@@ -22,6 +22,7 @@ import gevent
 
 from ..connection.clients import clone_client
 from ..errors import EchoMQError, ScriptError, WorkerStateError
+from ..queue.explain import explain
 from ..queue.job import Job
 from ..protocol.options import compact_json
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
@@ -112,7 +113,7 @@ class ManualProcessing:
 
     # -- settling a job taken by hand (called through Job) --------------------------------
     def _explained(self, job: Job, exc: ScriptError, action: str) -> ScriptError:
-        return job._explain(exc, action)
+        return explain(job, exc, action)
 
     def manual_complete(self, job: Job, returnvalue: Any, token: str, fetch_next: bool) -> Optional[Job]:
         """``job.move_to_completed``: write the result under ``token``; with ``fetch_next``

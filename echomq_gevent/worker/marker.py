@@ -20,7 +20,7 @@ What it must handle, and how:
   that leaves the answer readable.
 * **A connection that fails after the send**: the pick-up may have taken a job. Its
   answer is an :class:`~.kept_connection.AmbiguousCallError`, never a second send; the
-  worker then finds the job by its lock token (``FetchLoop._claim_unknown_pickups`` in :mod:`.fetch`).
+  worker then finds the job by its lock token (:mod:`.lost_pickups`).
   A failure before anything was sent is an ordinary error of the wait. The answers are
   awaited for the wait's own timeout plus :attr:`MarkerWaiter.answer_slack` (the
   connection's ``socket_timeout``), not the longest wait's, so a dead connection is
@@ -39,22 +39,30 @@ runs on a greenlet; when it is not, on a pool thread
 (:func:`~.runtime.sockets_patched`). Only the fetch-loop greenlet calls
 :meth:`MarkerWaiter.wait`; :meth:`MarkerWaiter.cancel` is called by ``close`` and by
 the loop at a pause.
+
+The wait's connection is the worker's own (:func:`open_marker_wait`), named as BullMQ
+names a worker's (:func:`blocking_client_name`), so ``getWorkers()`` lists the worker.
 """
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from typing import Any, Optional, Sequence, Tuple
 
 import gevent
+import redis
 from redis.exceptions import ResponseError
 
 from ..connection.kept import AmbiguousCallError, _RedisPy
 from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
+from ..connection.clients import clone_client
+from ..connection.cluster import is_cluster
+from ..connection.slot_client import SlotClient
 
 log = logging.getLogger("echomq_gevent.worker")
 
-__all__ = ["MarkerWaiter", "Fetched"]
+__all__ = ["MarkerWaiter", "Fetched", "blocking_client_name", "open_marker_wait"]
 
 #: Seconds a cancel waits for the pending wait (and the pick-up behind it) to answer.
 CANCEL_WAIT_S = 1.0
@@ -263,3 +271,48 @@ class MarkerWaiter:
         except BaseException:  # pragma: no cover - the wait catches its own errors
             return None
         return res if isinstance(res, Fetched) else None
+
+
+# ---------------------------------------------------------------------- the wait's connection
+def blocking_client_name(prefix: str, queue_name: str, worker_name: Optional[str]) -> str:
+    """The name of a worker's marker-wait connection, as BullMQ names a worker's
+    (``<prefix>:<base64 queue>[:w:<name>]``), so ``getWorkers()`` lists the worker."""
+    name = f"{prefix}:{base64.b64encode(queue_name.encode('utf-8')).decode('ascii')}"
+    if worker_name:
+        name += f":w:{worker_name}"
+    return name
+
+
+def _tcp_kwargs(settings: Any) -> Any:
+    kwargs = settings.client_kwargs()
+    kwargs.pop("socket_timeout", None)
+    return kwargs
+
+
+def open_marker_wait(client: Any, marker_key: str, settings: Any, client_name: str) -> MarkerWaiter:
+    """A :class:`MarkerWaiter` on a connection of its own (``waiter.client``), made from the
+    worker's ``client`` and connection ``settings`` and named ``client_name``; its connect
+    hook reads the ``CLIENT ID`` a cancel needs. On a cluster the connection is a plain
+    client of the primary serving the marker's slot, and no pick-up is written behind the
+    wait (script calls follow redirections through the worker's router there). Nothing is
+    connected yet. Called by the fetch loop's set-up, on the run greenlet."""
+    marker = MarkerWaiter(None, marker_key, fetch_behind=not is_cluster(client))
+
+    def on_connect(conn: Any) -> None:
+        conn.on_connect()
+        try:
+            conn.send_command("CLIENT", "ID")
+            marker.connection_id = int(conn.read_response())
+        except redis.ResponseError:
+            marker.connection_id = None
+
+    if is_cluster(client):  # a plain client of the primary serving the marker's slot
+        marker.client = SlotClient(client, marker_key, max_connections=2, **_tcp_kwargs(settings),
+                                   client_name=client_name, socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                   redis_connect_func=on_connect)
+    else:
+        marker.client = clone_client(client, max_connections=2, settings=settings, client_name=client_name,
+                                     socket_timeout=MAX_BLOCK_S + settings.socket_timeout,
+                                     redis_connect_func=on_connect)
+    marker.answer_slack = settings.socket_timeout
+    return marker

@@ -1,0 +1,121 @@
+"""The subcommands of ``echomq-gevent`` beside running workers: ``add`` (one job),
+``status`` (the table of :mod:`.status`) and ``dashboard`` (the web dashboard of
+:mod:`echomq_gevent.contrib.dashboard`, served until SIGTERM/SIGINT).
+
+Each takes the parsed arguments of :func:`.cli.build_parser` and returns the exit code;
+:func:`.cli.main` sets up logging and calls them.
+"""
+from __future__ import annotations
+
+from .patch import PREIMPORTED  # noqa: F401 - first: patches the process for gevent
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import logging  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+from typing import Any, Dict, List  # noqa: E402
+
+import gevent  # noqa: E402
+import gevent.event  # noqa: E402
+
+from .invocation import EXIT_CONFIG, EXIT_OK, CommandRedis, load_command_config  # noqa: E402
+from .status import print_status  # noqa: E402
+
+log = logging.getLogger("echomq_gevent.cli")
+
+__all__ = ["cmd_add", "cmd_status", "cmd_dashboard"]
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    """``add QUEUE NAME JSON [--opts JSON]``: add one job; prints its id."""
+    from ..errors import EchoMQError
+    from ..queue.queue import Queue
+
+    try:
+        data = json.loads(args.data)
+    except ValueError as exc:
+        print(f"echomq-gevent add: JSON data is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        opts = json.loads(args.opts) if args.opts else None
+    except ValueError as exc:
+        print(f"echomq-gevent add: --opts is not valid JSON: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    if opts is not None and not isinstance(opts, dict):
+        print("echomq-gevent add: --opts must be a JSON object of BullMQ job options", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = load_command_config(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    conn = CommandRedis(cfg, args.redis)
+    try:
+        queue = Queue(args.queue, connection=conn.url, prefix=prefix)
+        try:
+            job = queue.add(args.name, data, opts)
+        except (EchoMQError, ValueError, TypeError) as exc:
+            print(f"echomq-gevent add: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        finally:
+            queue.close()
+        print(job.id)
+        return EXIT_OK
+    finally:
+        conn.close()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """``status [QUEUE...] [--json]``: job counts per queue, the workers seen, the job
+    schedulers with their next run and, when a supervisor runs the file on this host, its
+    worker processes."""
+    cfg = load_command_config(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
+    if not names:
+        print("echomq-gevent status: name the queues, or give -c FILE", file=sys.stderr)
+        return EXIT_CONFIG
+    conn = CommandRedis(cfg, args.redis)
+    try:
+        from .process_state import read_states
+
+        supervisors = read_states(cfg.filename) if cfg is not None else []
+        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors)
+    finally:
+        conn.close()
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """``dashboard [--bind HOST:PORT] [--actions]``: serve the web dashboard until SIGTERM/SIGINT."""
+    from ..contrib.dashboard import Dashboard, auth_from_env, parse_bind, serve
+
+    try:
+        host, port = parse_bind(args.bind)
+        auth = auth_from_env()
+    except ValueError as exc:
+        print(f"echomq-gevent dashboard: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    cfg = load_command_config(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    conn = CommandRedis(cfg, args.redis)
+    try:
+        conn.ping()
+        processes = None
+        if cfg is not None and cfg.filename:
+            from .process_state import read_states
+
+            def processes() -> List[Dict[str, Any]]:
+                return read_states(cfg.filename)
+        app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth,
+                        known_queues=list(cfg.queues) if cfg else (), processes=processes)
+        server = serve(app, host, port, log=None)
+        stop = gevent.event.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            gevent.signal_handler(sig, stop.set)
+        log.warning("dashboard on http://%s:%d/ (%s%s), prefix %r", host if ":" not in host else f"[{host}]",
+                    server.server_port, "actions enabled" if args.actions else "read-only",
+                    ", basic auth" if auth else "", prefix)
+        stop.wait()
+        server.stop(timeout=2)
+        app.close()
+        return EXIT_OK
+    finally:
+        conn.close()
