@@ -83,6 +83,24 @@ def cmd_status(args: argparse.Namespace) -> int:
         conn.close()
 
 
+def cmd_replay(args: argparse.Namespace) -> int:
+    """``replay QUEUE JOB_ID [--pdb]``: run a stored job through the file's processor in
+    this process, changing nothing in Redis (:mod:`echomq_gevent.host.replay`)."""
+    from .replay import replay
+
+    cfg = load_command_config(args, required=True)
+    assert cfg is not None
+    if args.prefix:
+        import dataclasses
+
+        cfg = dataclasses.replace(cfg, prefix=args.prefix)
+    conn = CommandRedis(cfg, args.redis)
+    try:
+        return replay(cfg, conn.url, args.queue, args.job_id, use_pdb=args.pdb)
+    finally:
+        conn.close()
+
+
 def cmd_dashboard(args: argparse.Namespace) -> int:
     """``dashboard [--bind HOST:PORT] [--actions]``: serve the web dashboard until SIGTERM/SIGINT."""
     from ..contrib.dashboard import Dashboard, auth_from_env, parse_bind, serve
