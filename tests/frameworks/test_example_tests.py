@@ -36,3 +36,12 @@ def test_the_flask_shops_tests(tmp_path):
                           text=True, timeout=300, env=_env())
     assert done.returncode == 0, done.stdout + done.stderr
     assert "2 passed" in done.stdout, done.stdout
+
+
+def test_the_pyramid_shops_tests(tmp_path):
+    pytest.importorskip("pyramid_tm")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--basetemp",
+                           str(tmp_path / "tmp")], cwd=os.path.join(EXAMPLES, "pyramid_app"), capture_output=True,
+                          text=True, timeout=300, env=_env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "1 passed" in done.stdout, done.stdout
