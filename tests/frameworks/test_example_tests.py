@@ -1,6 +1,6 @@
 """The example shops' own tests, which use the testing kit, run as their developers run
-them: `python manage.py test shop` (Django's runner) and pytest in the Flask shop's
-folder (the kit's pytest plugin, with the Redis it starts itself)."""
+them: `python manage.py test shop` (Django's runner) and pytest in the Flask and Pyramid
+shops' folders (the kit's pytest plugin, with the Redis it starts itself)."""
 from __future__ import annotations
 
 import os
