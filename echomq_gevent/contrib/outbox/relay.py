@@ -17,9 +17,13 @@ the work through the database, so a second relay is harmless:
   to be added again, with the same effect.
 
 A pass takes up to ``batch_size`` rows in commit order (:mod:`.order`); the loop runs
-passes back to back while rows are left, then waits for a wake-up: :meth:`Relay.wake`
-(the app's commit in this process), a PostgreSQL notification (any process's commit,
-:mod:`.listen`) or ``poll_interval``. When Redis cannot take jobs the rows wait and the
+passes while rows are left, then waits for a wake-up: :meth:`Relay.wake` (the app's
+commit in this process), a PostgreSQL notification (any process's commit, :mod:`.listen`)
+or ``poll_interval``. A pass costs about the same for one row as for a hundred (a
+transaction of four statements and a Redis round trip), so a busy relay lets ``linger``
+seconds pass from the start of one pass to the next: the rows committed meanwhile go
+out together. A wake-up after a quiet spell runs at once, and a pass that took a whole
+batch is followed at once. When Redis cannot take jobs the rows wait and the
 relay retries with a backoff from 0.1 s doubling to 2 s; never parks them.
 
 Runs on greenlets of its own (the pass loop, the listener) on the hub of the process;
@@ -110,6 +114,7 @@ class Relay:
         self._stats: Dict[str, Any] = {}
         self._stats_at = 0.0
         self._purged_at = 0.0
+        self._pass_began = 0.0
         self._lock_row_ready = False
         self._stopping = False
         self._wake: Any = None
@@ -316,9 +321,18 @@ class Relay:
         import gevent
 
         backoff = 0.0
+        hurry = False  # the last pass took a whole batch: the next one goes at once
         while not self._stopping:
             if time.monotonic() - self._stats_at >= STATS_EVERY_S:
                 self.refresh_stats()  # also while Redis is down: the age keeps growing
+            if not hurry:
+                self._linger()
+                if self._stopping:
+                    break
+            hurry = False
+            # a wake-up from here on is for rows this pass may not see: it runs another
+            self._wake.clear()
+            self._pass_began = time.monotonic()
             try:
                 result = self.run_once()
             except Exception as exc:
@@ -349,10 +363,21 @@ class Relay:
                 continue
             backoff = 0.0
             if result.leader and (result.full or self.order.more):
+                hurry = result.full
                 gevent.sleep(0)
                 continue
             self._pause(self.settings.poll_interval)
         self.state = "stopping"
+
+    def _linger(self) -> None:
+        """Wait until ``linger`` seconds after the last pass began. Under load the rows
+        committed meanwhile then go out in one pass (one transaction and one Redis round
+        trip for many rows, not one each); a wake-up after a quiet spell does not wait."""
+        import gevent
+
+        left = self.settings.linger - (time.monotonic() - self._pass_began)
+        if left > 0 and not self._stopping:
+            gevent.sleep(min(left, self.settings.linger))
 
     def _pause(self, seconds: float) -> None:
         if self._stopping:
@@ -397,6 +422,10 @@ class Relay:
             if ids:
                 self.order.heard(ids)
                 self.wake()
+                if self.settings.linger:
+                    # what is notified meanwhile waits in the socket: the next pass (or
+                    # this loop) reads it in one go, not one wake-up per commit
+                    gevent.sleep(self.settings.linger)
 
 
 def _is_db_error(exc: BaseException) -> bool:
