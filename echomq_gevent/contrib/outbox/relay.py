@@ -20,10 +20,11 @@ A pass takes up to ``batch_size`` rows in commit order (:mod:`.order`); the loop
 passes while rows are left, then waits for a wake-up: :meth:`Relay.wake` (the app's
 commit in this process), a PostgreSQL notification (any process's commit, :mod:`.listen`)
 or ``poll_interval``. A pass costs about the same for one row as for a hundred (a
-transaction of four statements and a Redis round trip), so a busy relay lets ``linger``
-seconds pass from the start of one pass to the next: the rows committed meanwhile go
-out together. A wake-up after a quiet spell runs at once, and a pass that took a whole
-batch is followed at once. When Redis cannot take jobs the rows wait and the
+transaction of four statements and a Redis round trip), so a busy relay (its last pass
+that found rows took more than one) lets ``linger`` seconds pass from the start of one
+pass to the next: the rows committed meanwhile go out together. Rows that come one at a
+time, a wake-up after a quiet spell, and the pass after one that took a whole batch
+run at once. When Redis cannot take jobs the rows wait and the
 relay retries with a backoff from 0.1 s doubling to 2 s; never parks them.
 
 Runs on greenlets of its own (the pass loop, the listener) on the hub of the process;
@@ -115,6 +116,8 @@ class Relay:
         self._stats_at = 0.0
         self._purged_at = 0.0
         self._pass_began = 0.0
+        #: the last pass that found rows took more than one: the relay lingers
+        self._busy = False
         self._lock_row_ready = False
         self._stopping = False
         self._wake: Any = None
@@ -362,6 +365,9 @@ class Relay:
                 self._pause(backoff)
                 continue
             backoff = 0.0
+            taken = result.added + result.parked + result.retried
+            if taken:
+                self._busy = taken > 1
             if result.leader and (result.full or self.order.more):
                 hurry = result.full
                 gevent.sleep(0)
@@ -370,13 +376,13 @@ class Relay:
         self.state = "stopping"
 
     def _linger(self) -> None:
-        """Wait until ``linger`` seconds after the last pass began. Under load the rows
+        """While busy, wait until ``linger`` seconds after the last pass began: the rows
         committed meanwhile then go out in one pass (one transaction and one Redis round
-        trip for many rows, not one each); a wake-up after a quiet spell does not wait."""
+        trip for many rows, not one each). A wake-up after a quiet spell does not wait."""
         import gevent
 
         left = self.settings.linger - (time.monotonic() - self._pass_began)
-        if left > 0 and not self._stopping:
+        if self._busy and left > 0 and not self._stopping:
             gevent.sleep(min(left, self.settings.linger))
 
     def _pause(self, seconds: float) -> None:
@@ -422,7 +428,7 @@ class Relay:
             if ids:
                 self.order.heard(ids)
                 self.wake()
-                if self.settings.linger:
+                if self._busy and self.settings.linger:
                     # what is notified meanwhile waits in the socket: the next pass (or
                     # this loop) reads it in one go, not one wake-up per commit
                     gevent.sleep(self.settings.linger)

@@ -25,7 +25,7 @@ def test_true_false_and_mappings():
     assert (s.enabled, s.batch_size, s.poll_interval, s.keep_days) == (True, 5, 2.0, 1.0)
     assert isinstance(s.poll_interval, float)
     assert outbox_settings({"enabled": False, "batch_size": 5}, where).enabled is False
-    assert OutboxSettings().linger == 0.015
+    assert OutboxSettings().linger == 0.02
     lazy = outbox_settings({"linger": 0}, where)
     assert lazy.linger == 0.0 and isinstance(lazy.linger, float)
 
