@@ -220,8 +220,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                    help="only the outbox case: enqueue through the outbox on PostgreSQL against "
                         "enqueue_on_commit, into outbox.md")
     p.add_argument("--outbox-drivers", default="psycopg2,psycopg", help="the outbox case's PostgreSQL drivers")
-    p.add_argument("--outbox-baseline", default="", metavar="REF",
-                   help="the outbox case also runs the package of commit REF, in the same rounds")
+    p.add_argument("--outbox-baseline", default="", metavar="REF", help="the outbox case also runs commit REF's package")
     p.add_argument("--floor", action="store_true",
                    help="measure one sequential Redis round trip per client stack into floor.md")
     p.add_argument("--max-other", type=float, default=DEFAULT_MAX_OTHER, metavar="PCT",
@@ -530,8 +529,7 @@ def run_outbox(args: argparse.Namespace) -> int:
         sys.stderr.write(f"bench: the outbox case failed: {exc}\n")
         return 1
     text = write_outbox(result, meta, args.out)
-    if not args.quiet:
-        sys.stdout.write(text)
+    sys.stdout.write("" if args.quiet else text)
     return 0
 
 
