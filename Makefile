@@ -85,6 +85,7 @@ soak: $(VENV)/.installed
 BENCH_OURS_VENV := bench/.venv-ours
 bench: $(VENV)/.installed tests/node_modules/.installed
 	$(PIP) install --quiet -e '.[bench]'
+	$(PIP) install --quiet 'psycopg[binary]>=3.1.14,<4'  # the outbox case's second driver
 	$(PIP) install --quiet --no-deps 'bullmq==3.4.4'
 	rm -rf $(BENCH_OURS_VENV) && $(PYTHON) -m venv $(BENCH_OURS_VENV)
 	$(BENCH_OURS_VENV)/bin/pip install --quiet .

@@ -4,29 +4,37 @@ worker cases when PostgreSQL is installed).
 
 Each run starts C writer greenlets in a gevent-patched process (``drivers/outbox_enqueue.py``)
 that commit N transactions of one order row and one job each, on a throwaway PostgreSQL
-cluster (``tests/pg_server.py``) and the harness's Redis:
+cluster (``tests/pg_server.py``) and the harness's Redis, through SQLAlchemy on each
+driver installed: psycopg2 (``postgresql+psycopg2``) and psycopg 3 (``postgresql+psycopg``):
 
 * ``enqueue_on_commit``: the session's after-commit hook adds the job (the outbox off);
 * ``outbox``: the row is written in the transaction and a relay in another process
-  (``drivers/outbox_relay.py``, woken by LISTEN/NOTIFY) adds it.
+  (``drivers/outbox_relay.py``, woken by LISTEN/NOTIFY) adds it. Where this build's
+  relay cannot LISTEN on the driver's connections it polls (every
+  :data:`POLL_WITHOUT_LISTEN` s), and the report says so.
+* ``outbox <ref>`` (``--outbox-baseline REF``): the same with the package of commit REF
+  (``git archive``), for before/after figures from the same rounds.
 
-Reported per mode (medians over the rounds, the modes alternating): transactions/s of
+Reported per driver and mode (medians over the rounds, the modes alternating): transactions/s of
 the writers, jobs/s end to end (N over the time from the first write to the last job in
-Redis), and p50/p99 of commit-to-added: from the moment the writer's ``commit()``
-returned (its clock) to the job's ``added`` event in the queue's stream (Redis's clock,
+Redis), and p50/p99 of commit-to-added: from the moment the writer called ``commit()``
+(its clock) to the job's ``added`` event in the queue's stream (Redis's clock,
 millisecond ids; the same machine). Writes ``outbox.md`` and ``outbox.json``.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from .harness import Bench, BenchError
 
@@ -34,6 +42,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DRIVERS = os.path.join(HERE, "drivers")
 MODES = ("enqueue_on_commit", "outbox")
+#: SQLAlchemy dialect+driver names, psycopg2 first
+DB_DRIVERS = ("psycopg2", "psycopg")
+#: the relay's poll_interval where it cannot LISTEN on the driver's connections
+POLL_WITHOUT_LISTEN = 0.1
 
 
 def _pg_module() -> Any:
@@ -58,9 +70,62 @@ def missing() -> Optional[str]:
     return None
 
 
-def _env() -> Dict[str, str]:
+def installed_drivers(wanted: Sequence[str] = DB_DRIVERS) -> List[str]:
+    """The drivers of ``wanted`` this Python can import (psycopg 3 is optional)."""
+    found = []
+    for name in wanted:
+        if name not in DB_DRIVERS:
+            raise BenchError(f"unknown PostgreSQL driver {name!r} (one of {', '.join(DB_DRIVERS)})")
+        if importlib.util.find_spec(name) is not None:
+            found.append(name)
+    return found
+
+
+def driver_url(url: str, driver: str) -> str:
+    """``url`` (``postgresql+psycopg2://...``) for SQLAlchemy dialect driver ``driver``."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.split('+')[0]}+{driver}://{rest}"
+
+
+def relay_listens(db_url: str) -> bool:
+    """True when this build's relay can LISTEN on the connections of ``db_url``'s driver."""
+    from sqlalchemy import create_engine
+
+    from echomq_gevent.contrib.outbox import listen
+
+    engine = create_engine(db_url)
+    try:
+        raw = engine.raw_connection()
+        try:
+            conn = getattr(raw, "driver_connection", None) or raw.connection
+            return bool(listen.supported(conn))
+        finally:
+            raw.close()
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def baseline_tree(ref: Optional[str]) -> Iterator[Optional[str]]:
+    """The package as of commit ``ref`` in a temporary folder (``git archive``), or None."""
+    if not ref:
+        yield None
+        return
+    folder = tempfile.mkdtemp(prefix="echomq-bench-baseline-")
+    try:
+        archive = subprocess.run(["git", "-C", ROOT, "archive", ref, "echomq_gevent", "lua"],
+                                 capture_output=True, timeout=60)
+        if archive.returncode != 0:
+            raise BenchError(f"git archive {ref} failed: {archive.stderr.decode(errors='replace')}")
+        subprocess.run(["tar", "-x", "-C", folder], input=archive.stdout, check=True, timeout=60)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _env(package_root: Optional[str] = None) -> Dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root or ROOT, env.get("PYTHONPATH", "")) if p)
     return env
 
 
@@ -69,7 +134,8 @@ def _percentile(values: List[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
-def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int = 0) -> Dict[str, Any]:
+def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int = 0,
+         package_root: Optional[str] = None, poll_interval: Optional[float] = None) -> Dict[str, Any]:
     import redis
     from sqlalchemy import create_engine
 
@@ -81,11 +147,14 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
     engine.dispose()
     cfg = {"db": db_url, "url": bench.url, "prefix": prefix, "queue": queue, "n": n, "c": c,
            "interval_ms": interval_ms,
-           "mode": "outbox" if mode == "outbox" else "on_commit"}
+           "mode": "on_commit" if mode == "enqueue_on_commit" else "outbox"}
+    if poll_interval is not None:
+        cfg["poll_interval"] = poll_interval
+    env = _env(package_root)
     relay = None
-    if mode == "outbox":
+    if cfg["mode"] == "outbox":
         relay = subprocess.Popen([sys.executable, os.path.join(DRIVERS, "outbox_relay.py"), json.dumps(cfg)],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         line = relay.stdout.readline() if relay.stdout else ""
         if "ready" not in line:
             relay.kill()
@@ -95,7 +164,7 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
     events = f"{prefix}:{queue}:events"
     try:
         res = subprocess.run([sys.executable, os.path.join(DRIVERS, "outbox_enqueue.py"), json.dumps(cfg)],
-                             capture_output=True, text=True, env=_env(), timeout=600)
+                             capture_output=True, text=True, env=env, timeout=600)
         if res.returncode != 0:
             raise BenchError(f"the bench writers failed: {res.stderr[-2000:]}")
         out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -127,45 +196,59 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
 
 
 def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, idle_n: int = 200,
-                   idle_interval_ms: int = 20) -> Dict[str, Any]:
-    """Start PostgreSQL, run both modes ``rounds`` times alternating, under load (``n``
-    transactions from ``c`` writers) and idle (``idle_n`` transactions one at a time,
-    ``idle_interval_ms`` apart); the medians."""
+                   idle_interval_ms: int = 20, drivers: Sequence[str] = DB_DRIVERS,
+                   baseline: Optional[str] = None) -> Dict[str, Any]:
+    """Start PostgreSQL, run every mode ``rounds`` times alternating, on each installed
+    driver of ``drivers``, under load (``n`` transactions from ``c`` writers) and idle
+    (``idle_n`` transactions one at a time, ``idle_interval_ms`` apart); the medians.
+    ``baseline``: a commit whose package runs as mode ``outbox <baseline>`` too."""
+    use = installed_drivers(drivers)
+    if not use:
+        raise BenchError(f"none of the drivers {', '.join(drivers)} is installed")
     pg = _pg_module().PostgresServer().start()
     try:
         pg.wait_ready()
-        db_url = pg.create_database("bench")
+        base_url = pg.create_database("bench")
         from sqlalchemy import create_engine
 
         from echomq_gevent.contrib.outbox.sqlalchemy import metadata
 
-        engine = create_engine(db_url)
+        engine = create_engine(base_url)
         metadata.create_all(engine)
         with engine.begin() as conn:
             conn.exec_driver_sql("CREATE TABLE bench_orders (id serial PRIMARY KEY, n integer NOT NULL)")
         engine.dispose()
         with pg_version_conn(pg) as version:
             pg_version = version
+        urls = {d: driver_url(base_url, d) for d in use}
+        listens = {d: relay_listens(urls[d]) for d in use}
+        modes = list(MODES) + ([f"outbox {baseline}"] if baseline else [])
         runs: List[Dict[str, Any]] = []
-        for r in range(rounds):
-            for mode in (MODES if r % 2 == 0 else tuple(reversed(MODES))):
-                for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
-                    row = _one(bench, db_url, mode, *args)
-                    row["load"] = load
-                    bench.log(f"bench outbox: {mode} {load} round {r + 1}: {row['writes_per_s']:.0f} tx/s, "
-                              f"{row['jobs_per_s']:.0f} jobs/s, p50 {row['p50_ms']:.1f} ms, "
-                              f"p99 {row['p99_ms']:.1f} ms")
-                    runs.append(row)
+        with baseline_tree(baseline) as old_root:
+            for r in range(rounds):
+                for d in (use if r % 2 == 0 else list(reversed(use))):
+                    for mode in (modes if r % 2 == 0 else list(reversed(modes))):
+                        root = old_root if mode != mode.split()[0] else None
+                        poll = None if listens[d] else POLL_WITHOUT_LISTEN
+                        for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
+                            row = _one(bench, urls[d], mode.split()[0], *args, package_root=root, poll_interval=poll)
+                            row.update(mode=mode, load=load, driver=d)
+                            bench.log(f"bench outbox: {d} {mode} {load} round {r + 1}: {row['writes_per_s']:.0f} tx/s, "
+                                      f"{row['jobs_per_s']:.0f} jobs/s, p50 {row['p50_ms']:.1f} ms, "
+                                      f"p99 {row['p99_ms']:.1f} ms")
+                            runs.append(row)
     finally:
         pg.stop()
     summary: Dict[str, Any] = {}
-    for load in ("load", "idle"):
-        for mode in MODES:
-            rows = [r for r in runs if r["mode"] == mode and r["load"] == load]
-            summary[f"{mode} {load}"] = {k: statistics.median(r[k] for r in rows)
-                                         for k in ("writes_per_s", "jobs_per_s", "p50_ms", "p99_ms")}
+    for d in use:
+        for load in ("load", "idle"):
+            for mode in modes:
+                rows = [r for r in runs if r["driver"] == d and r["mode"] == mode and r["load"] == load]
+                summary[f"{d} {mode} {load}"] = {k: statistics.median(r[k] for r in rows)
+                                                 for k in ("writes_per_s", "jobs_per_s", "p50_ms", "p99_ms")}
     return {"runs": runs, "summary": summary, "n": n, "c": c, "idle_n": idle_n, "idle_interval_ms": idle_interval_ms,
-            "rounds": rounds, "postgres": pg_version, "redis": bench.redis_version}
+            "rounds": rounds, "postgres": pg_version, "redis": bench.redis_version, "drivers": use,
+            "listen": listens, "baseline": baseline, "modes": modes}
 
 
 class pg_version_conn:
@@ -184,26 +267,55 @@ class pg_version_conn:
         self.conn.close()
 
 
+def _driver_label(d: str) -> str:
+    return {"psycopg2": "psycopg2 (`postgresql+psycopg2`)", "psycopg": "psycopg 3 (`postgresql+psycopg`)"}.get(d, d)
+
+
 def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
     s = result["summary"]
-    base, ob = s["enqueue_on_commit load"], s["outbox load"]
     loads = [r["load1"] for r in result["runs"]]
     lines = [
         "# Enqueue through the outbox (PostgreSQL) against enqueue_on_commit", "",
         f"{meta['date']}; {meta['cpu']} ({meta['machine']}); PostgreSQL {result['postgres']} (fsync off, "
         f"throwaway cluster), Redis {result['redis']}; load average {min(loads):.2f}-{max(loads):.2f} "
-        f"(a shared machine: other work moves these figures). Under load: {result['n']} transactions "
-        f"of one order row and one job from {result['c']} writer greenlets; idle: {result['idle_n']} "
-        f"transactions one at a time, {result['idle_interval_ms']} ms apart. Median of {result['rounds']} "
-        "rounds, the modes alternating. Commit-to-added: from the writer calling commit() to the job's "
-        "added event (millisecond stream ids; the relay in a process of its own, woken by NOTIFY).", "",
-        "| mode | transactions/s | jobs/s end to end | commit-to-added p50 | p99 |",
-        "| --- | --- | --- | --- | --- |",
+        f"(a shared machine: other work moves these figures); commit {meta.get('commit', '?')}. Under load: "
+        f"{result['n']} transactions of one order row and one job from {result['c']} writer greenlets; idle: "
+        f"{result['idle_n']} transactions one at a time, {result['idle_interval_ms']} ms apart. Median of "
+        f"{result['rounds']} rounds, the drivers and the modes alternating. Commit-to-added: from the writer "
+        "calling commit() to the job's added event (millisecond stream ids; the relay in a process of its own).",
     ]
-    for key, r in s.items():
-        tps = f"{r['writes_per_s']:,.0f}" if key.endswith("load") else "(spaced)"
-        jps = f"{r['jobs_per_s']:,.0f}" if key.endswith("load") else "(spaced)"
-        lines.append(f"| {key} | {tps} | {jps} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms |")
-    lines += ["", f"Ratios outbox / enqueue_on_commit: transactions/s {ob['writes_per_s'] / base['writes_per_s']:.2f}, "
-                  f"jobs/s {ob['jobs_per_s'] / base['jobs_per_s']:.2f}.", ""]
+    if result.get("baseline"):
+        lines += ["", f"`outbox {result['baseline']}`: the same relay and writes with the package of commit "
+                      f"{result['baseline']}, in the same rounds."]
+    for d in result.get("drivers", ["psycopg2"]):
+        wake = ("woken by LISTEN/NOTIFY" if result.get("listen", {}).get(d, True) else
+                f"**polling every {POLL_WITHOUT_LISTEN:g} s**: this build's relay cannot LISTEN on this "
+                "driver's connections, so its latency is not the LISTEN relay's")
+        lines += ["", f"## {_driver_label(d)}", "", f"The relay {wake}.", "",
+                  "| mode | transactions/s | jobs/s end to end | commit-to-added p50 | p99 |",
+                  "| --- | --- | --- | --- | --- |"]
+        for load in ("load", "idle"):
+            for mode in result.get("modes", MODES):
+                r = s[f"{d} {mode} {load}"]
+                tps = f"{r['writes_per_s']:,.0f}" if load == "load" else "(spaced)"
+                jps = f"{r['jobs_per_s']:,.0f}" if load == "load" else "(spaced)"
+                lines.append(f"| {mode} {load} | {tps} | {jps} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms |")
+        base = s[f"{d} enqueue_on_commit load"]
+        ratios = []
+        for mode in result.get("modes", MODES)[1:]:
+            ob = s[f"{d} {mode} load"]
+            ratios.append(f"{mode} / enqueue_on_commit: transactions/s {ob['writes_per_s'] / base['writes_per_s']:.2f}, "
+                          f"jobs/s {ob['jobs_per_s'] / base['jobs_per_s']:.2f}")
+        lines += ["", "Ratios " + "; ".join(ratios) + "."]
+    lines.append("")
     return "\n".join(lines)
+
+
+def write_outbox(result: Dict[str, Any], meta: Dict[str, Any], out_dir: str) -> str:
+    """Write ``outbox.md`` and ``outbox.json`` into ``out_dir``; returns the markdown."""
+    text = outbox_markdown(result, meta)
+    with open(os.path.join(out_dir, "outbox.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(out_dir, "outbox.json"), "w", encoding="utf-8") as fh:
+        json.dump({"meta": meta, **result}, fh, indent=2)
+    return text

@@ -219,6 +219,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p.add_argument("--outbox", action="store_true",
                    help="only the outbox case: enqueue through the outbox on PostgreSQL against "
                         "enqueue_on_commit, into outbox.md")
+    p.add_argument("--outbox-drivers", default="psycopg2,psycopg", help="the outbox case's PostgreSQL drivers")
+    p.add_argument("--outbox-baseline", default="", metavar="REF", help="the outbox case also runs commit REF's package")
     p.add_argument("--floor", action="store_true",
                    help="measure one sequential Redis round trip per client stack into floor.md")
     p.add_argument("--max-other", type=float, default=DEFAULT_MAX_OTHER, metavar="PCT",
@@ -511,29 +513,23 @@ def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:
 
 def run_outbox(args: argparse.Namespace) -> int:
     """The outbox case (``--outbox``, or after the other cases): ``outbox.md``/``.json``."""
-    import json
-
-    from .outbox import measure_outbox, missing, outbox_markdown
+    from .outbox import measure_outbox, missing, write_outbox
 
     why = missing()
     if why:
         sys.stderr.write(f"bench: the outbox case cannot run: {why}\n")
         return 1
-    meta = _case_meta()
+    meta = _case_meta(uptime=_version(["uptime"]))
     try:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
-            result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=1 if args.quick else 3,
-                                    idle_n=20 if args.quick else 200)
+            result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=args.rounds or (1 if args.quick else 3),
+                                    idle_n=20 if args.quick else 200, drivers=args.outbox_drivers.split(","),
+                                    baseline=args.outbox_baseline or None)
     except BenchError as exc:
         sys.stderr.write(f"bench: the outbox case failed: {exc}\n")
         return 1
-    text = outbox_markdown(result, meta)
-    with open(os.path.join(args.out, "outbox.md"), "w", encoding="utf-8") as fh:
-        fh.write(text)
-    with open(os.path.join(args.out, "outbox.json"), "w", encoding="utf-8") as fh:
-        json.dump({"meta": meta, **result}, fh, indent=2)
-    if not args.quiet:
-        sys.stdout.write(text)
+    text = write_outbox(result, meta, args.out)
+    sys.stdout.write("" if args.quiet else text)
     return 0
 
 

@@ -9,8 +9,10 @@ with the outbox off). ``outbox``: the row is written in the transaction; a relay
 another process (``outbox_relay.py``) adds it. Prints one JSON line: the wall time of the
 writes, when they started (epoch ms) and, per transaction, the epoch ms it called ``commit()``, by job id.
 
-psycopg2 is made cooperative with a wait callback on gevent's ``wait_read``/``wait_write``
-(what ``psycogreen`` does), as a gevent shop on PostgreSQL runs it.
+``db`` names the driver (``postgresql+psycopg2://`` or ``postgresql+psycopg://``). psycopg2
+is made cooperative with a wait callback on gevent's ``wait_read``/``wait_write`` (what
+``psycogreen`` does), as a gevent shop on PostgreSQL runs it; psycopg 3 waits
+cooperatively by itself in a monkey-patched process.
 """
 from gevent import monkey
 
@@ -45,7 +47,8 @@ def _green_psycopg2() -> None:
 
 def main() -> None:
     cfg = json.loads(sys.argv[1])
-    _green_psycopg2()
+    if cfg["db"].startswith("postgresql+psycopg2"):
+        _green_psycopg2()
     from sqlalchemy import create_engine, text
     from sqlalchemy.orm import Session
 

@@ -1,7 +1,11 @@
 """Bench driver: the outbox relay in a process of its own, as a worker command runs it
 (gevent-patched, LISTEN wake-ups on PostgreSQL), until SIGTERM.
 
-    python outbox_relay.py '{"db": URL, "url": REDIS, "prefix": P, "queue": Q, "batch_size": 100}'
+    python outbox_relay.py '{"db": URL, "url": REDIS, "prefix": P, "queue": Q, "batch_size": 100,
+                             "poll_interval": 1.0}'
+
+Any other outbox option in the JSON is passed on when the package (maybe an older one,
+``--outbox-baseline``) has it.
 """
 from gevent import monkey
 
@@ -25,8 +29,11 @@ def main() -> None:
     from echomq_gevent.contrib.outbox.sqlalchemy import SqlAlchemyDb
 
     queue = Queue(cfg["queue"], connection=cfg["url"], prefix=cfg["prefix"])
-    relay = Relay(SqlAlchemyDb(create_engine(cfg["db"])), lambda name: queue,
-                  OutboxSettings(enabled=True, batch_size=cfg.get("batch_size", 100)), "bench")
+    known = OutboxSettings.__dataclass_fields__
+    opts = {k: v for k, v in cfg.items() if k in known and k not in ("database", "session")}
+    opts.setdefault("batch_size", 100)
+    relay = Relay(SqlAlchemyDb(create_engine(cfg["db"])), lambda name: queue, OutboxSettings(enabled=True, **opts),
+                  "bench")
     stop = gevent.event.Event()
     gevent.signal_handler(signal.SIGTERM, stop.set)
     relay.start()

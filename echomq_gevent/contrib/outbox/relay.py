@@ -17,9 +17,14 @@ the work through the database, so a second relay is harmless:
   to be added again, with the same effect.
 
 A pass takes up to ``batch_size`` rows in commit order (:mod:`.order`); the loop runs
-passes back to back while rows are left, then waits for a wake-up: :meth:`Relay.wake`
-(the app's commit in this process), a PostgreSQL notification (any process's commit,
-:mod:`.listen`) or ``poll_interval``. When Redis cannot take jobs the rows wait and the
+passes while rows are left, then waits for a wake-up: :meth:`Relay.wake` (the app's
+commit in this process), a PostgreSQL notification (any process's commit, :mod:`.listen`)
+or ``poll_interval``. A pass costs about the same for one row as for a hundred (a
+transaction of four statements and a Redis round trip), so a busy relay (its last pass
+that found rows took more than one) lets ``linger`` seconds pass from the start of one
+pass to the next: the rows committed meanwhile go out together. Rows that come one at a
+time, a wake-up after a quiet spell, and the pass after one that took a whole batch
+run at once. When Redis cannot take jobs the rows wait and the
 relay retries with a backoff from 0.1 s doubling to 2 s; never parks them.
 
 Runs on greenlets of its own (the pass loop, the listener) on the hub of the process;
@@ -110,6 +115,9 @@ class Relay:
         self._stats: Dict[str, Any] = {}
         self._stats_at = 0.0
         self._purged_at = 0.0
+        self._pass_began = 0.0
+        #: the last pass that found rows took more than one: the relay lingers
+        self._busy = False
         self._lock_row_ready = False
         self._stopping = False
         self._wake: Any = None
@@ -316,9 +324,18 @@ class Relay:
         import gevent
 
         backoff = 0.0
+        hurry = False  # the last pass took a whole batch: the next one goes at once
         while not self._stopping:
             if time.monotonic() - self._stats_at >= STATS_EVERY_S:
                 self.refresh_stats()  # also while Redis is down: the age keeps growing
+            if not hurry:
+                self._linger()
+                if self._stopping:
+                    break
+            hurry = False
+            # a wake-up from here on is for rows this pass may not see: it runs another
+            self._wake.clear()
+            self._pass_began = time.monotonic()
             try:
                 result = self.run_once()
             except Exception as exc:
@@ -348,11 +365,25 @@ class Relay:
                 self._pause(backoff)
                 continue
             backoff = 0.0
+            taken = result.added + result.parked + result.retried
+            if taken:
+                self._busy = taken > 1
             if result.leader and (result.full or self.order.more):
+                hurry = result.full
                 gevent.sleep(0)
                 continue
             self._pause(self.settings.poll_interval)
         self.state = "stopping"
+
+    def _linger(self) -> None:
+        """While busy, wait until ``linger`` seconds after the last pass began: the rows
+        committed meanwhile then go out in one pass (one transaction and one Redis round
+        trip for many rows, not one each). A wake-up after a quiet spell does not wait."""
+        import gevent
+
+        left = self.settings.linger - (time.monotonic() - self._pass_began)
+        if self._busy and left > 0 and not self._stopping:
+            gevent.sleep(min(left, self.settings.linger))
 
     def _pause(self, seconds: float) -> None:
         if self._stopping:
@@ -397,6 +428,10 @@ class Relay:
             if ids:
                 self.order.heard(ids)
                 self.wake()
+                if self._busy and self.settings.linger:
+                    # what is notified meanwhile waits in the socket: the next pass (or
+                    # this loop) reads it in one go, not one wake-up per commit
+                    gevent.sleep(self.settings.linger)
 
 
 def _is_db_error(exc: BaseException) -> bool:

@@ -23,6 +23,7 @@ class OutboxSettings:
     enabled: bool = False
     batch_size: int = 100
     poll_interval: float = 1.0
+    linger: float = 0.02
     keep_days: float = 0.0
     max_age: float = 60.0
     max_attempts: int = 10
@@ -62,6 +63,10 @@ OPTIONS: Dict[str, Tuple[Callable[[Any], Optional[str]], str]] = {
     "batch_size": (_int_range(1, 10000), "rows the relay moves to Redis per database transaction"),
     "poll_interval": (_number_range(0.0, 3600.0, open_low=True),
                       "seconds between two looks at the table when no wake-up came (the fallback)"),
+    "linger": (_number_range(0.0, 1.0),
+               "seconds a busy relay (its last pass took more than one row) lets pass from the start "
+               "of one pass to the next, so the rows committed meanwhile go out together; rows that "
+               "come one at a time are not delayed; 0 runs a pass per wake-up"),
     "keep_days": (_number_range(0.0, 3650.0),
                   "days an added row is kept (state 'added') before it is deleted; 0 deletes it at once"),
     "max_age": (_number_range(0.0, 86400.0, open_low=True),

@@ -25,6 +25,9 @@ def test_true_false_and_mappings():
     assert (s.enabled, s.batch_size, s.poll_interval, s.keep_days) == (True, 5, 2.0, 1.0)
     assert isinstance(s.poll_interval, float)
     assert outbox_settings({"enabled": False, "batch_size": 5}, where).enabled is False
+    assert OutboxSettings().linger == 0.02
+    lazy = outbox_settings({"linger": 0}, where)
+    assert lazy.linger == 0.0 and isinstance(lazy.linger, float)
 
 
 @pytest.mark.parametrize("value, message", [
@@ -33,6 +36,8 @@ def test_true_false_and_mappings():
     ({"batch_size": True}, r"\['batch_size'\]: must be a whole number"),
     ({"poll_interval": 0}, r"\['poll_interval'\]: must be a number above 0"),
     ({"keep_days": -1}, r"\['keep_days'\]: must be a number from 0 to 3650"),
+    ({"linger": 2}, r"\['linger'\]: must be a number from 0 to 1, got 2"),
+    ({"linger": "fast"}, r"\['linger'\]: must be a number from 0 to 1"),
     ({"relay": "yes"}, r"\['relay'\]: must be true or false"),
     ("on", r"settings\.ECHOMQ\['outbox'\]: must be true, false or a mapping"),
 ])

@@ -1,0 +1,55 @@
+"""bench/outbox.py: the driver dimension (URLs, which drivers run) and the report, which
+says per driver whether the relay listened or polled, and carries a baseline's rows."""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
+
+from bench.harness import BenchError  # noqa: E402
+from bench.outbox import POLL_WITHOUT_LISTEN, driver_url, installed_drivers, outbox_markdown  # noqa: E402
+
+
+def test_driver_url_swaps_the_dialect_driver_only():
+    url = "postgresql+psycopg2://echomq@127.0.0.1:5999/bench"
+    assert driver_url(url, "psycopg") == "postgresql+psycopg://echomq@127.0.0.1:5999/bench"
+    assert driver_url(url, "psycopg2") == url
+    assert driver_url("postgresql://u@h/db", "psycopg") == "postgresql+psycopg://u@h/db"
+
+
+def test_installed_drivers_keeps_the_order_and_refuses_an_unknown_one():
+    found = installed_drivers(["psycopg2", "psycopg"])
+    assert found == [d for d in ("psycopg2", "psycopg") if __import__("importlib").util.find_spec(d)]
+    with pytest.raises(BenchError, match="unknown PostgreSQL driver 'mysqlclient'"):
+        installed_drivers(["mysqlclient"])
+
+
+def _row(tps, p50=1.0):
+    return {"writes_per_s": tps, "jobs_per_s": tps, "p50_ms": p50, "p99_ms": 2 * p50}
+
+
+def test_the_report_has_a_table_per_driver_with_its_wake_up_and_the_baseline():
+    modes = ["enqueue_on_commit", "outbox", "outbox abc1234"]
+    summary = {}
+    for d, scale in (("psycopg2", 1.0), ("psycopg", 0.5)):
+        for load in ("load", "idle"):
+            summary[f"{d} enqueue_on_commit {load}"] = _row(2000 * scale)
+            summary[f"{d} outbox {load}"] = _row(1800 * scale, 9.0)
+            summary[f"{d} outbox abc1234 {load}"] = _row(1300 * scale, 1.5)
+    result = {"summary": summary, "runs": [{"load1": 0.5}, {"load1": 1.25}], "n": 2000, "c": 10, "idle_n": 200,
+              "idle_interval_ms": 20, "rounds": 3, "postgres": "15.20", "redis": "6.2.14",
+              "drivers": ["psycopg2", "psycopg"], "listen": {"psycopg2": True, "psycopg": False},
+              "baseline": "abc1234", "modes": modes}
+    meta = {"date": "2026-12-06 21:00 UTC", "cpu": "AMD EPYC", "machine": "x86_64, 2 CPUs", "commit": "def5678"}
+    md = outbox_markdown(result, meta)
+    two, three = md.split("## psycopg2")[1].split("## psycopg 3")
+    assert "woken by LISTEN/NOTIFY" in two and "polling" not in two
+    assert f"polling every {POLL_WITHOUT_LISTEN:g} s" in three
+    assert "| outbox abc1234 load | 1,300 | 1,300 | 1.5 ms | 3.0 ms |" in two
+    assert "| outbox load | 900 | 900 | 9.0 ms | 18.0 ms |" in three
+    assert "outbox / enqueue_on_commit: transactions/s 0.90" in two
+    assert "outbox abc1234 / enqueue_on_commit: transactions/s 0.65" in two
+    assert "load average 0.50-1.25" in md and "commit def5678" in md
