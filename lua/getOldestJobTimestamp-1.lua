@@ -21,9 +21,11 @@
     mixing both the oldest sits where they meet, inside, and the answer is a lower
     bound on its age.
   * prioritized: the head of each priority level in use (score priority * 2^32 +
-    counter, so a level's head is its oldest), the lowest numbers first, at most 1000
-    levels; the first 4 members of a level are read, so a missing hash at the head is
-    passed over.
+    counter, so a level's head is its oldest), at most 32 levels from each end: the
+    most urgent ones (they run next) and the least urgent (they starve). Exact with up
+    to 64 levels in use; with more, the levels in the middle are not read and the
+    answer is a lower bound. The first 4 members of a level are read, so a missing hash
+    at its head is passed over.
   * delayed: the first 8 due jobs (ordered by due time).
 
   An id whose hash is missing or has no numeric timestamp is passed over (garbage), as
@@ -39,7 +41,7 @@ local now = tonumber(ARGV[1])
 
 local PER_END = 8
 local PER_LEVEL = 4
-local MOST_LEVELS = 1000
+local LEVELS_EACH_END = 32
 local LEVEL = 0x100000000
 
 local bestTs, bestId, bestWhere
@@ -86,24 +88,44 @@ if waiting > 0 then
 end
 
 local prioritizedKey = prefix .. "prioritized"
-local from = "0"
-for _ = 1, MOST_LEVELS do
-  local found = rcall("ZRANGEBYSCORE", prioritizedKey, from, "+inf", "WITHSCORES", "LIMIT", 0, PER_LEVEL)
-  if #found == 0 then
+
+-- The head of level `level` (its oldest job with a hash, among its first PER_LEVEL).
+local function considerLevel(level)
+  local found = rcall("ZRANGEBYSCORE", prioritizedKey, string.format("%.0f", level * LEVEL),
+    "(" .. string.format("%.0f", (level + 1) * LEVEL), "LIMIT", 0, PER_LEVEL)
+  for _, jobId in ipairs(found) do
+    local ts = readyTime(jobId)
+    if ts ~= nil then
+      consider(ts, jobId, "prioritized")
+      return
+    end
+  end
+end
+
+-- The levels in use, walked from both ends: the most urgent (run next) and the least
+-- urgent (the ones that starve), at most LEVELS_EACH_END from each.
+local function levelOf(found)
+  return math.floor(tonumber(found[2]) / LEVEL)
+end
+local low, high
+local from, to = "-inf", "+inf"
+for _ = 1, LEVELS_EACH_END do
+  local first = rcall("ZRANGEBYSCORE", prioritizedKey, from, to, "WITHSCORES", "LIMIT", 0, 1)
+  if #first == 0 then
     break
   end
-  local level = math.floor(tonumber(found[2]) / LEVEL)
-  for i = 1, #found, 2 do
-    if math.floor(tonumber(found[i + 1]) / LEVEL) ~= level then
-      break
-    end
-    local ts = readyTime(found[i])
-    if ts ~= nil then
-      consider(ts, found[i], "prioritized")
-      break
-    end
+  low = levelOf(first)
+  considerLevel(low)
+  from = string.format("%.0f", (low + 1) * LEVEL)
+end
+for _ = 1, LEVELS_EACH_END do
+  local last = rcall("ZREVRANGEBYSCORE", prioritizedKey, to, from, "WITHSCORES", "LIMIT", 0, 1)
+  if #last == 0 then
+    break
   end
-  from = string.format("%.0f", (level + 1) * LEVEL)
+  high = levelOf(last)
+  considerLevel(high)
+  to = "(" .. string.format("%.0f", high * LEVEL)
 end
 
 if now ~= nil then

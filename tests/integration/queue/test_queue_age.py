@@ -124,3 +124,16 @@ def test_read_queue_stats_reads_many_queues_in_one_round_trip(redis_url, prefix,
     finally:
         a.close()
         b.close()
+
+
+def test_with_many_priority_levels_both_ends_are_read(queue, r):
+    pipe = r.pipeline(transaction=False)
+    for level in range(1, 101):  # 100 levels in use, one job each, all added at T0 + 1000
+        pipe.hset(queue.keys.job(f"p{level}"), mapping={"timestamp": T0 + 1000, "delay": 0, "priority": level})
+        pipe.zadd(queue.keys.prioritized, {f"p{level}": level * 2 ** 32 + level})
+    pipe.execute()
+    r.hset(queue.keys.job("p100"), "timestamp", T0 + 1)  # the least urgent level: the one that starves
+    assert queue.get_queue_age().job_id == "p100"
+    r.hset(queue.keys.job("p100"), "timestamp", T0 + 1000)
+    r.hset(queue.keys.job("p50"), "timestamp", T0 + 1)   # the middle is not read past 64 levels
+    assert queue.get_oldest_job_timestamp() == T0 + 1000
