@@ -10,6 +10,11 @@ Load it with ``plugins: [echomq_gevent.contrib.prometheus]`` (``pip install
 * ``echomq_job_duration_seconds{queue,name}``: histogram of processor run time of
   completed jobs;
 * ``echomq_jobs_in_flight{queue}``: gauge of jobs running now;
+* ``echomq_queue_jobs{queue,state}``, ``echomq_queue_ready_jobs{queue}``,
+  ``echomq_queue_oldest_age_seconds{queue}``, ``echomq_queue_paused{queue}``,
+  ``echomq_scheduler_overdue_seconds{queue,scheduler}``: the queues' own numbers, read
+  from Redis at each scrape by the one process that serves it
+  (:mod:`echomq_gevent.host.queue_gauges`);
 * ``echomq_outbox_waiting{app}``, ``echomq_outbox_oldest_age_seconds{app}``,
   ``echomq_outbox_parked{app}``: gauges of each transactional outbox this process
   relays (``echomq_gevent.contrib.outbox``), set each time its relay reads them (about
@@ -39,6 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, 
     generate_latest
 
 from echomq_gevent import hookimpl
+from echomq_gevent.host.queue_gauges import process_gauges
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -91,11 +97,22 @@ def render(registry: Optional[CollectorRegistry] = None) -> Tuple[bytes, str]:
     Safe to call from any greenlet or thread.
     """
     if registry is None and os.environ.get(MULTIPROC_ENV):
-        from prometheus_client import multiprocess
-
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
+        registry = _multiprocess_registry()
+    elif registry is None and process_gauges().queues:
+        process_gauges().register_on(REGISTRY)
     return generate_latest(registry or REGISTRY), CONTENT_TYPE_LATEST
+
+
+def _multiprocess_registry() -> CollectorRegistry:
+    """A registry of every process's metric files, and the queues' gauges this process
+    watches (read from Redis when it is collected)."""
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    if process_gauges().queues:
+        registry.register(process_gauges())
+    return registry
 
 
 def mark_process_dead(pid: int) -> None:
@@ -132,6 +149,10 @@ def _queue(job: Any) -> str:
 @hookimpl
 def echomq_worker_started(worker: Any) -> None:
     global _server_started
+    gauges = process_gauges()
+    keys, client = getattr(worker, "keys", None), getattr(worker, "client", None)
+    if keys is not None and client is not None:
+        gauges.watch(client, keys)  # read only where this process serves the metrics
     port = os.environ.get("ECHOMQ_PROMETHEUS_PORT")
     if not port:
         return
@@ -140,6 +161,7 @@ def echomq_worker_started(worker: Any) -> None:
             return
         from prometheus_client import start_http_server
 
+        gauges.register_on(REGISTRY)
         start_http_server(int(port))
         _server_started = True
 

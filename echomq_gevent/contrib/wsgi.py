@@ -181,16 +181,25 @@ def render_metrics() -> Tuple[bytes, str]:
 
     With ``PROMETHEUS_MULTIPROC_DIR`` set, every process's files are merged
     (prometheus_client's multiprocess collector), so the answer is the same whichever
-    gunicorn worker serves it; without it, this process's default registry.
+    gunicorn worker serves it; without it, this process's default registry. With the
+    Prometheus plugin loaded, the queues' gauges of this process's workers are added
+    (:mod:`echomq_gevent.host.queue_gauges`): read from Redis by the process that answers.
     """
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+    from ..host.queue_gauges import process_gauges
+
+    gauges = process_gauges()
     if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         from prometheus_client import multiprocess
 
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)
+        if gauges.queues:  # read from Redis by this process only, the one answering
+            registry.register(gauges)
         return generate_latest(registry), CONTENT_TYPE_LATEST
+    if gauges.queues:
+        gauges.register_on(REGISTRY)
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
 
 

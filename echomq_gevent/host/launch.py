@@ -159,7 +159,11 @@ def supervise(cfg: Config, processes: Optional[int] = None, *, processes_overrid
     count = processes_override or processes or cfg.processes
     conn = CommandRedis(cfg, None) if cfg.redis.url == "embedded" else None
     try:
-        metrics = SharedMetrics() if SharedMetrics.wanted(cfg) else None
+        metrics = None
+        if SharedMetrics.wanted(cfg):
+            from .queue_gauges import QueueGauges
+
+            metrics = SharedMetrics(QueueGauges.for_config(cfg, conn.url if conn is not None else cfg.redis.url))
         return Supervisor(cfg, count, child_args, processes_override=processes_override, demo=demo,
                           metrics=metrics, child_argv=child_argv).run()
     finally:

@@ -1,4 +1,5 @@
-"""The status table: job counts per queue, the workers seen, the job schedulers and,
+"""The status table: job counts per queue, the age of the oldest job ready to run, the
+workers seen, the job schedulers (and how late their runs are) and,
 when a supervisor runs the file on this host, its worker processes.
 
 Printed by ``echomq-gevent status`` and by the framework status commands
@@ -9,10 +10,10 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 __all__ = ["STATUS_TYPES", "PROCESSES_KEY", "status_report", "print_status", "describe_scheduler",
-           "describe_processes"]
+           "describe_processes", "describe_age"]
 
 #: The key of the supervisors' processes in ``status --json`` (a queue name cannot hold ``:``).
 PROCESSES_KEY = "echomq:supervisors"
@@ -21,8 +22,10 @@ STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children
 
 
 def status_report(url: str, names: Sequence[str], prefix: str) -> Dict[str, Any]:
-    """``{queue: {"counts": {...}, "paused": bool, "workers": [...], "schedulers": [...]}}``
-    for ``names`` (schedulers soonest first)."""
+    """``{queue: {"counts": {...}, "paused": bool, "age": {...}, "workers": [...],
+    "schedulers": [...], "now": ms}}`` for ``names`` (schedulers soonest first; ``age``:
+    :meth:`QueueAge.as_dict <echomq_gevent.queue.stats.QueueAge.as_dict>`, the oldest job
+    ready to run)."""
     from ..queue.queue import Queue
 
     report: Dict[str, Any] = {}
@@ -31,9 +34,11 @@ def status_report(url: str, names: Sequence[str], prefix: str) -> Dict[str, Any]
         try:
             counts = queue.get_job_counts(*STATUS_TYPES)
             workers = queue.get_workers()
-            report[name] = {"counts": counts, "paused": queue.is_paused(),
+            age = queue.get_queue_age()
+            report[name] = {"counts": counts, "paused": age.paused, "age": age.as_dict(),
                             "workers": [w.get("name") or w.get("addr") for w in workers],
-                            "schedulers": [s.as_dict() for s in queue.get_job_schedulers(asc=True)]}
+                            "schedulers": [s.as_dict() for s in queue.get_job_schedulers(asc=True)],
+                            "now": age.now_ms}
         finally:
             queue.close()
     return report
@@ -55,15 +60,16 @@ def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = Fa
         return 0
     width = max([len(n) for n in names] + [5])
     cols = [(t, max(len(t), 7)) for t in STATUS_TYPES]
-    print(f"{'queue':<{width}}  " + "  ".join(f"{t:>{w}}" for t, w in cols) + "  workers", file=out)
+    print(f"{'queue':<{width}}  " + "  ".join(f"{t:>{w}}" for t, w in cols) + "  workers  oldest", file=out)
     for name, info in report.items():
         c = info["counts"]
         row = f"{name:<{width}}  " + "  ".join(f"{c.get(t, 0):>{w}}" for t, w in cols)
-        row += f"  {len(info['workers']):>7}" + ("  (paused)" if info["paused"] else "")
+        oldest = describe_age(info["age"]["age_seconds"]) if info["age"]["oldest_timestamp"] is not None else "-"
+        row += f"  {len(info['workers']):>7}  {oldest:>6}" + ("  (paused)" if info["paused"] else "")
         print(row, file=out)
     for name, info in report.items():
         for s in info["schedulers"]:
-            print(f"{name}: scheduler {describe_scheduler(s)}", file=out)
+            print(f"{name}: scheduler {describe_scheduler(s, info.get('now'))}", file=out)
     for state in supervisors:
         for line in describe_processes(state):
             print(line, file=out)
@@ -92,8 +98,23 @@ def describe_processes(state: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def describe_scheduler(s: Dict[str, Any]) -> str:
-    """One status line: ``<id> <pattern or every>, next <UTC time>, <n> runs[, limit N]``."""
+def describe_age(seconds: float) -> str:
+    """How long the oldest ready job has waited, short: ``0.4s``, ``42s``, ``12m``, ``3.5h``, ``2.0d``."""
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    if seconds < 120:
+        return f"{seconds:.0f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def describe_scheduler(s: Dict[str, Any], now: Optional[int] = None) -> str:
+    """One status line: ``<id> <pattern or every>, next <UTC time>, <n> runs[, limit N]``,
+    and, given the clock reading ``now`` (ms), ``LATE by <age>`` when that run's time has
+    passed and no worker has taken it."""
     from datetime import datetime, timezone
 
     how = f"pattern {s['pattern']!r}" + (f" ({s['tz']})" if s.get("tz") else "") if s.get("pattern") \
@@ -103,4 +124,6 @@ def describe_scheduler(s: Dict[str, Any]) -> str:
     out = f"{s['key']!r} {how}, next run {when}, {s.get('iterationCount', 0)} runs"
     if s.get("limit") is not None:
         out += f" (limit {s['limit']})"
+    if now is not None and nxt and now - nxt >= 1000:
+        out += f", LATE by {describe_age((now - nxt) / 1000)}"
     return out

@@ -3,7 +3,8 @@ recycling limit) runs N worker processes and keeps them running.
 
 The parent is kept boring: it has read and validated the file, and then only starts
 children, waits for them, reads their one-line reports and forwards signals. It holds
-no Redis connection, no plugin host, no worker; it imports no plugin or processor of
+no Redis connection (but the one its Prometheus port reads the queues' gauges on,
+:class:`SharedMetrics`), no plugin host, no worker; it imports no plugin or processor of
 the user's (under a framework's worker command it has loaded the app, which is how it
 read the settings, but it still builds nothing of the workers). It is the same command,
 so gevent has patched it like any run of the command; its hub runs nothing but the
@@ -105,16 +106,23 @@ class SharedMetrics:
     are wiped, prometheus_client's rule), drops the live gauges of each child that exits,
     and, with ``ECHOMQ_PROMETHEUS_PORT`` set, serves the sum itself on that port (a child
     would lose the port when recycled); the children then do not serve it.
+
+    There it also serves ``gauges`` (:class:`~echomq_gevent.host.queue_gauges.QueueGauges`
+    of the file's queues: counts, the oldest ready job's age, late schedulers), read from
+    Redis at each scrape, so one process per host reads them, not every child. This is
+    the one Redis connection the parent holds, made at the first scrape, on the thread
+    that answers it.
     """
 
     PLUGIN = "echomq_gevent.contrib.prometheus"
     DIR_ENV = "PROMETHEUS_MULTIPROC_DIR"
     PORT_ENV = "ECHOMQ_PROMETHEUS_PORT"
 
-    def __init__(self) -> None:
+    def __init__(self, gauges: Any = None) -> None:
         self.directory = ""
         self.owned = False
         self.port: Optional[int] = None
+        self.gauges = gauges
 
     @classmethod
     def wanted(cls, cfg: Config) -> bool:
@@ -142,6 +150,8 @@ class SharedMetrics:
 
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)
+            if self.gauges is not None:
+                self.gauges.register_on(registry)
             start_http_server(int(port), registry=registry)
             self.port = int(port)
             log.info("Prometheus metrics of every worker process on port %d", self.port)

@@ -8,9 +8,16 @@ them through that object's :meth:`~echomq_gevent.protocol.scripts.Scripts.call`.
 """
 from __future__ import annotations
 
-from typing import Any, List, Sequence, Union
+from typing import Any, List, Optional, Sequence, Tuple, Union
 
-__all__ = ["AdminScripts", "METRICS_TYPES"]
+from .calls import ScriptCall
+
+__all__ = ["AdminScripts", "METRICS_TYPES", "OldestJob"]
+
+#: What ``getOldestJobTimestamp-1`` answers: the ready time (ms) of the oldest job ready
+#: to run, its id and where it is (``wait``, ``prioritized``, ``delayed``), all ``None``
+#: when no job is ready, and whether the queue is paused.
+OldestJob = Tuple[Optional[int], Optional[str], Optional[str], bool]
 
 
 def _int(v: Any) -> int:
@@ -115,6 +122,29 @@ class AdminScripts:
         """``getCountsPerPriority-2``: ready jobs per priority (0 = the wait list)."""
         k = self.keys
         return [int(c) for c in self.scripts.call("getCountsPerPriority-2", [k.wait, k.prioritized], list(priorities))]
+
+    def oldest_job_call(self, now_ms: int, base: Optional[str] = None) -> ScriptCall:
+        """The ``getOldestJobTimestamp-1`` call (read only) for a clock reading ``now_ms``,
+        of this queue or of the queue whose key prefix is ``base``: run it alone with
+        :meth:`get_oldest_job` or with others in one round trip, and read its answer with
+        :meth:`read_oldest_job`."""
+        return ScriptCall("getOldestJobTimestamp-1", [base or self.keys.base], [int(now_ms)])
+
+    @staticmethod
+    def read_oldest_job(answer: Any) -> OldestJob:
+        """A ``getOldestJobTimestamp-1`` answer as :data:`OldestJob`."""
+        if not isinstance(answer, list) or len(answer) != 4:
+            raise ValueError(f"getOldestJobTimestamp-1 answered {answer!r}")
+        ts, job_id, where, paused = answer
+        if ts is None:
+            return None, None, None, bool(int(paused or 0))
+        return int(ts), str(job_id), str(where), bool(int(paused or 0))
+
+    def get_oldest_job(self, now_ms: int) -> OldestJob:
+        """``getOldestJobTimestamp-1``: the oldest job ready to run at ``now_ms`` (in
+        ``wait``, ``prioritized``, or due in ``delayed``) and whether the queue is paused."""
+        call = self.oldest_job_call(now_ms)
+        return self.read_oldest_job(self.scripts.call(call.name, call.keys, call.args))
 
     def is_maxed(self) -> bool:
         """``isMaxed-2``: the active list has reached meta "concurrency"."""

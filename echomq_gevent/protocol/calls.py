@@ -50,6 +50,7 @@ class ScriptBatch:
 RESEND_SAFE = frozenset({
     "getCounts-1", "getState-8", "getStateV2-8", "isFinished-3",   # read only
     "getDependencyCounts-4", "paginate-1",      # read only
+    "getOldestJobTimestamp-1",                  # read only
     "extendLock-2", "extendLocks-1",            # set the lock only while the token matches
     "moveStalledJobsToWait-9",                  # one run per stalled_interval (stalled-check key)
     "pause-7",                                  # sets or clears the paused flag

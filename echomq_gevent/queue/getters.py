@@ -14,9 +14,11 @@ from ..protocol.admin import METRICS_TYPES
 from .dependencies import queue_dependencies
 from ..connection.cluster import client_list_all, is_cluster
 from ..errors import close_matches
+from ..protocol.clock import now_ms
 from ..protocol.keys import FIXED_SUFFIXES, QueueKeys
 from ..protocol.scripts import Scripts
 from .job import Job, job_state
+from .stats import QueueAge
 
 __all__ = ["QueueGetters", "events_max_len", "JOB_TYPES", "DEFAULT_COUNT_TYPES"]
 
@@ -145,6 +147,22 @@ class QueueGetters:
         names = self._types(types, DEFAULT_COUNT_TYPES)
         counts = self.scripts.get_counts(["wait" if t == "waiting" else t for t in names])
         return {name: int(c or 0) for name, c in zip(names, counts)}
+
+    def get_oldest_job_timestamp(self) -> Optional[int]:
+        """When the oldest job ready to run became ready (ms), or ``None`` when no job is
+        ready: the jobs in ``wait``, in ``prioritized`` and the delayed jobs already due
+        but not yet promoted (no worker has looked). Script ``getOldestJobTimestamp-1``
+        (read only, a bounded number of reads whatever the queue's size); what it reads
+        and where it can only give a lower bound: ``docs/observability.md``."""
+        return self.get_queue_age().oldest_timestamp
+
+    def get_queue_age(self) -> QueueAge:
+        """:class:`~echomq_gevent.queue.stats.QueueAge` now: the oldest ready job (its ready
+        time, id and state), its ``age_seconds``, and whether the queue is paused, in one
+        call of ``getOldestJobTimestamp-1``."""
+        when = now_ms()
+        ts, job_id, state, paused = self.scripts.admin.get_oldest_job(when)
+        return QueueAge(self.name, ts, job_id, state, paused, when)
 
     def get_job_count_by_types(self, *types: Any) -> int:
         """Sum of :meth:`get_job_counts` over the given types."""

@@ -279,6 +279,8 @@ class Queue:
     is_maxed = forward("getters", QueueGetters.is_maxed)
     get_counts_per_priority = forward("getters", QueueGetters.get_counts_per_priority)
     get_workers_count = forward("getters", QueueGetters.get_workers_count)
+    get_oldest_job_timestamp = forward("getters", QueueGetters.get_oldest_job_timestamp)
+    get_queue_age = forward("getters", QueueGetters.get_queue_age)
     trim_events = forward("getters", QueueGetters.trim_events)
     set_events_max_len = forward("getters", QueueGetters.set_events_max_len)
     remove_orphaned_jobs = forward("getters", QueueGetters.remove_orphaned_jobs)

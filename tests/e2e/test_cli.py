@@ -127,8 +127,10 @@ def test_add_then_status(conf, redis_url, prefix, qname):
     report = json.loads(status.stdout)
     assert report[qname]["counts"]["waiting"] == 2
     assert report[qname]["paused"] is False
+    assert report[qname]["age"]["job_id"] == "w-1" and report[qname]["age"]["state"] == "wait"
     table = cli("-c", path, "status")
     assert table.returncode == 0 and qname in table.stdout
+    assert "oldest" in table.stdout.splitlines()[0]
 
 
 def test_add_refuses_bad_input(conf, qname):

@@ -417,6 +417,11 @@ def test_prometheus_metrics_are_summed_over_the_processes_and_served_by_the_supe
 
     assert wait_for(lambda: completed() == 20, timeout=20, what="the sum of both processes' counters",
                     details=cli.output)
+    # the queues' own gauges, read from Redis by the supervisor at the scrape
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    assert "echomq_queue_stats_up 1.0" in body
+    assert f'echomq_queue_oldest_age_seconds{{queue="{sup.queue}"}} 0.0' in body
+    assert f'echomq_queue_jobs{{queue="{sup.queue}",state="completed"}} 20.0' in body
     assert list(metrics_dir.glob(f"gauge_live*_{pids[0]}.db"))
     os.kill(pids[0], signal.SIGKILL)  # its counters stay (they count what it did), its live gauge goes
     wait_for(lambda: cli.saw("restarting in"), timeout=20, what="the restart", details=cli.output)

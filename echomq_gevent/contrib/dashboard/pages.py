@@ -16,13 +16,27 @@ from .render import chart, h, pretty, short, when
 from .web import Refused, Request, Response, int_arg, redirect
 
 
+def _age(age: Any) -> str:
+    """The oldest ready job's wait, short (``-`` when no job is ready)."""
+    from ...host.status import describe_age
+
+    return "-" if age.oldest_timestamp is None else describe_age(age.age_seconds)
+
+
+def _age_title(age: Any) -> str:
+    if age.oldest_timestamp is None:
+        return "no job ready to run"
+    return f"job {age.job_id} ({age.state}), ready since {when(age.oldest_timestamp)}"
+
+
 def overview(ui: Any, req: Request) -> Response:
     """``/``: every queue with its counts, workers and a small chart."""
     rows = []
     for name in ui.reads.queue_names():
         q = ui.reads.queue(name)
         counts = ui.reads.counts(q)
-        paused = q.is_paused()
+        age = q.get_queue_age()
+        paused = age.paused
         workers = len(q.get_workers())
         cells = "".join(
             f'<td class="n"><a href="{h(req.url("/queue", name=name, state=s))}" '
@@ -31,6 +45,7 @@ def overview(ui: Any, req: Request) -> Response:
             f'<tr data-queue="{h(name)}"><td><a href="{h(req.url("/queue", name=name))}">{h(name)}</a>'
             f'{" <span class=tag>paused</span>" if paused else ""}</td>{cells}'
             f'<td class="n">{workers}</td>'
+            f'<td class="n" data-age="{age.age_seconds:.3f}" title="{h(_age_title(age))}">{h(_age(age))}</td>'
             f'<td>{chart(ui.reads.throughput(q), 160, 32)}</td></tr>')
     head = "".join(f"<th>{h(s)}</th>" for s in STATES)
     discovering = ui.reads.discovering
@@ -38,7 +53,8 @@ def overview(ui: Any, req: Request) -> Response:
               'key of the database); this page reloads itself until they are listed.</p>' if discovering else "")
     body = (f"<h1>Queues <small>prefix {h(ui.prefix)}</small></h1>" + notice
             + ("" if discovering and not rows else "<p>No queue found under this prefix.</p>" if not rows else
-               f'<table id="queues"><tr><th>queue</th>{head}<th>workers</th><th>throughput</th></tr>'
+               f'<table id="queues"><tr><th>queue</th>{head}<th>workers</th><th>oldest ready</th>'
+               f'<th>throughput</th></tr>'
                + "".join(rows) + "</table>"))
     from .outbox import outbox_section
     from .processes import processes_section
@@ -69,7 +85,8 @@ def queue(ui: Any, req: Request) -> Response:
     size = ui.page_size
     start = (page - 1) * size
     jobs = q.get_jobs(state, start, start + size - 1)
-    paused = q.is_paused()
+    age = q.get_queue_age()
+    paused = age.paused
     tabs = "".join(
         f'<a class="tab{" on" if s == state else ""}" href="{h(req.url("/queue", name=name, state=s))}">'
         f'{h(s)} <b data-count="{h(s)}">{counts.get(s, 0)}</b></a>' for s in STATES)
@@ -99,6 +116,8 @@ def queue(ui: Any, req: Request) -> Response:
             f'href="{h(req.url("/confirm", queue=name, action=a, **extra))}">{h(label)}</a>'
             for a, extra, label in buttons) + "</p>"
     body = (f'<h1 data-queue="{h(name)}">{h(name)}{" <span class=tag>paused</span>" if paused else ""}</h1>'
+            f'<p id="age" data-age="{age.age_seconds:.3f}">oldest job ready to run: {h(_age(age))}'
+            f'{" (" + h(_age_title(age)) + ")" if age.oldest_timestamp is not None else ""}</p>'
             f"{req.flash()}{notice}{actions}"
             f'<div class="chart">{chart(ui.reads.throughput(q), 640, 120, axis=True)}</div>'
             f'<form method="get" action="{h(req.url("/queue"))}" class="search">'
@@ -226,6 +245,7 @@ def api_counts(ui: Any, req: Request) -> Response:
     """``/api/counts?queue=Q``: the counts, paused flag and throughput series as JSON
     (what an open queue page polls)."""
     q = ui.reads.queue(req.arg("queue"))
-    payload = {"queue": q.name, "counts": ui.reads.counts(q), "paused": q.is_paused(),
+    age = q.get_queue_age()
+    payload = {"queue": q.name, "counts": ui.reads.counts(q), "paused": age.paused, "age": age.as_dict(),
                "throughput": ui.reads.throughput(q)}
     return "200 OK", [("Content-Type", "application/json")], json.dumps(payload).encode()
