@@ -11,6 +11,20 @@ from interop_node import NodeTool
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def pytest_report_header(config):
+    """Which Node bullmq the interop tests run against (``$ECHOMQ_NODE_BULLMQ``)."""
+    import json
+
+    from interop_node import BULLMQ_DIR, NODE_BULLMQ
+
+    try:
+        with open(os.path.join(BULLMQ_DIR, "package.json"), encoding="utf-8") as fh:
+            version = json.load(fh).get("version", "?")
+    except OSError:
+        version = "not installed"
+    return f"Node bullmq: {version} (node_modules/{NODE_BULLMQ})"
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark every test of this folder ``interop`` so ``-m "not interop"`` leaves them out."""
     for item in items:

@@ -26,7 +26,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TESTS_DIR = os.path.dirname(HERE)
 TOOL = os.path.join(HERE, "node", "bullmq_tool.js")
 PY_WORKER = os.path.join(HERE, "py_worker.py")
-BULLMQ_DIR = os.path.join(TESTS_DIR, "node_modules", "bullmq")
+#: The Node bullmq the tools load: ``bullmq`` (the pinned 6.7.0), or another install under
+#: node_modules named by ``$ECHOMQ_NODE_BULLMQ`` (``bullmq-newest``: the newest 6.7.x).
+NODE_BULLMQ = os.environ.get("ECHOMQ_NODE_BULLMQ") or "bullmq"
+BULLMQ_DIR = os.path.join(TESTS_DIR, "node_modules", NODE_BULLMQ)
 
 #: Upper bound for a one-shot tool run (start-up is ~0.2 s; this only catches hangs).
 ONE_SHOT_TIMEOUT = 30.0

@@ -14,7 +14,7 @@ const readline = require('readline');
 const nodeModules = path.resolve(__dirname, '..', '..', 'node_modules');
 const need = (name) => require(path.join(nodeModules, name));
 const express = need('express');
-const { Queue } = need('bullmq');
+const { Queue } = need(process.env.ECHOMQ_NODE_BULLMQ || 'bullmq');
 const { createBullBoard } = need('@bull-board/api');
 const { BullMQAdapter } = need('@bull-board/api/bullMQAdapter');
 const { ExpressAdapter } = need('@bull-board/express');

@@ -95,7 +95,8 @@ const readline = require('readline');
 
 // Resolve the pinned packages from tests/node_modules whatever the current directory is.
 const nodeModules = path.resolve(__dirname, '..', '..', 'node_modules');
-const bullmq = require(path.join(nodeModules, 'bullmq'));
+// ECHOMQ_NODE_BULLMQ: another install of bullmq under node_modules (bullmq-newest: the newest 6.7.x)
+const bullmq = require(path.join(nodeModules, process.env.ECHOMQ_NODE_BULLMQ || 'bullmq'));
 const IORedis = require(path.join(nodeModules, 'ioredis'));
 
 const {

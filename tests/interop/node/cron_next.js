@@ -16,7 +16,7 @@
 const path = require('path');
 
 const nodeModules = path.resolve(__dirname, '..', '..', 'node_modules');
-const { defaultRepeatStrategy } = require(path.join(nodeModules, 'bullmq'));
+const { defaultRepeatStrategy } = require(path.join(nodeModules, process.env.ECHOMQ_NODE_BULLMQ || 'bullmq'));
 
 function runCase(c) {
   const opts = { pattern: c.pattern };

@@ -29,7 +29,7 @@ const exporter = new InMemorySpanExporter();
 const provider = new NodeTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] });
 provider.register(); // global tracer provider, W3C propagator, AsyncLocalStorage context
 
-const { FlowProducer, Queue, Worker } = need('bullmq');
+const { FlowProducer, Queue, Worker } = need(process.env.ECHOMQ_NODE_BULLMQ || 'bullmq');
 const { BullMQOtel } = need('bullmq-otel');
 
 function connection(url) {

@@ -23,7 +23,7 @@
  * "stop" (or stdin closing) closes the relay and exits.
  */
 const path = require('path');
-const { Relay } = require(path.join(__dirname, '..', '..', 'node_modules', 'bullmq'));
+const { Relay } = require(path.join(__dirname, '..', '..', 'node_modules', process.env.ECHOMQ_NODE_BULLMQ || 'bullmq'));
 
 const cmd = JSON.parse(process.argv[2]);
 const emit = obj => process.stdout.write(JSON.stringify(Object.assign({ t: Date.now() }, obj)) + '\n');
