@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from typing import Dict, List
 
 import pytest
@@ -73,3 +74,24 @@ def outbox_engine(request, tmp_path):
     metadata.create_all(engine)
     yield engine
     engine.dispose()
+
+
+DJANGO_PROJECT = os.path.join(ROOT, "examples", "django_project")
+
+
+@pytest.fixture(scope="module")
+def django_shop(tmp_path_factory):
+    """Django set up in this process with the example shop's settings, on a SQLite file
+    (migrated); returns the file's path. Django is set up once per process: the first
+    module to ask chooses the file (``$SHOP_DB`` when set)."""
+    django = pytest.importorskip("django")
+    os.environ.setdefault("SHOP_DB", str(tmp_path_factory.mktemp("django") / "shop.sqlite3"))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
+    if DJANGO_PROJECT not in sys.path:
+        sys.path.insert(0, DJANGO_PROJECT)
+    django.setup()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    return settings.DATABASES["default"]["NAME"]

@@ -21,21 +21,10 @@ PROJECT = os.path.join(EXAMPLES, "django_project")
 
 
 @pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    """Django set up in this process with the example shop's settings, on a fresh
-    SQLite file (migrated)."""
-    db = str(tmp_path_factory.mktemp("django") / "shop.sqlite3")
-    os.environ["SHOP_DB"] = db
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
-    if PROJECT not in sys.path:
-        sys.path.insert(0, PROJECT)
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    assert settings.DATABASES["default"]["NAME"] == db
-    call_command("migrate", verbosity=0)
-    return db
+def shop(django_shop):
+    """Django set up in this process with the example shop's settings, on a SQLite file
+    (migrated; conftest's ``django_shop``); the file's path."""
+    return django_shop
 
 
 @pytest.fixture

@@ -21,16 +21,9 @@ PROJECT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.a
 
 
 @pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    """Django set up with the example shop's settings (a SQLite file, migrated)."""
-    os.environ.setdefault("SHOP_DB", str(tmp_path_factory.mktemp("django") / "shop.sqlite3"))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
-    if PROJECT not in sys.path:
-        sys.path.insert(0, PROJECT)
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
+def shop(django_shop):
+    """Django set up with the example shop's settings (conftest's ``django_shop``)."""
+    return django_shop
 
 
 @pytest.mark.usefixtures("shop")

@@ -20,18 +20,9 @@ PROJECT = os.path.join(EXAMPLES, "django_project")
 
 
 @pytest.fixture(scope="module")
-def shop(tmp_path_factory):
-    """Django set up with the example shop's settings (a SQLite file, migrated)."""
-    os.environ.setdefault("SHOP_DB", str(tmp_path_factory.mktemp("django") / "shop.sqlite3"))
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shop.settings")
-    if PROJECT not in sys.path:
-        sys.path.insert(0, PROJECT)
-    django.setup()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    return settings.DATABASES["default"]["NAME"]
+def shop(django_shop):
+    """Django set up with the example shop's settings (conftest's ``django_shop``)."""
+    return django_shop
 
 
 @pytest.fixture(scope="module")
