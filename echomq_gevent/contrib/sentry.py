@@ -47,6 +47,7 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import sentry_sdk
 import sentry_sdk.utils
+from sentry_sdk import Scope
 from sentry_sdk.crons import capture_checkin
 from sentry_sdk.utils import event_from_exception
 
@@ -59,7 +60,6 @@ log = logging.getLogger("echomq_gevent.sentry")
 #: The transaction's op, and the producer span's, as Sentry's queue monitoring names them.
 OP_PROCESS = "queue.process"
 OP_PUBLISH = "queue.publish"
-ORIGIN = "auto.queue.echomq_gevent"
 #: Sentry's monitor slugs: lower case letters, digits, ``-`` and ``_``, at most 50.
 _SLUG_BAD = re.compile(r"[^a-z0-9_-]+")
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
@@ -315,7 +315,8 @@ class SentryPlugin:
             if sentry_sdk.get_current_span() is None:
                 yield None
                 return
-            with sentry_sdk.start_span(op=OP_PUBLISH, name=name, origin=ORIGIN) as span:
+            with sentry_sdk.start_span(op=OP_PUBLISH) as span:
+                span.description = name  # the span's name (start_span(name=) came after 2.0)
                 span.set_data("messaging.destination.name", queue_name)
                 span.set_data("messaging.system", "bullmq")
                 yield span
@@ -335,14 +336,15 @@ class SentryPlugin:
                     "echomq.attempt": str(attempt)}
             if processor:
                 tags["echomq.processor"] = processor
-            scope.set_tags(tags)
+            for key, value in tags.items():  # one by one: Scope.set_tags came in sentry-sdk 2.1
+                scope.set_tag(key, value)
             scope.set_context("echomq_job", {
                 "queue": job.queue_name, "prefix": job.prefix, "id": str(job.id), "name": job.name,
                 "attempt": attempt, "attempts": int(job.opts.get("attempts") or 1), "processor": processor,
                 "worker": str(getattr(worker, "name", "") or getattr(worker, "id", "") or ""),
                 "scheduler": job.repeat_job_key, "timestamp": job.timestamp})
             txn = sentry_sdk.continue_trace(trace_headers(job.opts), op=OP_PROCESS, name=job.name or job.queue_name,
-                                            source="task", origin=ORIGIN)
+                                            source="task")
             txn.set_data("messaging.message.id", str(job.id))
             txn.set_data("messaging.destination.name", job.queue_name)
             txn.set_data("messaging.system", "bullmq")
@@ -352,7 +354,7 @@ class SentryPlugin:
                 txn.set_data("messaging.message.receive.latency", max(0, latency))
             txn = sentry_sdk.start_transaction(txn, custom_sampling_context={"echomq_job": {
                 "queue": job.queue_name, "name": job.name, "id": str(job.id), "attempt": attempt}})
-            sentry_sdk.get_current_scope().span = txn
+            Scope.get_current_scope().span = txn
             slug = None
             if self.crons and job.repeat_job_key:
                 slug = monitor_slug(job.repeat_job_key)
@@ -386,7 +388,7 @@ class SentryPlugin:
                               time.monotonic() - run.started)
         finally:
             try:
-                run.txn.finish(scope=sentry_sdk.get_current_scope() if run.owner is _current_greenlet() else None)
+                run.txn.finish()
             finally:
                 if run.owner is _current_greenlet():
                     run.cm.__exit__(None, None, None)
@@ -462,7 +464,8 @@ class SentryPlugin:
         if not (self.capture_stalled and _sentry_on()):
             return
         with sentry_sdk.new_scope() as scope:
-            scope.set_tags({"echomq.queue": queue, "echomq.job.id": str(job_id)})
+            scope.set_tag("echomq.queue", queue)
+            scope.set_tag("echomq.job.id", str(job_id))
             scope.fingerprint = ["echomq_gevent", "stalled", queue]
             sentry_sdk.capture_message(f"job {job_id} on {queue} stalled and was moved back to wait",
                                        level="warning")

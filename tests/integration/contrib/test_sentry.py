@@ -18,6 +18,10 @@ from running_command import run_python
 from waiting import wait_until as wait_for
 
 
+#: sentry-sdk 2.0 (the lowest the extra allows) sends no transaction's data, later 2.x do
+SENDS_TRANSACTION_DATA = tuple(int(p) for p in sentry_sdk.VERSION.split(".")[:3]) > (2, 0, 0)
+
+
 class MemoryTransport(Transport):
     """Keeps every envelope the SDK would send."""
 
@@ -40,7 +44,7 @@ def sentry():
                     default_integrations=False)
     yield transport
     sentry_sdk.get_client().close(timeout=0)
-    sentry_sdk.get_global_scope().set_client(None)
+    sentry_sdk.Scope.get_global_scope().set_client(None)
 
 
 def _worker(qname, redis_url, prefix, process, plugin, **kw):
@@ -124,8 +128,9 @@ def test_a_job_that_succeeds_after_a_retry_sends_no_event_and_a_transaction_per_
         assert txn["contexts"]["trace"]["op"] == "queue.process"
         assert txn["tags"]["echomq.queue"] == qname and txn["tags"]["echomq.attempt"] == str(n)
         assert txn["contexts"]["echomq_job"]["worker"] == "mailer"
-        data = txn["contexts"]["trace"]["data"]
-        assert data["messaging.message.id"] == job.id and data["messaging.destination.name"] == qname
+        if SENDS_TRANSACTION_DATA:
+            data = txn["contexts"]["trace"]["data"]
+            assert data["messaging.message.id"] == job.id and data["messaging.destination.name"] == qname
     assert (first["tags"]["echomq.outcome"], second["tags"]["echomq.outcome"]) == ("retried", "completed")
     assert second["contexts"]["trace"]["status"] == "ok"
     assert second["tags"]["echomq.processor"].endswith("process")
