@@ -52,6 +52,9 @@ EXTRAS = {
     # and its module to .ci/wheel's tests.
     # echomq_gevent.contrib.otel: traces (an OpenTelemetry SDK is the application's choice).
     "otel": ["opentelemetry-api>=1.20"],
+    # echomq_gevent.contrib.sentry: errors, job traces and Crons check-ins (the 2.x scope API:
+    # isolation scopes, continue_trace).
+    "sentry": ["sentry-sdk>=2"],
     # The framework integrations (echomq_gevent.contrib.django, .flask, .pyramid); the
     # test extra carries them for tests/frameworks/, docs/frameworks.md names the versions run.
     "django": ["Django>=3.2,<7"],
@@ -75,7 +78,7 @@ EXTRAS = {
 # frameworks run tests/frameworks/ and the example projects.
 EXTRAS["test"] = sorted({"pytest>=7", "pytest-xdist>=3", "mypy==2.4.1", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
-                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"],
+                         *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"], *EXTRAS["sentry"],
                          *EXTRAS["django-tasks"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],
                          "Flask-SQLAlchemy>=3.0,<4", "zope.sqlalchemy>=1.6,<5"})
 
