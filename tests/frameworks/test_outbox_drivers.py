@@ -77,9 +77,20 @@ def test_a_commit_wakes_the_relay_through_listen_long_before_its_poll(outbox_eng
         _write_committed(engine, ["again-1", "again-2"])  # and again: the listener keeps listening
         wait_for(lambda: queue.count() == 3, timeout=SLOW_POLL / 3, what="the next jobs woken by NOTIFY")
         assert relay.listening and relay.counts["added"] == 3
+        # the listening connection is cut: the driver's error reaches the relay, which listens again
+        lost = relay.listener.conn
+        with engine.begin() as conn:
+            assert conn.exec_driver_sql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
+                                        "datname = current_database() AND query LIKE 'LISTEN %%'").scalar() == 1
+        wait_for(lambda: relay.listener is not None and relay.listener.conn is not lost and relay.listener.is_open,
+                 timeout=10, what="the relay to open another listening connection")
+        started = time.monotonic()
+        _write_committed(engine, ["after-the-cut"])
+        wait_for(lambda: queue.count() == 4, timeout=SLOW_POLL / 3, what="the job woken by the new LISTEN")
+        assert time.monotonic() - started < 3.0
     finally:
         relay.stop()
-    assert [j.name for j in queue.get_jobs(["waiting"], asc=True)] == ["woken", "again-1", "again-2"]
+    assert [j.name for j in queue.get_jobs(["waiting"], asc=True)] == ["woken", "again-1", "again-2", "after-the-cut"]
 
 
 def test_a_patched_relay_process_on_psycopg3_is_woken_by_listen(outbox_engine_of, redis_url, prefix, command,
