@@ -12,12 +12,17 @@ import time
 
 import pytest
 
-sqlalchemy = pytest.importorskip("sqlalchemy")
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 DRIVERS = ["psycopg2", "psycopg"]
 #: the relays here poll this seldom: a job that comes sooner was woken by NOTIFY
 SLOW_POLL = 30.0
+
+
+@pytest.fixture
+def engine_of(request):
+    """``outbox_engine_of`` when SQLAlchemy is installed (the Django cases here need none)."""
+    pytest.importorskip("sqlalchemy")
+    return request.getfixturevalue("outbox_engine_of")
 
 
 @pytest.fixture
@@ -57,12 +62,12 @@ def _listening(engine):
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_a_commit_wakes_the_relay_through_listen_long_before_its_poll(outbox_engine_of, orders, driver, wait_for):
+def test_a_commit_wakes_the_relay_through_listen_long_before_its_poll(engine_of, orders, driver, wait_for):
     from echomq_gevent.contrib.outbox import OutboxSettings
     from echomq_gevent.contrib.outbox.relay import Relay
     from echomq_gevent.contrib.outbox.sqlalchemy import SqlAlchemyDb
 
-    engine = outbox_engine_of(driver)
+    engine = engine_of(driver)
     queue_for, queue = orders
     relay = Relay(SqlAlchemyDb(engine), queue_for, OutboxSettings(enabled=True, poll_interval=SLOW_POLL), "test")
     relay.start()
@@ -93,13 +98,12 @@ def test_a_commit_wakes_the_relay_through_listen_long_before_its_poll(outbox_eng
     assert [j.name for j in queue.get_jobs(["waiting"], asc=True)] == ["woken", "again-1", "again-2", "after-the-cut"]
 
 
-def test_a_patched_relay_process_on_psycopg3_is_woken_by_listen(outbox_engine_of, redis_url, prefix, command,
-                                                                 wait_for):
+def test_a_patched_relay_process_on_psycopg3_is_woken_by_listen(engine_of, redis_url, prefix, command, wait_for):
     """The relay as the worker commands run it (gevent patched first) on
     ``postgresql+psycopg``: commits of this process reach Redis through its LISTEN."""
     from echomq_gevent import Queue
 
-    engine = outbox_engine_of("psycopg")
+    engine = engine_of("psycopg")
     url = engine.url.render_as_string(hide_password=False)
     relay = command([sys.executable, os.path.join(HERE, "outbox_relay_proc.py"), url, redis_url, prefix, "orders",
                      "--poll-interval", str(SLOW_POLL)], HERE, {})
