@@ -37,6 +37,11 @@ def shop(request, tmp_path, redis_url, prefix, monkeypatch):
     module.echomq.init_app(app)
     app.test_cli_runner().invoke(args=["init-db"])
     yield module, app
+    from echomq_gevent.contrib.outbox.registry import unregister
+
+    box = module.echomq.state(app).outbox
+    if box is not None:  # a later test reading every registered outbox would open its engine again
+        unregister(box.key)
     with app.app_context():
         module.db.engine.dispose()
 
