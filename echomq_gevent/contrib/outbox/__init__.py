@@ -9,10 +9,11 @@ a failover or a process killed after the commit no longer loses the job. The rel
 (:mod:`.relay`) runs in the worker processes and adds the committed rows' jobs.
 
 Modules: :mod:`.settings` (the options), :mod:`.rows` (the tables, the job ids and all
-SQL), :mod:`.order` (commit order), :mod:`.listen` (PostgreSQL LISTEN), :mod:`.adding`
-(rows to jobs, and why a row is parked), :mod:`.relay` (the loop), :mod:`.registry`
-(this process's outboxes, their relays and status), :mod:`.sqlalchemy` (the table and
-the session side for Flask and Pyramid), :mod:`.commands` (list and retry parked rows).
+SQL), :mod:`.order` (commit order), :mod:`.listen` (PostgreSQL LISTEN), :mod:`.drivers`
+(psycopg2 and psycopg 3 under it), :mod:`.adding` (rows to jobs, and why a row is
+parked), :mod:`.relay` (the loop), :mod:`.registry` (this process's outboxes, their
+relays and status), :mod:`.sqlalchemy` (the table and the session side for Flask and
+Pyramid), :mod:`.commands` (list and retry parked rows).
 The Django model is ``echomq_gevent.contrib.django.models``. See ``docs/frameworks.md``.
 """
 from __future__ import annotations

@@ -14,6 +14,8 @@ Create the tables with the app's own tools::
 when it is missing). :func:`write_row` runs on the caller's greenlet or thread inside the
 session's transaction (SQLAlchemy begins one if none is open); a rollback takes the row
 with it, a rolled-back ``begin_nested()`` savepoint only the rows written inside it.
+On PostgreSQL both drivers work, and the relay listens with either: ``postgresql://``
+and ``postgresql+psycopg2://`` (psycopg2), ``postgresql+psycopg://`` (psycopg 3).
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from typing import Any, Iterator, List, Sequence, Tuple
 from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, SmallInteger, String, Table, Text, event
 
 from . import rows as sql
+from .drivers import cooperative_psycopg
 
 __all__ = ["metadata", "outbox_table", "lock_table", "write_row", "SqlAlchemyDb", "session_of"]
 
@@ -108,6 +111,8 @@ class SqlAlchemyDb:
         self.engine = engine
         self.dialect = engine.dialect.name
         self.label = label or f"SQLAlchemy engine {engine.url.render_as_string(hide_password=True)}"
+        if self.dialect == "postgresql":
+            cooperative_psycopg()  # the relay's queries must not block the hub (see .drivers)
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[_Exec]:
