@@ -46,7 +46,7 @@ from .launch import (child_command_line, cmd_check, run_config, run_supervisor, 
                      wants_supervisor)
 from .logs import JsonFormatter, setup_logging  # noqa: E402,F401
 from .progress import ProgressPlugin  # noqa: E402,F401
-from .subcommands import cmd_add, cmd_dashboard, cmd_replay, cmd_status  # noqa: E402
+from .subcommands import cmd_add, cmd_cancel, cmd_dashboard, cmd_replay, cmd_status  # noqa: E402
 from .supervised import SupervisedChild  # noqa: E402
 
 __all__ = ["main", "build_parser", "cmd_run", "run_config", "serve", "supervise", "wants_supervisor",
@@ -101,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--processes", type=_processes_arg, metavar="N",
                    help="run N supervised worker processes (auto: the CPU count); overrides processes: of the file")
     p.add_argument("--supervised-child", type=int, metavar="INDEX", help=argparse.SUPPRESS)
-    p.add_argument("--redis", help="Redis URL for add/status/replay (overrides the file's redis.url)")
-    p.add_argument("--prefix", help="key prefix for add/status/replay (overrides the file's prefix)")
+    p.add_argument("--redis", help="Redis URL for add/cancel/status/replay (overrides the file's redis.url)")
+    p.add_argument("--prefix", help="key prefix for add/cancel/status/replay (overrides the file's prefix)")
     p.add_argument("--version", action="version",
                    version=f"echomq-gevent {__version__} (BullMQ 6.7.0 protocol)")
     sub = p.add_subparsers(dest="command")
@@ -125,7 +125,12 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("queue")
     rp.add_argument("job_id")
     rp.add_argument("--pdb", action="store_true", help="stop in the debugger where the processor raises")
-    for sp in (a, s, d, rp):
+    cn = sub.add_parser("cancel", help="stop a job wherever it is: a waiting one fails now, a running one is "
+                                       "stopped by its worker: cancel QUEUE JOB_ID [--reason TEXT]")
+    cn.add_argument("queue")
+    cn.add_argument("job_id")
+    cn.add_argument("--reason", help="why (at most 1,000 characters); the job fails with 'job cancelled: REASON'")
+    for sp in (a, s, d, rp, cn):
         sp.add_argument("--redis", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sp.add_argument("--prefix", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         sp.add_argument("-c", "--config", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
@@ -142,6 +147,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.command == "status":
             setup_logging(args.log_level or "warning", args.log_format or "text")
             return cmd_status(args)
+        if args.command == "cancel":
+            setup_logging(args.log_level or "warning", args.log_format or "text")
+            return cmd_cancel(args)
         if args.command == "replay":
             setup_logging(args.log_level or "warning", args.log_format or "text")
             return cmd_replay(args)

@@ -1,5 +1,5 @@
 """The subcommands of ``echomq-gevent`` beside running workers: ``add`` (one job),
-``status`` (the table of :mod:`.status`) and ``dashboard`` (the web dashboard of
+``cancel`` (stop one job wherever it is), ``status`` (the table of :mod:`.status`) and ``dashboard`` (the web dashboard of
 :mod:`echomq_gevent.contrib.dashboard`, served until SIGTERM/SIGINT).
 
 Each takes the parsed arguments of :func:`.cli.build_parser` and returns the exit code;
@@ -24,7 +24,7 @@ from .status import print_status  # noqa: E402
 
 log = logging.getLogger("echomq_gevent.cli")
 
-__all__ = ["cmd_add", "cmd_status", "cmd_dashboard"]
+__all__ = ["cmd_add", "cmd_cancel", "cmd_status", "cmd_dashboard"]
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -97,6 +97,34 @@ def cmd_replay(args: argparse.Namespace) -> int:
     conn = CommandRedis(cfg, args.redis)
     try:
         return replay(cfg, conn.url, args.queue, args.job_id, use_pdb=args.pdb)
+    finally:
+        conn.close()
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """``cancel QUEUE JOB_ID [--reason TEXT]``: stop a job wherever it is
+    (``Queue.cancel_job``); prints what happened. Exit 0 when the job was cancelled, its
+    worker signalled, or it had already finished; 2 for a job that does not exist or a
+    bad reason (nothing written); 3 when Redis cannot be reached."""
+    from ..queue.queue import Queue
+
+    cfg = load_command_config(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    conn = CommandRedis(cfg, args.redis)
+    try:
+        queue = Queue(args.queue, connection=conn.url, prefix=prefix)
+        try:
+            out = queue.cancel_job(args.job_id, args.reason)
+        except ValueError as exc:
+            print(f"echomq-gevent cancel: {exc}", file=sys.stderr)
+            return EXIT_CONFIG
+        finally:
+            queue.close()
+        if out.outcome in ("missing", "unknown"):
+            print(f"echomq-gevent cancel: {out.describe()} (queue {args.queue!r}, prefix {prefix!r})", file=sys.stderr)
+            return EXIT_CONFIG
+        print(out.describe())
+        return EXIT_OK
     finally:
         conn.close()
 

@@ -42,6 +42,18 @@ class AdminScripts:
         return self.scripts.call("isFinished-3", [k.completed, k.failed, k.job(job_id)],
                          [job_id, "1" if return_value else ""])
 
+    def cancel_job(self, job_id: str, reason: str, now_ms: int) -> Tuple[str, str]:
+        """``cancelJob-9``: cancel a job wherever it is (see the script). Returns
+        (outcome, state): ``("accepted", "active")`` marked and signalled,
+        ``("cancelled", <state it left>)`` failed at once, ``("finished", "completed" |
+        "failed")`` left alone, ``("missing" | "unknown", "unknown")`` nothing written."""
+        k = self.keys
+        answer = self.scripts.call("cancelJob-9", [k.active, k.wait, k.paused, k.delayed, k.completed, k.failed,
+                                                   k.waiting_children, k.prioritized, k.cancellation_channel()],
+                                   [job_id, reason, k.base, int(now_ms)])
+        outcome, state = (v.decode() if isinstance(v, bytes) else str(v) for v in answer)
+        return outcome, state
+
     def drain(self, include_delayed: bool = False, count: int = 0) -> int:
         """``drain-5``: delete the waiting jobs, at most ``count`` from each key (0: all).
         Returns 1 while jobs may remain (call again), else 0."""

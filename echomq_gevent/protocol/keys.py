@@ -117,6 +117,11 @@ class QueueKeys:
         """``bull:q:de:<id>``: the job that owns a deduplication id."""
         return f"{self.base}de:{dedup_id}"
 
+    def cancellation_channel(self) -> str:
+        """``bull:q:cancellation``: the Pub/Sub channel ``cancelJob-9`` publishes a running
+        job's cancellation on (a channel, not a key: nothing is stored under it)."""
+        return self.base + "cancellation"
+
     def scheduler(self, scheduler_id: str) -> str:
         return f"{self.base}repeat:{scheduler_id}"
 

@@ -6,14 +6,59 @@ queue's keys, client and scripts.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from ..protocol.clock import now_ms
 from ..errors import EchoMQError, close_matches
 from ..protocol.keys import QueueKeys
 from ..protocol.scripts import Scripts
 
-__all__ = ["QueueAdmin", "CLEAN_TYPES"]
+__all__ = ["QueueAdmin", "CLEAN_TYPES", "CancelOutcome", "CANCEL_REASON_MAX"]
+
+#: Longest cancellation reason accepted (characters); a longer one is refused unwritten.
+CANCEL_REASON_MAX = 1000
+
+
+class CancelOutcome(NamedTuple):
+    """What :meth:`Queue.cancel_job <echomq_gevent.queue.queue.Queue.cancel_job>` did.
+
+    ``outcome``: ``"cancelled"`` (it was waiting, delayed, prioritized or waiting for
+    children and is now ``failed``; ``state`` is where it was), ``"accepted"`` (it is
+    active: marked and signalled, the worker running it stops it and fails it),
+    ``"finished"`` (already ``completed``/``failed``, in ``state``; nothing changed),
+    ``"missing"`` (no such job; nothing written) or ``"unknown"`` (the job is in no
+    state; nothing written)."""
+
+    job_id: str
+    outcome: str
+    state: str
+
+    @property
+    def changed(self) -> bool:
+        """True when the call cancelled the job or signalled its worker."""
+        return self.outcome in ("cancelled", "accepted")
+
+    def describe(self) -> str:
+        """One line for people (the command and the dashboard print it)."""
+        return {
+            "cancelled": f"job {self.job_id} was {self.state}: it is now failed and will not run",
+            "accepted": f"job {self.job_id} is active: its worker was told to stop it (it ends failed)",
+            "finished": f"job {self.job_id} is already {self.state}: nothing changed",
+            "missing": f"job {self.job_id} does not exist: nothing changed",
+        }.get(self.outcome, f"job {self.job_id} is in no known state: nothing changed")
+
+
+def check_cancel_reason(reason: Any) -> str:
+    """The reason as the script takes it ("" for None); ValueError for anything but text
+    of at most :data:`CANCEL_REASON_MAX` characters."""
+    if reason is None:
+        return ""
+    if not isinstance(reason, str):
+        raise ValueError(f"cancel_job: reason must be text or None, got {type(reason).__name__} {reason!r:.80}")
+    if len(reason) > CANCEL_REASON_MAX:
+        raise ValueError(f"cancel_job: reason is {len(reason)} characters long; at most {CANCEL_REASON_MAX} "
+                         f"are accepted (it becomes the job's failedReason)")
+    return reason
 
 #: What ``Queue.clean`` accepts (as Node's ``queue.clean``; ``waiting`` means ``wait``).
 CLEAN_TYPES = ("completed", "failed", "delayed", "wait", "waiting", "active", "paused", "prioritized")
@@ -50,6 +95,22 @@ class QueueAdmin:
 
     def is_paused(self) -> bool:
         return bool(self.client.hexists(self.keys.meta, "paused"))
+
+    def cancel_job(self, job_id: str, reason: Optional[str] = None) -> CancelOutcome:
+        """Stop a job from anywhere, in one atomic call (``cancelJob-9``).
+
+        Waiting, delayed, prioritized or waiting for children: it ends ``failed`` with
+        ``job cancelled: <reason>`` now and never runs (events, ``removeOnFail`` and the
+        parent's failure policy as for any failure). Active: it is marked and the
+        queue's workers are signalled; the one running it stops it and fails it without
+        retry (a worker that picks it up later fails it without running it). Completed
+        or failed: nothing changes. Returns a :class:`CancelOutcome`. ``reason`` must be
+        text of at most 1,000 characters (ValueError otherwise, nothing written)."""
+        if not isinstance(job_id, str) or not job_id:
+            raise ValueError(f"cancel_job: job_id must be a non-empty string, got {job_id!r}")
+        text = check_cancel_reason(reason)
+        outcome, state = self.scripts.admin.cancel_job(job_id, text, now_ms())
+        return CancelOutcome(job_id, outcome, state)
 
     def promote_job(self, job_id: str) -> None:
         """Move a delayed job to wait (or prioritized) now. JobNotInState if it is not delayed."""

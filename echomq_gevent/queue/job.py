@@ -192,7 +192,7 @@ class Job:
         "stalled_counter", "timestamp", "processed_on", "finished_on", "returnvalue",
         "failed_reason", "stacktrace", "delay", "priority", "parent_key", "parent",
         "repeat_job_key", "deferred_failure", "processed_by", "deduplication_id",
-        "queue_name", "prefix", "queue_qualified_name", "token", "decode_error", "_cancel_reason", "_worker",
+        "queue_name", "prefix", "queue_qualified_name", "token", "decode_error", "_cancel_reason", "_cancel_final", "_worker",
         "__weakref__",
     )
 
@@ -557,9 +557,16 @@ class Job:
         if reason is not None:
             raise JobCancelled(reason or None)
 
-    def mark_cancelled(self, reason: Optional[str]) -> None:
+    @property
+    def cancel_is_final(self) -> bool:
+        """True when it was cancelled from anywhere (``Queue.cancel_job``): no retry."""
+        return getattr(self, "_cancel_final", False)
+
+    def mark_cancelled(self, reason: Optional[str], final: bool = False) -> None:
         """Called by the worker (any greenlet of its hub): set :attr:`cancelled`."""
-        self._cancel_reason = reason or ""
+        if getattr(self, "_cancel_reason", None) is None:
+            self._cancel_reason = reason or ""
+        self._cancel_final = final or self.cancel_is_final
 
     # -- control (JobControl) ---------------------------------------------------------------
     remove_deduplication_key = forward("control", JobControl.remove_deduplication_key)

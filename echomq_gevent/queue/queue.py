@@ -308,6 +308,7 @@ class Queue:
     resume = forward("admin", QueueAdmin.resume)
     is_paused = forward("admin", QueueAdmin.is_paused)
     promote_job = forward("admin", QueueAdmin.promote_job)
+    cancel_job = forward("admin", QueueAdmin.cancel_job)
     remove_job = forward("admin", QueueAdmin.remove_job)
     drain = forward("admin", QueueAdmin.drain)
     obliterate = forward("admin", QueueAdmin.obliterate)

@@ -71,12 +71,15 @@ class Canceller:
             self.cancel_slot(slot, reason)
         return len(slots)
 
-    def cancel_slot(self, slot: Slot, reason: Optional[str]) -> None:
+    def cancel_slot(self, slot: Slot, reason: Optional[str], final: bool = False) -> None:
         """Flag the job and, on the greenlet and process runtimes, interrupt its processor
-        (also used when the job's lock is lost)."""
+        (also used when the job's lock is lost). ``final``: the job fails for good, no
+        retry (a cancellation from anywhere, :mod:`.remote_cancel`)."""
         if slot.job.cancelled:
+            if final:  # cancelled here before: now for good too
+                slot.job.mark_cancelled(reason, final=True)
             return
-        slot.job.mark_cancelled(reason)
+        slot.job.mark_cancelled(reason, final=final)
         log.info("queue %r: job %s cancelled%s", self.ctx.queue_name, slot.job.id, f" ({reason})" if reason else "")
         if getattr(self.ctx.runtime, "name", None) not in ("greenlet", "process"):
             return

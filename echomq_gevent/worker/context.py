@@ -9,7 +9,7 @@ Everything runs on the worker's hub: the fields are read and written without loc
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 import gevent.event
 
@@ -86,7 +86,7 @@ class WorkerContext:
     """
 
     __slots__ = ("worker", "queue_name", "prefix", "keys", "client", "scripts", "plugins", "options", "id",
-                 "label", "name", "lock_duration", "limiter", "drain_delay", "active", "counters", "hints",
+                 "label", "name", "lock_duration", "limiter", "drain_delay", "active", "cancel_requests", "counters", "hints",
                  "running", "set_up", "closing", "force", "runtime", "locks", "hub_monitor")
 
     def __init__(self, worker: Any, queue_name: str, prefix: str, keys: "QueueKeys", client: "redis.Redis",
@@ -108,6 +108,9 @@ class WorkerContext:
             {"max": int(options["limiter"]["max"]), "duration": int(options["limiter"]["duration"])}
             if options["limiter"] else None)
         self.active: Dict[str, "Slot"] = {}
+        #: job id -> (reason, monotonic time): cancellations from the queue's channel for
+        #: jobs not running here when they came (a pick-up still on its way; :mod:`.remote_cancel`)
+        self.cancel_requests: Dict[str, Tuple[str, float]] = {}
         #: completed, failed (final), retried, stalled (found by this worker's check),
         #: lock_lost, handed_back
         self.counters: Dict[str, int] = dict.fromkeys(

@@ -32,6 +32,7 @@ from .context import WorkerContext
 from .fetch import FetchLoop
 from .hub import HubMonitor
 from .locks import LockRenewer
+from .remote_cancel import RemoteCancels
 from .runtime import make_runtime
 from ..protocol.scripts import Scripts
 from .settle import Settler
@@ -68,6 +69,8 @@ class Lifecycle:
         #: the close has finished
         self.closed = gevent.event.Event()
         self.stalled: Optional[StalledChecker] = None
+        #: the listener on the queue's cancellation channel (set up with the rest)
+        self.remote: Optional[RemoteCancels] = None
         self._close_greenlet: Optional[gevent.Greenlet] = None
 
     # ------------------------------------------------------------------ run
@@ -145,6 +148,9 @@ class Lifecycle:
         ctx.locks = LockRenewer(lock_scripts, ctx.lock_duration, lock_renew_interval(opts),
                                 self.on_locks_lost, label=ctx.label)
         ctx.locks.start()
+
+        self.remote = RemoteCancels(ctx, self.canceller)
+        self.remote.start()
 
         threshold = opts["hub_block_threshold"]
         if threshold:
@@ -286,6 +292,8 @@ class Lifecycle:
         ctx = self.ctx
         if ctx.locks is not None:
             ctx.locks.stop()
+        if self.remote is not None:
+            self.remote.stop()
         if ctx.runtime is not None:
             ctx.runtime.close()
         if ctx.hub_monitor is not None:

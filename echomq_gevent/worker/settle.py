@@ -338,6 +338,8 @@ class Settler:
         implementation answers (a plugin host built without the built-ins, or a policy
         that raised), the built-in rule is applied directly."""
         worker = self.worker
+        if job.cancel_is_final:  # cancelled from anywhere (Queue.cancel_job): never retried
+            return "fail", 0, None
         decision = self.plugins.failure_decision(worker, job, err)
         if not isinstance(decision, FailureDecision):
             decision = default_failure_decision(worker, job, err)

@@ -21,7 +21,7 @@ from typing import Any, Callable, List, Optional
 
 import gevent
 
-from ..errors import UnrecoverableError
+from ..errors import JobCancelled, UnrecoverableError
 from ..queue.job import Job
 from .context import WorkerContext
 from .next_runs import NextRuns
@@ -137,6 +137,10 @@ class SlotRunner:
         reason = self._unrecoverable_reason(job)
         if reason is not None:
             return self._fail(slot, UnrecoverableError(reason))
+        requested = self.ctx.cancel_requests.pop(job.id, None) if self.ctx.cancel_requests else None
+        if requested is not None:  # cancelled while its pick-up was on its way here
+            job.mark_cancelled(requested[0], final=True)
+            return self._fail(slot, JobCancelled(requested[0] or None))
         try:
             fn = self.processor or plugins.get_processor(self.queue_name, job.name)
         except Exception as exc:

@@ -11,11 +11,14 @@
 --- @include "includes/updateJobFields"
 -- The whole of moveToFinished-14 for one job (see that script for the checks, the writes
 -- and the answers), shared with moveToFinishedMany-11, which finishes several jobs of one
--- queue in one call. Returns what moveToFinished-14 returns.
+-- queue in one call, and with cancelJob-9, which fails a job that never ran (it puts the
+-- job in active first; prevState names the state it left, "active" when nil, for the
+-- event's "prev"). Returns what moveToFinished-14 returns.
 local function finishActiveJob(waitKey, activeKey, prioritizedKey, eventsKey, stalledKey,
                                limiterKey, delayedKey, metaKey, pcKey, finishedKey, jobKey,
                                metricsKey, markerKey, jobId, now, resultField, resultValue,
-                               target, fetchNext, keyPrefix, packedOpts, packedFields)
+                               target, fetchNext, keyPrefix, packedOpts, packedFields, prevState)
+  prevState = prevState or "active"
   if redis.call("EXISTS", jobKey) == 0 then
     return -1
   end
@@ -101,7 +104,11 @@ local function finishActiveJob(waitKey, activeKey, prioritizedKey, eventsKey, st
     redis.call("ZADD", finishedKey, now, jobId)
     redis.call("HSET", jobKey, resultField, resultValue, "finishedOn", now, "atm", attemptsText)
     if target == "failed" then
-      redis.call("HDEL", jobKey, "defa")
+      redis.call("HDEL", jobKey, "defa", "cancelled")
+    elseif redis.call("HEXISTS", jobKey, "cancelled") == 1 then
+      -- finished before its cancellation reached it: the mark (and the deferred failure
+      -- cancelJob-9 wrote with it) has served, so a reprocess runs the job again
+      redis.call("HDEL", jobKey, "defa", "cancelled")
     end
     local maxAge = tonumber(keepJobs["age"])
     if maxAge then
@@ -114,14 +121,14 @@ local function finishActiveJob(waitKey, activeKey, prioritizedKey, eventsKey, st
 
   if (tonumber(maxEvents) or 1) > 0 then
     redis.call("XADD", eventsKey, "MAXLEN", "~", maxEvents, "*", "event", target, "jobId", jobId,
-               resultField, resultValue, "prev", "active")
+               resultField, resultValue, "prev", prevState)
   else
     -- a cap of 0 ("streams.events.maxLen: 0"): "MAXLEN ~ 0" on the XADD would remove the
     -- new entry with the old ones, so the stream is emptied first and keeps only the
     -- events of this call, as Node's trim-then-write does
     redis.call("XTRIM", eventsKey, "MAXLEN", 0)
     redis.call("XADD", eventsKey, "*", "event", target, "jobId", jobId,
-               resultField, resultValue, "prev", "active")
+               resultField, resultValue, "prev", prevState)
   end
   if target == "failed" and attemptsMade >= (tonumber(opts["attempts"]) or 0) then
     redis.call("XADD", eventsKey, "*", "event", "retries-exhausted", "jobId", jobId,

@@ -167,6 +167,22 @@ def test_a_raising_job_leaves_no_transaction_or_connection_for_the_next(echomq, 
 
 
 # --- bad input ------------------------------------------------------------------------------
+def test_cancel_command_cancels_a_waiting_job_and_refuses_a_missing_one(echomq):
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    job = echomq.enqueue("orders", "confirm", {"order": 1})
+    out = StringIO()
+    call_command("echomq_cancel", "orders", job.id, "--reason", "order withdrawn", stdout=out)
+    assert f"job {job.id} was waiting: it is now failed" in out.getvalue()
+    assert echomq.queue("orders").get_job(job.id).failed_reason == "job cancelled: order withdrawn"
+    with pytest.raises(CommandError, match="does not exist"):
+        call_command("echomq_cancel", "orders", "no-such-job")
+    with pytest.raises(CommandError, match="is not declared"):
+        call_command("echomq_cancel", "nope", job.id)
+
+
 def test_missing_setting_is_named(echomq):
     from django.conf import settings
 

@@ -13,7 +13,9 @@ from .web import Refused, Request, int_arg
 #: States a queue can be cleaned of from the page.
 CLEAN_STATES = ("completed", "failed", "delayed", "waiting", "prioritized")
 #: Actions on one job (they need its id).
-JOB_ACTIONS = ("retry", "promote", "remove")
+JOB_ACTIONS = ("retry", "promote", "remove", "cancel")
+#: States whose jobs the page offers to cancel (Queue.cancel_job).
+CANCEL_STATES = ("active", "waiting", "delayed", "prioritized", "waiting-children")
 
 
 def describe(action: str, queue: str, job_id: str, state: str) -> str:
@@ -23,6 +25,8 @@ def describe(action: str, queue: str, job_id: str, state: str) -> str:
         "retry": f"Retry job {job_id} of queue {queue}",
         "promote": f"Promote delayed job {job_id} of queue {queue} to run now",
         "remove": f"Remove job {job_id} of queue {queue} (and its children)",
+        "cancel": (f"Cancel job {job_id} of queue {queue}: if it waits it fails now and never runs; if it "
+                   f"runs, the worker running it stops it and it fails"),
         "pause": f"Pause queue {queue} for every worker",
         "resume": f"Resume queue {queue}",
         "clean": f"Delete the {state} jobs of queue {queue}",
@@ -63,6 +67,9 @@ def _act(req: Request, q: Any, action: str, job_id: str, form: Dict[str, str]) -
         if action == "promote":
             job.promote()
             return f"job {job_id} promoted", req.url("/job", queue=name, id=job_id)
+        if action == "cancel":
+            out = q.cancel_job(job_id, form.get("reason") or "from the dashboard")
+            return out.describe(), req.url("/job", queue=name, id=job_id)
         if q.remove_job(job_id) != 1:
             raise ValueError(f"job {job_id} is locked by a worker; try again when it has finished")
         return f"job {job_id} removed", to_queue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .actions import CLEAN_STATES, describe
+from .actions import CANCEL_STATES, CLEAN_STATES, describe
 from .reads import STATES
 from .render import chart, h, pretty, short, when
 from .web import Refused, Request, Response, int_arg, redirect
@@ -195,6 +195,8 @@ def job(ui: Any, req: Request) -> Response:
             buttons.append(("retry", "Retry"))
         if state == "delayed":
             buttons.append(("promote", "Promote"))
+        if state in CANCEL_STATES:
+            buttons.append(("cancel", "Cancel job"))
         buttons.append(("remove", "Remove"))
         actions = '<p class="actions">' + " ".join(
             f'<a class="button" data-action="{h(a)}" '
@@ -231,6 +233,9 @@ def confirm(ui: Any, req: Request) -> Response:
     fields = {"queue": name, "action": action, "job": job_id, "state": state, "csrf": req.cookie}
     hidden = "".join(f'<input type="hidden" name="{h(k)}" value="{h(v)}">' for k, v in fields.items() if v)
     grace = ""
+    if action == "cancel":
+        grace = ('<p><label>reason <input name="reason" value="from the dashboard" size="40" '
+                 'maxlength="1000"></label></p>')
     if action == "clean":
         grace = ('<p><label>only jobs older than <input name="grace" value="0" size="8" '
                  'inputmode="numeric"> ms</label></p>')
