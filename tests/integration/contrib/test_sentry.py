@@ -8,14 +8,16 @@ import json
 import socket
 
 import pytest
-import sentry_sdk
-from sentry_sdk.transport import Transport
 
-from echomq_gevent import Queue, UnrecoverableError, Worker
-from echomq_gevent.contrib.sentry import SentryPlugin, producer_plugins, trace_headers
-from echomq_gevent.plugins.host import PluginHost, make_plugin_manager
-from running_command import run_python
-from waiting import wait_until as wait_for
+sentry_sdk = pytest.importorskip("sentry_sdk")  # the sentry extra (the version matrix runs without it)
+
+from sentry_sdk.transport import Transport  # noqa: E402
+
+from echomq_gevent import Queue, UnrecoverableError, Worker  # noqa: E402
+from echomq_gevent.contrib.sentry import SentryPlugin, producer_plugins, trace_headers  # noqa: E402
+from echomq_gevent.plugins.host import PluginHost, make_plugin_manager  # noqa: E402
+from running_command import run_python  # noqa: E402
+from waiting import wait_until as wait_for  # noqa: E402
 
 
 #: sentry-sdk 2.0 (the lowest the extra allows) sends no transaction's data, later 2.x do
