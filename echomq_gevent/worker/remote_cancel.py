@@ -36,6 +36,9 @@ from .context import WorkerContext
 
 log = logging.getLogger("echomq_gevent.worker")
 
+#: the subscribing connection's name (CLIENT LIST)
+SUBSCRIBER_NAME = "echomq:cancel"
+
 __all__ = ["CancelSubscriber", "RemoteCancels", "POLL_S"]
 
 #: Longest a subscription change waits for the thread's next look (seconds).
@@ -105,7 +108,8 @@ class CancelSubscriber:
                 self.listeners.pop(channel, None)
 
     def _new_client(self) -> Any:
-        return clone_client(self.source, max_connections=2, health_check_interval=10)
+        # named, as the marker waits are, so CLIENT LIST tells what each connection is
+        return clone_client(self.source, max_connections=2, health_check_interval=10, client_name=SUBSCRIBER_NAME)
 
     def _dispatch(self, channel: str, method: str, *args: Any) -> None:
         with self.lock:
@@ -226,6 +230,14 @@ class RemoteCancels:
         self.subscribed = 0
 
     def start(self) -> None:
+        from ..connection.cluster import is_cluster
+
+        if is_cluster(self.ctx.client):
+            # a cluster's pub/sub connection does not carry the nodes' credentials here:
+            # a job cancelled while it runs is then failed at its next pick-up (its mark)
+            log.info("queue %s: on a Redis Cluster, cancels of a running job are not heard (no subscription); "
+                     "the job is failed when it is picked up again", self.ctx.queue_name)
+            return
         self.loop = gevent.get_hub().loop
         self.subscriber = CancelSubscriber.join(self.ctx.client, self.channel, self)
 

@@ -9,6 +9,7 @@ import json
 import pytest
 
 from echomq_gevent.queue.queue import Queue
+from echomq_gevent.worker.remote_cancel import SUBSCRIBER_NAME
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
 
 from e2e.test_cli_run import Cli, command_file
@@ -42,9 +43,12 @@ def test_the_commands_connections_for_twenty_queues(tmp_path, redis_url, prefix,
         else:
             wait_for(lambda: any(c["name"] == SHARED_WAIT_NAME and "b" in c["flags"] for c in ours()), timeout=30,
                      what="the shared wait blocked", give_up=cli.exited, details=cli.output)
-        expected = QUEUES + 1 if mode == "per_queue" else 2
+        # the command connection, the marker waits (one, or one a queue) and the process's
+        # subscription to the queues' cancellation channels
+        expected = QUEUES + 2 if mode == "per_queue" else 3
         wait_for(lambda: len(ours()) == expected, timeout=10, what=f"{expected} connections",
                  details=lambda: repr([(c["name"], c["cmd"]) for c in ours()]))
+        assert [c["name"] for c in ours() if c["cmd"] == "subscribe"] == [SUBSCRIBER_NAME]
         before = {int(c["id"]) for c in r.client_list()}  # the producers' own, from now on
         added = []
         for rnd in range(10):

@@ -187,8 +187,8 @@ def test_scale_section_runs_every_case_for_ours_and_node(scale_run):
     assert sorted(r["impl"] for r in data["idle"]) == ["node", "ours", "ours shared wait"]
     for r in data["idle"]:
         assert r["probes"] == meta["sizes"]["probes"], r["impl"]
-        if r["impl"] == "ours shared wait":  # one wait and one command connection for every queue
-            assert r["connections"] == 2, r
+        if r["impl"] == "ours shared wait":  # one wait, one command connection and the process's
+            assert r["connections"] == 3, r  # cancellation subscription for every queue
         else:  # every queue holds at least its blocking connection
             assert r["connections"] >= r["queues"], r["impl"]
     text = (out / "scale.md").read_text(encoding="utf-8")
