@@ -75,18 +75,10 @@ def _version() -> str:
 def extract_context(opts: Optional[Dict[str, Any]]) -> Optional[Any]:
     """The OpenTelemetry context carried by a job's options (``telemetry.metadata``), or
     ``None`` when there is none, ``omitContext`` is set or it cannot be read."""
-    tel = (opts or {}).get("telemetry")
-    if not isinstance(tel, dict) or tel.get("omitContext"):
-        return None
-    raw = tel.get("metadata")
-    if not raw:
-        return None
-    try:
-        carrier = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        log.debug("job telemetry metadata is not JSON: %.200r", raw)
-        return None
-    if not isinstance(carrier, dict):
+    from .carrier import job_carrier
+
+    carrier = job_carrier(opts)
+    if carrier is None:
         return None
     carrier = {str(k): str(v) for k, v in carrier.items() if isinstance(v, (str, int, float))}
     return propagate.extract(carrier)

@@ -52,6 +52,7 @@ from sentry_sdk.crons import capture_checkin
 from sentry_sdk.utils import event_from_exception
 
 from ..plugins.hookspecs import hookimpl
+from .carrier import job_carrier
 
 __all__ = ["SentryPlugin", "producer_plugins", "trace_headers", "monitor_config", "monitor_slug"]
 
@@ -75,27 +76,14 @@ def _sentry_on() -> bool:
 
 
 # --- trace context carried in the job ----------------------------------------------------------
-def _carrier(opts: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The propagation fields a job's options carry (BullMQ's ``telemetry.metadata``, a JSON
-    object), or None (none, ``omitContext``, not JSON)."""
-    tel = (opts or {}).get("telemetry")
-    if not isinstance(tel, dict) or tel.get("omitContext"):
-        return None
-    raw = tel.get("metadata")
-    if not raw:
-        return None
-    try:
-        carrier = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        return None
-    return carrier if isinstance(carrier, dict) else None
+
 
 
 def trace_headers(opts: Optional[Dict[str, Any]]) -> Dict[str, str]:
     """The ``sentry-trace`` and ``baggage`` a job carries, for ``sentry_sdk.continue_trace``.
     A job that carries only a W3C ``traceparent`` (an OpenTelemetry producer, ours or Node's
     ``bullmq-otel``) continues that trace id: it is turned into a ``sentry-trace``."""
-    carrier = _carrier(opts)
+    carrier = job_carrier(opts)
     if not carrier:
         return {}
     out: Dict[str, str] = {}
@@ -140,7 +128,7 @@ def _carry(opts: Dict[str, Any], headers: Dict[str, str], keep_own: bool = False
     tel = dict(tel) if isinstance(tel, dict) else {}
     if tel.get("omitContext") or not headers:
         return
-    carrier = _carrier({"telemetry": tel}) or {}
+    carrier = job_carrier({"telemetry": tel}) or {}
     if keep_own and carrier.get("sentry-trace"):
         return
     carrier = dict(carrier)
