@@ -76,9 +76,6 @@ def _sentry_on() -> bool:
 
 
 # --- trace context carried in the job ----------------------------------------------------------
-
-
-
 def trace_headers(opts: Optional[Dict[str, Any]]) -> Dict[str, str]:
     """The ``sentry-trace`` and ``baggage`` a job carries, for ``sentry_sdk.continue_trace``.
     A job that carries only a W3C ``traceparent`` (an OpenTelemetry producer, ours or Node's
