@@ -93,6 +93,8 @@ def test_a_users_tests_run_in_parallel_under_xdist(tmp_path, redis_pids_in):
     done = _run(project, "-n", "2")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "9 passed" in done.stdout, done.stdout
+    assert "bringing up nodes" in done.stdout, done.stdout  # xdist ran them
     urls = set(open(os.path.join(project, "urls.txt")).read().split())
-    assert len(urls) == 2, urls  # a server per xdist worker process
+    # a server per xdist worker process that ran one of them (a fast worker may run all)
+    assert 1 <= len(urls) <= 2, urls
     assert redis_pids_in(project) == []
