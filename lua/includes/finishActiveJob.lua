@@ -38,7 +38,7 @@ local function finishActiveJob(waitKey, activeKey, prioritizedKey, eventsKey, st
   end
   updateJobFields(jobKey, packedFields)
 
-  local attrs = redis.call("HMGET", jobKey, "parentKey", "parent", "deid", "atm")
+  local attrs = redis.call("HMGET", jobKey, "parentKey", "parent", "deid", "atm", "cancelled")
   local parentKey = attrs[1]
   local parentJson = attrs[2]
   local dedupId = attrs[3]
@@ -105,7 +105,7 @@ local function finishActiveJob(waitKey, activeKey, prioritizedKey, eventsKey, st
     redis.call("HSET", jobKey, resultField, resultValue, "finishedOn", now, "atm", attemptsText)
     if target == "failed" then
       redis.call("HDEL", jobKey, "defa", "cancelled")
-    elseif redis.call("HEXISTS", jobKey, "cancelled") == 1 then
+    elseif attrs[5] then
       -- finished before its cancellation reached it: the mark (and the deferred failure
       -- cancelJob-9 wrote with it) has served, so a reprocess runs the job again
       redis.call("HDEL", jobKey, "defa", "cancelled")
