@@ -10,11 +10,12 @@ from __future__ import annotations
 from .patch import PREIMPORTED  # noqa: F401 - first: patches the process for gevent
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
-from typing import Any, Dict, List  # noqa: E402
+from typing import Any, Dict, Iterator, List  # noqa: E402
 
 import gevent  # noqa: E402
 import gevent.event  # noqa: E402
@@ -27,10 +28,29 @@ log = logging.getLogger("echomq_gevent.cli")
 __all__ = ["cmd_add", "cmd_cancel", "cmd_status", "cmd_dashboard"]
 
 
+@contextlib.contextmanager
+def command_queue(args: argparse.Namespace) -> Iterator[Any]:
+    """The ``Queue`` a one-shot subcommand acts on: ``args.queue`` on the Redis and prefix
+    of ``--redis``/``--prefix``, else the file's, else the defaults; closed afterwards, with
+    the embedded server this process started for it."""
+    from ..queue.queue import Queue
+
+    cfg = load_command_config(args, required=False)
+    prefix = args.prefix or (cfg.prefix if cfg else "bull")
+    conn = CommandRedis(cfg, args.redis)
+    try:
+        queue = Queue(args.queue, connection=conn.url, prefix=prefix)
+        try:
+            yield queue
+        finally:
+            queue.close()
+    finally:
+        conn.close()
+
+
 def cmd_add(args: argparse.Namespace) -> int:
     """``add QUEUE NAME JSON [--opts JSON]``: add one job; prints its id."""
     from ..errors import EchoMQError
-    from ..queue.queue import Queue
 
     try:
         data = json.loads(args.data)
@@ -45,22 +65,14 @@ def cmd_add(args: argparse.Namespace) -> int:
     if opts is not None and not isinstance(opts, dict):
         print("echomq-gevent add: --opts must be a JSON object of BullMQ job options", file=sys.stderr)
         return EXIT_CONFIG
-    cfg = load_command_config(args, required=False)
-    prefix = args.prefix or (cfg.prefix if cfg else "bull")
-    conn = CommandRedis(cfg, args.redis)
-    try:
-        queue = Queue(args.queue, connection=conn.url, prefix=prefix)
+    with command_queue(args) as queue:
         try:
             job = queue.add(args.name, data, opts)
         except (EchoMQError, ValueError, TypeError) as exc:
             print(f"echomq-gevent add: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        finally:
-            queue.close()
         print(job.id)
         return EXIT_OK
-    finally:
-        conn.close()
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -106,27 +118,19 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     (``Queue.cancel_job``); prints what happened. Exit 0 when the job was cancelled, its
     worker signalled, or it had already finished; 2 for a job that does not exist or a
     bad reason (nothing written); 3 when Redis cannot be reached."""
-    from ..queue.queue import Queue
 
-    cfg = load_command_config(args, required=False)
-    prefix = args.prefix or (cfg.prefix if cfg else "bull")
-    conn = CommandRedis(cfg, args.redis)
-    try:
-        queue = Queue(args.queue, connection=conn.url, prefix=prefix)
+    with command_queue(args) as queue:
         try:
             out = queue.cancel_job(args.job_id, args.reason)
         except ValueError as exc:
             print(f"echomq-gevent cancel: {exc}", file=sys.stderr)
             return EXIT_CONFIG
-        finally:
-            queue.close()
         if out.outcome in ("missing", "unknown"):
-            print(f"echomq-gevent cancel: {out.describe()} (queue {args.queue!r}, prefix {prefix!r})", file=sys.stderr)
+            print(f"echomq-gevent cancel: {out.describe()} (queue {args.queue!r}, prefix {queue.prefix!r})",
+                  file=sys.stderr)
             return EXIT_CONFIG
         print(out.describe())
         return EXIT_OK
-    finally:
-        conn.close()
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
