@@ -139,11 +139,17 @@ def test_a_job_that_succeeds_after_a_retry_sends_no_event_and_a_transaction_per_
 
 
 def test_jobs_in_flight_together_keep_their_own_scopes(sentry, redis_url, prefix, qname, queue):
-    import gevent
+    import gevent.event
+
+    started = []
+    all_in = gevent.event.Event()
 
     def process(job):
         sentry_sdk.set_tag("mine", str(job.data["n"]))
-        gevent.sleep(0.05)  # every job is in flight at once
+        started.append(job.id)
+        if len(started) == 10:
+            all_in.set()
+        assert all_in.wait(10), "the ten jobs were not in flight together"  # each tag set before any reports
         sentry_sdk.capture_message(f"from {job.data['n']}")
 
     worker = _worker(qname, redis_url, prefix, process, SentryPlugin(), concurrency=10)
