@@ -13,6 +13,7 @@ from echomq_gevent import Queue
 from echomq_gevent.host.config import parse_config
 from echomq_gevent.host.runner import Runner
 from echomq_gevent.plugins.hookspecs import hookimpl
+from echomq_gevent.worker.remote_cancel import SUBSCRIBER_NAME
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
 
 QUEUES = 50
@@ -34,9 +35,16 @@ class Counting:
 
 
 def _ours(r, before):
-    """The clients opened since ``before`` (ids), the test's own excluded."""
+    """The clients opened since ``before`` (ids), the test's own and the process's
+    cancellation subscription excluded (that one is counted on its own: a test run just
+    before on the same server may have left it to us)."""
     me = r.client_id()
-    return [c for c in r.client_list() if int(c["id"]) not in before and int(c["id"]) != me]
+    return [c for c in r.client_list()
+            if int(c["id"]) not in before and int(c["id"]) != me and c.get("name") != SUBSCRIBER_NAME]
+
+
+def _subscriptions(r):
+    return [c for c in r.client_list() if c.get("name") == SUBSCRIBER_NAME and c["cmd"] in ("subscribe", "ping")]
 
 
 @pytest.mark.parametrize("mode", ["per_queue", "shared"])
@@ -76,6 +84,8 @@ queues:
         gevent.sleep(0.5)
         conns = _ours(r, before)
         assert len(conns) == expected, [(c["name"], c["cmd"]) for c in conns]
+        # ... and one subscription to the cancellation channels of all of them
+        wait_for(lambda: len(_subscriptions(r)) == 1, timeout=10, what="one cancellation subscription")
         assert len({id(w.client) for w in runner.workers}) == 1
 
         producers = [Queue(n, connection=redis_url, prefix=prefix) for n in names]
