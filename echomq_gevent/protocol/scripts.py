@@ -28,7 +28,7 @@ from ..connection.routing import ClusterRouter
 from ..errors import error_for_code
 from .flows import FlowScripts
 from .keys import QueueKeys, require_hash_tag
-from ..connection.kept import KeptConnection
+from ..connection.kept import KeptConnection, through_client
 from ..connection.pipelined import PipelinedConnection, pipelining_available
 from .calls import ADD_SCRIPTS, RESEND_SAFE, ScriptBatch, ScriptCall
 from .lanes import ScriptLanes, shared_call
@@ -237,13 +237,7 @@ class Scripts:
             return self._cluster.run(commands, resend, self.lib.sources_by_sha)
         if self._kept is not None:
             return self._lane().call_many(commands, resend=resend)
-        pipe = self.client.pipeline(transaction=False)
-        try:
-            for command in commands:
-                pipe.execute_command(*command)
-            return pipe.execute(raise_on_error=False)
-        finally:
-            pipe.reset()
+        return through_client(self.client, commands)
 
     def batch(self) -> ScriptBatch:
         """An empty :class:`ScriptBatch` of this queue's scripts."""

@@ -67,7 +67,8 @@ def _server_key(client: Any) -> Tuple[Any, ...]:
         return ("server", kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db"), kw.get("username"))
     except AttributeError:  # a cluster client: its nodes and its user name
         names = tuple(sorted(n.name for n in client.get_nodes()))
-        return ("cluster", names, client.get_connection_kwargs().get("username"))
+        kwargs = getattr(client, "get_connection_kwargs", dict)()
+        return ("cluster", names, kwargs.get("username"))
 
 
 class CancelSubscriber:

@@ -8,22 +8,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from urllib.parse import quote
 
-import gevent
-import gevent.event
 import pytest
 import redis
 from redis.exceptions import RedisClusterException
 
 from echomq_gevent import Queue, Worker
 from echomq_gevent.connection.cluster import key_slot, node_client
-from echomq_gevent.errors import JobCancelled
 from echomq_gevent.host.config import parse_config
 from echomq_gevent.worker.remote_cancel import SUBSCRIBER_NAME, _registry
 from integration.queue_helpers import take
-from integration.worker_helpers import runner_ran_ten_jobs
+from integration.worker_helpers import runner_ran_ten_jobs, sleeper_until_cancelled
 from redis_server import ClusterGroup
 
 PASSWORD = "pa:ss@w/rd#1"  # characters a URL must quote
@@ -121,16 +117,7 @@ def test_a_running_job_is_cancelled_from_another_process(locked, qname, wait_for
     url = _user_url(locked)
     prefix = "{c%s}" % qname
     queue = Queue(qname, connection=url, prefix=prefix)
-    started, stopped = gevent.event.Event(), []
-
-    def proc(job):
-        started.set()
-        try:
-            gevent.sleep(60)
-        except JobCancelled as exc:
-            stopped.append((exc.reason, time.time()))
-            raise
-
+    proc, started, stopped = sleeper_until_cancelled()
     worker = Worker(qname, proc, connection=url, prefix=prefix, drain_delay=0.5, lock_duration=30000)
     worker.start()
     try:

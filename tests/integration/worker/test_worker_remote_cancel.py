@@ -13,7 +13,7 @@ from echomq_gevent.errors import JobCancelled
 from echomq_gevent.worker.remote_cancel import CancelSubscriber, _registry
 
 from integration.queue_helpers import now_ms, take
-from integration.worker_helpers import Recorder, host_with, make_worker, running
+from integration.worker_helpers import Recorder, host_with, make_worker, running, sleeper_until_cancelled
 
 
 def _subscribed(w) -> bool:
@@ -179,16 +179,7 @@ def test_a_mark_whose_message_was_missed_stops_the_job_at_the_next_renewal(redis
 
     monkeypatch.setattr(RemoteCancels, "start", lambda self: None)
     job = queue.add("long", {}, {"attempts": 3})
-    started, seen = gevent.event.Event(), []
-
-    def proc(j):
-        started.set()
-        try:
-            gevent.sleep(30)
-        except JobCancelled as exc:
-            seen.append(exc.reason)
-            raise
-
+    proc, started, stopped = sleeper_until_cancelled()
     w = make_worker(redis_url, prefix, qname, proc, lock_duration=2000)  # a renewal every 0.5 s
     with running(w):
         wait_for(started.is_set, what="the job to run")
@@ -199,7 +190,7 @@ def test_a_mark_whose_message_was_missed_stops_the_job_at_the_next_renewal(redis
         assert w._lifecycle.ctx.locks.renewals > renewals  # it was the renewal that read it
         assert w._lifecycle.remote.subscribed == 0
     back = queue.get_job(job.id)
-    assert seen == ["no message"] and back.attempts_made == 1  # for good: no retry
+    assert [reason for reason, _ in stopped] == ["no message"] and back.attempts_made == 1  # for good: no retry
     assert back.failed_reason == "job cancelled: no message"
 
 
