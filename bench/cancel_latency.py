@@ -9,7 +9,9 @@ adds one job at a time, waits until it runs, takes the time and calls
 the stop time minus that time (one machine, one clock): the script's round trip, the
 publish, the worker's subscription thread, the hand-over to its hub and the
 ``JobCancelled`` thrown into the processor. Prints one JSON object: p50, p90, p99 and
-max in ms over the rounds, and the machine.
+max in ms over the rounds, and the machine, and writes ``cancel.md`` and ``cancel.json``
+into ``--out`` (default ``bench/results``) and a row to its ``history.md`` (not with
+``--no-history``).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ import time
 from typing import Any, Dict, List
 
 from bench.harness import Bench
-from bench.queue_age import _cpu_model
+from bench.queue_age import _cpu_model, machine_meta
+from bench.report import save_case
 from echomq_gevent.queue.queue import Queue
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -64,6 +67,7 @@ def measure(rounds: int) -> Dict[str, Any]:
         child = subprocess.Popen([sys.executable, "-c", CHILD, bench.url, prefix, qname], env=env)
         queue = Queue(qname, connection=bench.url, prefix=prefix)
         latencies: List[float] = []
+        load_before = round(os.getloadavg()[0], 2)
         try:
             for _ in range(rounds):
                 job = queue.add("sleep", {})
@@ -92,7 +96,7 @@ def measure(rounds: int) -> Dict[str, Any]:
             queue.close()
         load = os.getloadavg()
         return {
-            "rounds": rounds,
+            "rounds": rounds, "loadavg_before": load_before,
             "p50_ms": round(_pct(latencies, 50), 2), "p90_ms": round(_pct(latencies, 90), 2),
             "p99_ms": round(_pct(latencies, 99), 2), "max_ms": round(max(latencies), 2),
             "cpu": _cpu_model(), "cpus": os.cpu_count(), "loadavg_1m": round(load[0], 2),
@@ -100,11 +104,33 @@ def measure(rounds: int) -> Dict[str, Any]:
         }
 
 
-def main() -> None:
+def markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
+    return "\n".join([
+        "# Cancel latency: an active job on another process", "",
+        f"{meta['date']} · {meta['machine']}, {result['cpu']} · Redis {result['redis']} · Python {result['python']} · "
+        f"commit {meta['commit']} · load average 1 min {result['loadavg_before']}–{result['loadavg_1m']} · "
+        f"{result['rounds']} cancels, one at a time, of a job sleeping in a worker of another process "
+        "(from the `Queue.cancel_job` call to `JobCancelled` in the processor)", "",
+        "| p50 | p90 | p99 | max |", "| --- | --- | --- | --- |",
+        f"| {result['p50_ms']} ms | {result['p90_ms']} ms | {result['p99_ms']} ms | {result['max_ms']} ms |", ""])
+
+
+def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=50)
-    print(json.dumps(measure(parser.parse_args().rounds)))
+    parser.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    parser.add_argument("--no-history", action="store_true", help="no row in history.md")
+    args = parser.parse_args(argv)
+    result = measure(args.rounds)
+    meta = machine_meta(ROOT)
+    print(json.dumps(result))
+    rows = [] if args.no_history else [
+        f"| {meta['date']} | {meta['commit']} | {meta['machine']}, {result['cpu']} | {result['redis']} | "
+        f"{result['rounds']} | {result['loadavg_before']}–{result['loadavg_1m']} | cancel latency, another "
+        f"process, p50 / p99 ms ({result['p50_ms']} / {result['p99_ms']}) | – |"]
+    save_case(args.out, "cancel", markdown(result, meta), {"meta": meta, **result}, rows)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

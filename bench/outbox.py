@@ -19,7 +19,10 @@ Reported per driver and mode (medians over the rounds, the modes alternating): t
 the writers, jobs/s end to end (N over the time from the first write to the last job in
 Redis), and p50/p99 of commit-to-added: from the moment the writer called ``commit()``
 (its clock) to the job's ``added`` event in the queue's stream (Redis's clock,
-millisecond ids; the same machine). Writes ``outbox.md`` and ``outbox.json``.
+millisecond ids; the same machine); and the CPU time a transaction costs, by part: the
+writers' process, the relay's process, PostgreSQL (the postmaster and its backends) and
+Redis (``INFO cpu``). On a shared machine wall-clock rates move with other work; CPU per
+transaction is the steadier measure. Writes ``outbox.md`` and ``outbox.json``.
 """
 from __future__ import annotations
 
@@ -134,8 +137,30 @@ def _percentile(values: List[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, int(round(q * (len(s) - 1)))))]
 
 
+def _tree_cpu_s(pid: int) -> float:
+    """CPU seconds of process ``pid``, its reaped children and its live ones (psutil)."""
+    import psutil
+
+    proc = psutil.Process(pid)
+    t = proc.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in proc.children(recursive=True):
+        try:
+            ct = child.cpu_times()
+            total += ct.user + ct.system
+        except psutil.Error:  # ended meanwhile: its time is in the parent's children_* now
+            pass
+    return total
+
+
+def _redis_cpu_s(client: Any) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int = 0,
-         package_root: Optional[str] = None, poll_interval: Optional[float] = None) -> Dict[str, Any]:
+         package_root: Optional[str] = None, poll_interval: Optional[float] = None,
+         pg_pid: Optional[int] = None) -> Dict[str, Any]:
     import redis
     from sqlalchemy import create_engine
 
@@ -162,6 +187,8 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
         time.sleep(0.3)  # its LISTEN connection opens right after "ready"
     client = redis.Redis.from_url(bench.url, decode_responses=True)
     events = f"{prefix}:{queue}:events"
+    cpu0 = {"relay": _tree_cpu_s(relay.pid) if relay is not None else 0.0,
+            "postgres": _tree_cpu_s(pg_pid) if pg_pid else 0.0, "redis": _redis_cpu_s(client)}
     try:
         res = subprocess.run([sys.executable, os.path.join(DRIVERS, "outbox_enqueue.py"), json.dumps(cfg)],
                              capture_output=True, text=True, env=env, timeout=600)
@@ -181,6 +208,10 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
             if time.monotonic() > deadline:
                 raise BenchError(f"only {len(added)} of {n} jobs were added within 120 s ({mode})")
             time.sleep(0.01)
+        cpu = {"relay": _tree_cpu_s(relay.pid) if relay is not None else 0.0,
+               "postgres": _tree_cpu_s(pg_pid) if pg_pid else 0.0, "redis": _redis_cpu_s(client)}
+        cpu = {part: cpu[part] - cpu0[part] for part in cpu}
+        cpu["writers"] = float(out.get("cpu_s") or 0.0)
     finally:
         if relay is not None:
             relay.terminate()
@@ -192,7 +223,9 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
     lat = [max(0.0, added[j] - t) for j, t in committed.items() if j in added]
     return {"mode": mode, "n": n, "c": c, "interval_ms": interval_ms, "writes_per_s": n / out["wall_s"],
             "jobs_per_s": n / max(1e-9, (max(added.values()) - out["start_ms"]) / 1000.0),
-            "p50_ms": _percentile(lat, 0.5), "p99_ms": _percentile(lat, 0.99), "load1": os.getloadavg()[0]}
+            "p50_ms": _percentile(lat, 0.5), "p99_ms": _percentile(lat, 0.99), "load1": os.getloadavg()[0],
+            "cpu_us_per_tx": {part: round(v * 1e6 / n, 1) for part, v in cpu.items()},
+            "cpu_us_per_tx_total": round(sum(cpu.values()) * 1e6 / n, 1)}
 
 
 def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, idle_n: int = 200,
@@ -231,11 +264,13 @@ def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, id
                         root = old_root if mode != mode.split()[0] else None
                         poll = None if listens[d] else POLL_WITHOUT_LISTEN
                         for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
-                            row = _one(bench, urls[d], mode.split()[0], *args, package_root=root, poll_interval=poll)
+                            row = _one(bench, urls[d], mode.split()[0], *args, package_root=root, poll_interval=poll,
+                                       pg_pid=pg.postmaster_pid())
                             row.update(mode=mode, load=load, driver=d)
                             bench.log(f"bench outbox: {d} {mode} {load} round {r + 1}: {row['writes_per_s']:.0f} tx/s, "
                                       f"{row['jobs_per_s']:.0f} jobs/s, p50 {row['p50_ms']:.1f} ms, "
-                                      f"p99 {row['p99_ms']:.1f} ms")
+                                      f"p99 {row['p99_ms']:.1f} ms, CPU {row['cpu_us_per_tx_total']:.0f} us/tx "
+                                      f"{row['cpu_us_per_tx']}")
                             runs.append(row)
     finally:
         pg.stop()
@@ -245,7 +280,11 @@ def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, id
             for mode in modes:
                 rows = [r for r in runs if r["driver"] == d and r["mode"] == mode and r["load"] == load]
                 summary[f"{d} {mode} {load}"] = {k: statistics.median(r[k] for r in rows)
-                                                 for k in ("writes_per_s", "jobs_per_s", "p50_ms", "p99_ms")}
+                                                 for k in ("writes_per_s", "jobs_per_s", "p50_ms", "p99_ms",
+                                                           "cpu_us_per_tx_total")}
+                summary[f"{d} {mode} {load}"]["cpu_us_per_tx"] = {
+                    part: statistics.median(r["cpu_us_per_tx"][part] for r in rows)
+                    for part in ("writers", "relay", "postgres", "redis")}
     return {"runs": runs, "summary": summary, "n": n, "c": c, "idle_n": idle_n, "idle_interval_ms": idle_interval_ms,
             "rounds": rounds, "postgres": pg_version, "redis": bench.redis_version, "drivers": use,
             "listen": listens, "baseline": baseline, "modes": modes}
@@ -300,6 +339,14 @@ def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
                 tps = f"{r['writes_per_s']:,.0f}" if load == "load" else "(spaced)"
                 jps = f"{r['jobs_per_s']:,.0f}" if load == "load" else "(spaced)"
                 lines.append(f"| {mode} {load} | {tps} | {jps} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms |")
+        lines += ["", "CPU time a transaction costs under load (µs, median; the whole machine's work for it):", "",
+                  "| mode | writers | relay | PostgreSQL | Redis | total |", "| --- | --- | --- | --- | --- | --- |"]
+        for mode in result.get("modes", MODES):
+            r = s[f"{d} {mode} load"]
+            parts = r.get("cpu_us_per_tx") or {}
+            if parts:
+                lines.append(f"| {mode} | {parts['writers']:.0f} | {parts['relay']:.0f} | {parts['postgres']:.0f} | "
+                             f"{parts['redis']:.0f} | {r['cpu_us_per_tx_total']:.0f} |")
         base = s[f"{d} enqueue_on_commit load"]
         ratios = []
         for mode in result.get("modes", MODES)[1:]:

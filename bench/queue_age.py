@@ -9,19 +9,23 @@ already due. Then the scrape of ``echomq_gevent.host.queue_gauges`` (one pipelin
 ``usec`` of each command, scripts counted with what they call), with the longest single
 command from ``SLOWLOG`` (every command of 0 µs or more is logged during the runs).
 Prints one JSON object: the per-scrape Redis µs (mean, and of the age script alone),
-the wall time of a scrape seen by the client, and the machine.
+the wall time of a scrape seen by the client, and the machine, and writes
+``queue_age.md`` and ``queue_age.json`` into ``--out`` (default ``bench/results``) and a
+row to its ``history.md`` (not with ``--no-history``).
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
 import platform
 import sys
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from bench.harness import Bench
+from bench.report import git_commit, save_case
 from bench.scale import Filler
 from echomq_gevent.host.queue_gauges import QueueGauges
 from echomq_gevent.protocol.keys import QueueKeys
@@ -36,6 +40,16 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "?"
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def machine_meta(root: str) -> Dict[str, Any]:
+    """When and where a bench case ran (date, commit, machine), for its result files."""
+    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "commit": git_commit(root),
+            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}"}
 
 
 def _commandstats(client: Any) -> Dict[str, Dict[str, float]]:
@@ -61,6 +75,7 @@ def measure(n: int, priorities: int, rounds: int) -> Dict[str, Any]:
         client.slowlog_reset()
         client.config_resetstat()
         wall = []
+        load_before = round(os.getloadavg()[0], 2)
         for _ in range(rounds):
             t = time.perf_counter()
             gauges.read()
@@ -84,7 +99,8 @@ def measure(n: int, priorities: int, rounds: int) -> Dict[str, Any]:
             "client_wall_ms_p50": round(wall[len(wall) // 2] * 1000, 3),
             "client_wall_ms_p99": round(wall[int(len(wall) * 0.99) - 1] * 1000, 3),
             "redis_version": info.get("redis_version"),
-            "cpu": _cpu_model(), "cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()],
+            "cpu": _cpu_model(), "cpus": os.cpu_count(), "loadavg_before": load_before,
+            "loadavg": [round(x, 2) for x in os.getloadavg()],
             "python": platform.python_version(),
         }
 
@@ -100,13 +116,41 @@ def _is_age_call(entry: Dict[str, Any], client: Any) -> bool:
     return sha in str(entry.get("command", ""))
 
 
+def markdown(results: List[Dict[str, Any]], meta: Dict[str, Any]) -> str:
+    first = results[0]
+    loads = [r["loadavg_before"] for r in results] + [r["loadavg"][0] for r in results]
+    lines = [f"# The queue gauges' scrape on a queue of {first['jobs']:,} jobs", "",
+             f"{meta['date']} · {meta['machine']}, {first['cpu']} · Redis {first['redis_version']} · "
+             f"Python {first['python']} · commit {meta['commit']} · load average 1 min {min(loads)}–{max(loads)} · "
+             f"{first['jobs']:,} jobs ({first['wait']:,} wait, {first['prioritized']:,} prioritized, "
+             f"{first['delayed']:,} delayed, about half due) · {first['rounds']} scrapes each", "",
+             "| priority levels in use | Redis µs per scrape (mean) | of which the age script | "
+             "longest single command µs | scrape wall ms p50 / p99 (client) |",
+             "| --- | --- | --- | --- | --- |"]
+    for r in results:
+        lines.append(f"| {r['priorities']:,} | {r['redis_us_per_scrape']} | {r['age_script_us_mean']} | "
+                     f"{r['longest_command_us']} | {r['client_wall_ms_p50']} / {r['client_wall_ms_p99']} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Any = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--jobs", type=int, default=1_000_000)
-    ap.add_argument("--priorities", type=int, default=10)
+    ap.add_argument("--priorities", type=int, nargs="+", default=[10, 1000],
+                    help="priority levels in use, one measurement each (default 10 1000)")
     ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results"))
+    ap.add_argument("--no-history", action="store_true", help="no row in history.md")
     args = ap.parse_args(argv)
-    print(json.dumps(measure(args.jobs, args.priorities, args.rounds), indent=2))
+    results = [measure(args.jobs, p, args.rounds) for p in args.priorities]
+    meta = machine_meta(ROOT)
+    print(json.dumps(results, indent=2))
+    rows = [] if args.no_history else [
+        f"| {meta['date']} | {meta['commit']} | {meta['machine']}, {r['cpu']} | {r['redis_version']} | "
+        f"{r['rounds']} | {r['loadavg_before']}–{r['loadavg'][0]} | queue gauges: Redis µs per scrape, "
+        f"{r['jobs']:,} jobs over {r['priorities']:,} priority levels (the age script {r['age_script_us_mean']} µs; "
+        f"longest command {r['longest_command_us']} µs): {r['redis_us_per_scrape']} µs | – |" for r in results]
+    save_case(args.out, "queue_age", markdown(results, meta), {"meta": meta, "runs": results}, rows)
     return 0
 
 

@@ -256,3 +256,31 @@ def chart(path: str, summary: List[Dict[str, Any]], title: Optional[str] = None)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def git_commit(root: str) -> str:
+    """The short commit of the tree at ``root`` ("?" outside git)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
+                              capture_output=True, text=True, timeout=10).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
+def save_case(out: str, name: str, text: str, data: Dict[str, Any], history_rows: Sequence[str] = ()) -> None:
+    """Write one bench case's results as the other cases do: ``<name>.md`` (``text``) and
+    ``<name>.json`` (``data``) in ``out``, and ``history_rows`` (table rows, each
+    ``| date | commit | machine | Redis | rounds | load | case | figure |``) appended to
+    ``out/history.md``, whose ratio table is last."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"{name}.md"), "w", encoding="utf-8") as fh:
+        fh.write(text)
+    with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as fh:
+        json.dump(data, fh, indent=1)
+        fh.write("\n")
+    if history_rows:
+        with open(os.path.join(out, "history.md"), "a", encoding="utf-8") as fh:
+            for row in history_rows:
+                fh.write(row.rstrip("\n") + "\n")

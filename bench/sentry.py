@@ -31,6 +31,7 @@ import uuid
 from typing import Any, Dict, List
 
 from .harness import Bench, BenchError
+from .report import git_commit
 from .run import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -148,14 +149,6 @@ def markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _git_commit() -> str:
-    try:
-        return subprocess.run(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"],
-                              capture_output=True, text=True, timeout=10).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
 def main(argv: List[str]) -> int:
     if argv[:1] == ["driver"]:
         driver(json.loads(argv[1]))
@@ -173,7 +166,7 @@ def main(argv: List[str]) -> int:
     meta = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
             "cpu": cpu_model(), "python": platform.python_version(), "sentry_sdk": sentry_sdk.VERSION,
-            "commit": _git_commit(), "n": n, "rounds": rounds, "concurrency": args.concurrency}
+            "commit": git_commit(os.path.dirname(HERE)), "n": n, "rounds": rounds, "concurrency": args.concurrency}
     try:
         with Bench() as bench:
             meta["redis"] = bench.redis_version

@@ -126,6 +126,14 @@ class PostgresServer:
                 self.running = False
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def postmaster_pid(self) -> Optional[int]:
+        """The server's main process (first line of ``postmaster.pid``), while it runs."""
+        try:
+            with open(os.path.join(self.data, "postmaster.pid"), encoding="utf-8") as fh:
+                return int(fh.readline().strip())
+        except (OSError, ValueError):
+            return None
+
     def create_database(self, name: str, driver: Optional[str] = None) -> str:
         """Create database ``name``; returns its SQLAlchemy URL (through ``driver``)."""
         conn = connect(self.dsn)

@@ -474,3 +474,38 @@ def _poll_until(predicate, what: str, timeout: float = 30.0, why: Optional[Calla
             detail = f" (last: {why()})" if why is not None else ""
             raise RuntimeError(f"timed out after {timeout} s waiting for {what}{detail}")
         time.sleep(0.05)
+
+
+class Monitor:
+    """``redis-cli MONITOR`` on ``url`` into a file while the ``with`` block runs (a
+    process of its own, so it needs neither the test's hub nor its threads):
+    :meth:`count` tells how many commands of a kind the server ran meanwhile, whoever sent
+    them (the way to tell that one process, not N, read something)."""
+
+    def __init__(self, url: str, path: str) -> None:
+        self.url, self.path = url, path
+        cli = os.path.join(os.path.dirname(find_redis_server()), "redis-cli")
+        self.cli = cli if os.path.exists(cli) else (shutil.which("redis-cli") or "redis-cli")
+        self.proc: Optional[subprocess.Popen] = None
+
+    def __enter__(self) -> "Monitor":
+        self._out = open(self.path, "wb")
+        self.proc = subprocess.Popen([self.cli, "-u", self.url, "monitor"], stdout=self._out,
+                                     stderr=subprocess.STDOUT)
+        _poll_until(lambda: os.path.getsize(self.path) > 0, "redis-cli monitor to start", timeout=10)
+        return self
+
+    def lines(self) -> List[str]:
+        with open(self.path, "rb") as fh:
+            return [line.decode("utf-8", "replace") for line in fh]
+
+    def count(self, *words: str) -> int:
+        """Commands whose line holds every one of ``words`` (quoted as MONITOR quotes them:
+        ``'"ZRANGE" "bull:q:repeat"'``)."""
+        return sum(1 for line in self.lines() if all(w in line for w in words))
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(10)
+        self._out.close()

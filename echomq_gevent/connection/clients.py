@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Union
 import redis
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
-from .cluster import clone_cluster, cluster_client, disconnect, is_cluster, ping_primaries
+from .cluster import clone_cluster, cluster_client, disconnect, is_cluster, node_client, ping_primaries
 # the settings live apart so a configuration loads without redis; named here too for the
 # callers of this module
 from .settings import (DEFAULT_SETTINGS, SETTING_KEYS, ConnectionSettingError,  # noqa: F401
@@ -36,6 +36,7 @@ from .urls import (CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, SENTINEL_QUERY_KEYS, SENT
                          SentinelURL, parse_sentinel_url, redact_url)
 
 __all__ = ["ConnectionLike", "ConnectionSettings", "DEFAULT_SETTINGS", "make_client", "clone_client", "close_client",
+           "subscriber_client",
            "ReadinessProbe",
            "url_settings", "DEFAULT_URL", "SETTING_KEYS", "SENTINEL_SCHEME", "SentinelURL",
            "parse_sentinel_url", "redact_url"]
@@ -191,6 +192,23 @@ def clone_client(client: "redis.Redis", max_connections: Optional[int] = None,
         **kwargs,
     )
     return redis.Redis(connection_pool=new_pool)
+
+
+def subscriber_client(client: Any, channel: str, attempt: int = 0, max_connections: Optional[int] = None,
+                      **overrides: Any) -> "redis.Redis":
+    """A client of its own for a subscription to ``channel``: a clone of ``client``
+    (:func:`clone_client`), and for a Redis Cluster a plain client to one of its nodes that
+    logs in and encrypts as the cluster's connections do (:func:`~.cluster.node_client`;
+    ``attempt`` counts the connection errors met so far, each one moving to the next node).
+    A plain client, not a cluster's pub/sub, because a classic ``PUBLISH`` reaches every
+    node's subscribers and one connection to one node is all a subscription needs."""
+    if is_cluster(client):
+        node = node_client(client, channel, attempt)
+        try:
+            return clone_client(node, max_connections=max_connections, **overrides)
+        finally:
+            node.close()
+    return clone_client(client, max_connections=max_connections, **overrides)
 
 
 def _own_sentinel_manager(manager: Sentinel) -> Sentinel:

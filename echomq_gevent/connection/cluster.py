@@ -30,7 +30,7 @@ except ImportError:  # pragma: no cover - redis-py without cluster support
     ClusterNode = None  # type: ignore
 
 __all__ = ["CLUSTER_SCHEME", "CLUSTER_TLS_SCHEME", "ClusterURL", "parse_cluster_url", "cluster_client",
-           "clone_cluster", "is_cluster", "key_slot",
+           "clone_cluster", "is_cluster", "key_slot", "node_client",
            "CrossSlotError", "require_same_slot", "disconnect", "client_list_all", "scan_keys", "ping_primaries"]
 
 
@@ -152,6 +152,44 @@ def clone_cluster(client: Any, settings: Any = None, defaults: Any = None, **ove
     startup = [ClusterNode(n.host, n.port) for n in client.get_nodes()] or \
         [ClusterNode(n.host, n.port) for n in client.nodes_manager.startup_nodes.values()]
     return _new_cluster(startup, kwargs)
+
+
+#: What a node's connection settings hold for its cluster client only (its hooks, its
+#: maintenance handler), left out of a plain client to one node.
+_NODE_ONLY_KWARGS = ("redis_connect_func", "oss_cluster_maint_notifications_handler", "maint_notifications_config",
+                     "himport_registry", "connection_pool", "retry")
+
+
+def node_client(client: Any, key: str, attempt: int = 0, **overrides: Any) -> Any:
+    """A plain ``redis.Redis`` (own pool) to one node of the cluster ``client`` talks to,
+    logged in and encrypted as ``client``'s connections to its nodes are (username,
+    password, TLS and socket settings). ``overrides`` win (``client_name``, ...).
+
+    For a subscription: classic ``PUBLISH`` (from a script too) on a cluster reaches the
+    subscribers of every node, the primaries' and the replicas', so any node serves.
+    ``attempt`` 0 is the primary serving ``key``'s slot (where a script of that slot
+    publishes: heard even when the cluster bus is slow); a later attempt (after a
+    connection error) takes the next node the client knows of, in turn, so a node that
+    died is not asked for ever while the client's map is stale. Makes no connection:
+    reads the settings ``client`` holds, so any thread may call it."""
+    import redis
+
+    nodes = list(client.get_nodes())
+    try:
+        owner = client.get_node_from_key(key)
+    except Exception:  # the slot not covered now (a failover under way)
+        owner = None
+    ordered = ([owner] if owner is not None else []) + \
+        sorted((n for n in nodes if owner is None or n.name != owner.name), key=lambda n: n.name)
+    if not ordered:
+        raise ValueError(f"the Redis Cluster client knows no node to subscribe to for {key!r}")
+    node = ordered[attempt % len(ordered)]
+    pool = client.get_redis_connection(node).connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in _NODE_ONLY_KWARGS}
+    kwargs.update(overrides)
+    max_connections = kwargs.pop("max_connections", None)
+    return redis.Redis(connection_pool=redis.ConnectionPool(
+        connection_class=pool.connection_class, max_connections=max_connections, **kwargs))
 
 
 def key_slot(key: str) -> int:

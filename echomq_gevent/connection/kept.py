@@ -171,10 +171,11 @@ def pack_command(command: Sequence[Any]) -> Optional[bytes]:
     return _hiredis_pack(tuple(command)) if _hiredis_pack is not None else None
 
 
-def resend_through_client(client: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
-    """Run resend-safe ``commands`` again through ``client`` (its pool and retry policy)
-    after their connection failed: one call, or one pipeline with each answer (an error
-    in place of a failed one) in order."""
+def through_client(client: Any, commands: Sequence[Sequence[Any]]) -> List[Any]:
+    """Run ``commands`` through ``client`` (its pool and retry policy) in one pipeline, not
+    a transaction: each answer (an error in place of a failed one) in order. For a client
+    that cannot lend a kept connection, and for resend-safe commands sent again after
+    their kept connection failed."""
     pipe = client.pipeline(transaction=False)
     try:
         for command in commands:
@@ -314,7 +315,7 @@ class KeptConnection:
                 raise AmbiguousCallError(
                     f"the connection failed after {len(commands)} command(s) were sent ({type(exc).__name__}: "
                     f"{exc}); they are not sent again, as they may have run", commands) from exc
-            return resend_through_client(self.client, commands)
+            return through_client(self.client, commands)
         except BaseException:
             _RedisPy.drop(pool, conn)
             raise

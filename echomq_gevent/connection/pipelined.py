@@ -62,7 +62,7 @@ from gevent.hub import Waiter
 from redis.exceptions import ResponseError
 
 from .kept import (_CONNECTION_ERRORS, _forks, STALE_AFTER_S, AmbiguousCallError, KeptConnection, _give_back,
-                              _hiredis_pack, _RedisPy, resend_through_client)
+                              _hiredis_pack, _RedisPy, through_client)
 from .wire import Wire
 
 __all__ = ["PipelinedConnection", "pipelining_available"]
@@ -336,7 +336,7 @@ class PipelinedConnection:
         if resend:  # idempotent: run again through the client (and its retry policy)
             if len(commands) == 1:
                 return [self.client.execute_command(*commands[0])]
-            return resend_through_client(self.client, commands)
+            return through_client(self.client, commands)
         if kind == "unsent":
             raise exc  # nothing was written: trying again is safe
         what = commands[0][0] if len(commands) == 1 else f"{len(commands)} command(s)"

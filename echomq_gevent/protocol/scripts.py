@@ -28,7 +28,7 @@ from ..connection.routing import ClusterRouter
 from ..errors import error_for_code
 from .flows import FlowScripts
 from .keys import QueueKeys, require_hash_tag
-from ..connection.kept import KeptConnection
+from ..connection.kept import KeptConnection, through_client
 from ..connection.pipelined import PipelinedConnection, pipelining_available
 from .calls import ADD_SCRIPTS, RESEND_SAFE, ScriptBatch, ScriptCall
 from .lanes import ScriptLanes, shared_call
@@ -213,20 +213,8 @@ class Scripts:
                 results: List[Any] = [self.call(calls[0].name, calls[0].keys, calls[0].args)]
             except ResponseError as exc:
                 results = [exc]
-        elif self._cluster is not None:
-            results = self._cluster.run([self._evalsha(c) for c in calls],
-                                        all(c.name in RESEND_SAFE for c in calls), self.lib.sources_by_sha)
-        elif self._kept is not None:
-            results = self._lane().call_many([self._evalsha(c) for c in calls],
-                                           resend=all(c.name in RESEND_SAFE for c in calls))
         else:
-            pipe = self.client.pipeline(transaction=False)
-            try:
-                for c in calls:
-                    pipe.execute_command(*self._evalsha(c))
-                results = pipe.execute(raise_on_error=False)
-            finally:
-                pipe.reset()
+            results = self.send([self._evalsha(c) for c in calls], all(c.name in RESEND_SAFE for c in calls))
         for i, res in enumerate(results):
             c = calls[i]
             if isinstance(res, NoScriptError):
@@ -238,6 +226,18 @@ class Scripts:
             if check and isinstance(res, int) and res < 0:
                 results[i] = error_for_code(res, c.name, c.job_id)
         return results
+
+    def send(self, commands: Sequence[Sequence[Any]], resend: bool) -> List[Any]:
+        """Commands of this queue's slot (EVALSHAs, plain reads of its keys) in one round
+        trip on the connection script calls take; the answers in order, a Redis error in
+        place of its answer (NOSCRIPT included: the caller loads and calls again).
+        ``resend``: every command may be sent again when the connection fails after the
+        write (:data:`RESEND_SAFE`). A connection error raises."""
+        if self._cluster is not None:
+            return self._cluster.run(commands, resend, self.lib.sources_by_sha)
+        if self._kept is not None:
+            return self._lane().call_many(commands, resend=resend)
+        return through_client(self.client, commands)
 
     def batch(self) -> ScriptBatch:
         """An empty :class:`ScriptBatch` of this queue's scripts."""
@@ -358,6 +358,7 @@ class Scripts:
     retry_job = worker_calls.retry_job
     extend_lock = worker_calls.extend_lock
     extend_locks = worker_calls.extend_locks
+    extend_locks_reading_marks = worker_calls.extend_locks_reading_marks
     move_stalled_jobs_to_wait = worker_calls.move_stalled_jobs_to_wait
     move_job_from_active_to_wait = worker_calls.move_job_from_active_to_wait
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from ..errors import error_for_code
 from .calls import ScriptCall
@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .scripts import Scripts
 
-__all__ = ["FINISH_MANY_MAX", "fetch_opts", "move_to_active", "move_to_active_command", "move_to_active_many", "move_to_finished_args", "move_to_finished_call", "move_to_finished_many", "move_to_finished", "move_to_delayed", "retry_job", "extend_lock", "extend_locks", "move_stalled_jobs_to_wait", "move_job_from_active_to_wait"]
+__all__ = ["FINISH_MANY_MAX", "fetch_opts", "move_to_active", "move_to_active_command", "move_to_active_many", "move_to_finished_args", "move_to_finished_call", "move_to_finished_many", "move_to_finished", "move_to_delayed", "retry_job", "extend_lock", "extend_locks", "extend_locks_reading_marks", "move_stalled_jobs_to_wait", "move_job_from_active_to_wait"]
 
 #: Most jobs one ``moveToFinishedMany-11`` call finishes (about 0.2 ms of Redis time at
 #: no-op jobs): larger calls save Redis little more, and the jobs of a call all wait for
@@ -188,6 +188,30 @@ def extend_locks(self: "Scripts", job_ids: Sequence[str], tokens: Sequence[str],
     res = self.call("extendLocks-1", [self.keys.stalled],
                     [self.keys.base, pack(list(tokens)), pack(list(job_ids)), int(duration_ms)], client)
     return [str(x) for x in (res or [])]
+
+
+def extend_locks_reading_marks(self: "Scripts", job_ids: Sequence[str], tokens: Sequence[str],
+                               duration_ms: int) -> Tuple[List[str], Dict[str, str]]:
+    """``extendLocks-1`` and, written in the same send, ``HGET <job> cancelled`` of each
+    job (``cancelJob-9``'s mark): the ids whose renewal failed, and the jobs marked, by id
+    with their reason (``""`` for none). ``extendLocks-1`` stays BullMQ's: its answer is
+    the same for a Node caller, the marks come beside it in the same round trip."""
+    if not job_ids:
+        return [], {}
+    k = self.keys
+    renew = ("EVALSHA", self.lib.shas["extendLocks-1"], 1, k.stalled,
+             k.base, pack(list(tokens)), pack(list(job_ids)), int(duration_ms))
+    answers = self.send([renew, *(("HGET", k.job(job_id), "cancelled") for job_id in job_ids)], True)
+    failed = answers[0]
+    if isinstance(failed, NoScriptError):  # loaded on this server now; once
+        failed = self.call("extendLocks-1", [k.stalled], list(renew[4:]))
+    elif isinstance(failed, BaseException):
+        raise failed
+    marks: Dict[str, str] = {}
+    for job_id, mark in zip(job_ids, answers[1:]):
+        if isinstance(mark, str):
+            marks[job_id] = mark
+    return [str(x) for x in (failed or [])], marks
 
 
 def move_stalled_jobs_to_wait(self: "Scripts", max_stalled_count: int, now_ms: int, stalled_interval_ms: int,

@@ -146,7 +146,7 @@ class Lifecycle:
             disconnect(lock_client)
         lock_scripts = Scripts(lock_client, ctx.keys, ctx.scripts.lib)
         ctx.locks = LockRenewer(lock_scripts, ctx.lock_duration, lock_renew_interval(opts),
-                                self.on_locks_lost, label=ctx.label)
+                                self.on_locks_lost, label=ctx.label, on_marked=self.on_marked_cancelled)
         ctx.locks.start()
 
         self.remote = RemoteCancels(ctx, self.canceller)
@@ -188,6 +188,15 @@ class Lifecycle:
         return specs
 
     # ------------------------------------------------------------------ callbacks
+    def on_marked_cancelled(self, marked: List[Tuple[str, str]]) -> None:
+        """On the hub: the renewal found these running jobs marked cancelled (``cancelJob-9``)
+        though no message reached this worker (a subscription that missed it): they are
+        stopped for good, as the message would have."""
+        active = self.ctx.active
+        for job_id, reason in marked:
+            slot = active.get(job_id)
+            if slot is not None and slot.phase == "running":
+                self.canceller.cancel_slot(slot, reason or None, final=True)
     def on_locks_lost(self, lost: List[Tuple[str, str]]) -> None:
         """On the hub: the renewal thread could not renew these (job id, token) locks."""
         active = self.ctx.active

@@ -14,12 +14,18 @@ thread takes a snapshot per tick. Ids whose renewal was refused (lock missing or
 owned by another token) are dropped from the table and handed to ``on_lost`` on
 the hub's loop (``run_callback_threadsafe``, on a new greenlet), never called on
 the thread.
+
+The same send reads each job's cancellation mark (``cancelJob-9``'s ``cancelled``
+field; :meth:`~echomq_gevent.protocol.scripts.Scripts.extend_locks_reading_marks`), so
+a job cancelled from elsewhere stops at the next renewal at the latest, even when the
+worker's subscription missed the message without noticing. A marked job is handed to
+``on_marked`` once, the same way as a lost one.
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Set, Tuple
 
 import gevent
 
@@ -32,6 +38,7 @@ log = logging.getLogger("echomq_gevent.locks")
 __all__ = ["LockRenewer"]
 
 LostCallback = Callable[[List[Tuple[str, str]]], None]
+MarkedCallback = Callable[[List[Tuple[str, str]]], None]
 
 
 class LockRenewer:
@@ -39,17 +46,22 @@ class LockRenewer:
 
     ``scripts`` must be built on a client that nothing else uses (the thread's own);
     ``duration_ms`` is the lock's new TTL, ``interval_s`` the tick. ``on_lost`` is
-    called on the hub with ``[(job_id, token), ...]`` of locks that could not be renewed.
+    called on the hub with ``[(job_id, token), ...]`` of locks that could not be renewed;
+    ``on_marked`` (optional) with ``[(job_id, reason), ...]`` of the jobs found marked
+    cancelled, each once while it is tracked.
     """
 
     def __init__(self, scripts: Scripts, duration_ms: int, interval_s: float,
-                 on_lost: LostCallback, label: str = "") -> None:
+                 on_lost: LostCallback, label: str = "", on_marked: Optional[MarkedCallback] = None) -> None:
         self.scripts = scripts
         self.duration_ms = int(duration_ms)
         self.interval_s = max(0.01, float(interval_s))
         self.on_lost = on_lost
+        self.on_marked = on_marked
         self.label = label
         self._jobs: Dict[str, str] = {}
+        #: (job id, token) whose mark was handed to on_marked already
+        self._marked: Set[Tuple[str, str]] = set()
         self._table_lock = native_lock()
         self._stop = native_lock()
         self._stop.acquire()
@@ -62,6 +74,8 @@ class LockRenewer:
         self.last_renewal: Optional[float] = None
         self.renewals = 0
         self.errors = 0
+        #: the marked jobs the last tick found first (set by renew_once)
+        self.newly_marked: List[Tuple[str, str]] = []
 
     # -- called on the hub (worker greenlets) --------------------------------------------
     def track(self, job_id: str, token: str) -> None:
@@ -73,7 +87,8 @@ class LockRenewer:
         """Stop renewing ``job_id`` (only if it is still held with ``token``, when given)."""
         with self._table_lock:
             if token is None or self._jobs.get(job_id) == token:
-                self._jobs.pop(job_id, None)
+                held = self._jobs.pop(job_id, None)
+                self._marked.discard((job_id, held))
 
     def tracked(self) -> Dict[str, str]:
         with self._table_lock:
@@ -107,20 +122,23 @@ class LockRenewer:
     # -- called on the thread --------------------------------------------------------------
     def renew_once(self) -> List[Tuple[str, str]]:
         """One tick: renew every tracked lock in one call; return and forget the lost ones.
+        The marked jobs not reported yet are in :attr:`newly_marked` after it.
 
         Runs on the renewal thread (or, in tests, on any thread that owns the client).
         Redis errors propagate; the table is left as it was.
         """
+        self.newly_marked = []
         with self._table_lock:
             if not self._jobs:
                 return []
             ids = list(self._jobs)
             tokens = [self._jobs[i] for i in ids]
-        failed = self.scripts.extend_locks(ids, tokens, self.duration_ms)
+        if self.on_marked is not None:
+            failed, marks = self.scripts.extend_locks_reading_marks(ids, tokens, self.duration_ms)
+        else:
+            failed, marks = self.scripts.extend_locks(ids, tokens, self.duration_ms), {}
         self.renewals += 1
         self.last_renewal = time.monotonic()
-        if not failed:
-            return []
         sent = dict(zip(ids, tokens))
         lost: List[Tuple[str, str]] = []
         with self._table_lock:
@@ -128,7 +146,13 @@ class LockRenewer:
                 token = sent.get(job_id)
                 if token is not None and self._jobs.get(job_id) == token:
                     del self._jobs[job_id]
+                    self._marked.discard((job_id, token))
                     lost.append((job_id, token))
+            for job_id, reason in marks.items():
+                token = sent[job_id]
+                if self._jobs.get(job_id) == token and (job_id, token) not in self._marked:
+                    self._marked.add((job_id, token))
+                    self.newly_marked.append((job_id, reason))
         return lost
 
     def _run(self) -> None:
@@ -148,6 +172,7 @@ class LockRenewer:
                                     "after %d ms without renewal", self.label, exc, self.interval_s,
                                     self.duration_ms)
                     lost = []
+                    self.newly_marked = []
                 self.last_tick = time.monotonic()
                 if lost:
                     try:
@@ -156,6 +181,11 @@ class LockRenewer:
                         self._loop.run_callback_threadsafe(gevent.spawn, self.on_lost, lost)
                     except Exception:  # the hub is gone (process exiting)
                         log.error("%s: could not report lost locks %s", self.label, lost)
+                if self.newly_marked and self.on_marked is not None:
+                    try:
+                        self._loop.run_callback_threadsafe(gevent.spawn, self.on_marked, self.newly_marked)
+                    except Exception:  # the hub is gone (process exiting)
+                        pass
         finally:
             self._running = False
             self._cleanup_thread()

@@ -17,6 +17,11 @@ PUBLISHes ``{"jobId", "reason", "queue"}`` on the queue's channel
   is honoured too. A job picked up after it was marked carries ``defa`` and is failed
   without running, by any worker (Node's too).
 
+On a Redis Cluster the subscription is a plain connection to one node, logged in as the
+cluster's nodes are (:func:`~echomq_gevent.connection.clients.subscriber_client`): a
+classic PUBLISH reaches the subscribers of every node, so one node serves every queue of
+the process; after a connection error it moves to the next node.
+
 A message that is not JSON, has no job id, or names another queue is ignored with one
 log line; the worker goes on.
 """
@@ -30,7 +35,7 @@ from typing import Any, Dict, Optional, Set, Tuple
 import gevent
 
 from ..connection.blocking import native_lock, start_native_thread
-from ..connection.clients import clone_client, close_client
+from ..connection.clients import close_client, subscriber_client
 from .cancel import Canceller
 from .context import WorkerContext
 
@@ -55,12 +60,15 @@ _registry_lock = native_lock()
 
 
 def _server_key(client: Any) -> Tuple[Any, ...]:
-    """What tells two clients of one Redis server apart (one subscription each)."""
+    """What tells two clients of one Redis server apart (one subscription each). The
+    clients of one Redis Cluster share one: a PUBLISH reaches every node."""
     try:
         kw = client.connection_pool.connection_kwargs
         return ("server", kw.get("host"), kw.get("port"), kw.get("path"), kw.get("db"), kw.get("username"))
-    except AttributeError:  # a cluster client: one subscription per client
-        return ("client", id(client))
+    except AttributeError:  # a cluster client: its nodes and its user name
+        names = tuple(sorted(n.name for n in client.get_nodes()))
+        kwargs = getattr(client, "get_connection_kwargs", dict)()
+        return ("cluster", names, kwargs.get("username"))
 
 
 class CancelSubscriber:
@@ -71,11 +79,14 @@ class CancelSubscriber:
     ``on_message(data)`` and ``on_subscribed()``; both are called on a new greenlet of
     that hub."""
 
-    def __init__(self, key: Tuple[Any, ...], source: Any) -> None:
+    def __init__(self, key: Tuple[Any, ...], source: Any, channel: str) -> None:
         self.key = key
         #: the client whose settings each new connection copies (the first worker's)
         self.source = source
-        self.client = self._new_client()
+        #: the first channel: on a Redis Cluster the subscription goes to the primary of
+        #: its slot first (every node hears a PUBLISH; see ``subscriber_client``)
+        self.first_channel = channel
+        self.client = self._new_client(0)
         #: channel -> listeners (by id)
         self.listeners: Dict[str, Dict[int, Any]] = {}
         self.lock = native_lock()
@@ -92,7 +103,7 @@ class CancelSubscriber:
         with _registry_lock:
             sub = _registry.get(key)
             if sub is None or sub.stopped:
-                sub = cls(key, client)
+                sub = cls(key, client, channel)
                 _registry[key] = sub
                 start_native_thread(sub._run)
             with sub.lock:
@@ -107,9 +118,10 @@ class CancelSubscriber:
             if not listeners:
                 self.listeners.pop(channel, None)
 
-    def _new_client(self) -> Any:
+    def _new_client(self, attempt: int) -> Any:
         # named, as the marker waits are, so CLIENT LIST tells what each connection is
-        return clone_client(self.source, max_connections=2, health_check_interval=10, client_name=SUBSCRIBER_NAME)
+        return subscriber_client(self.source, self.first_channel, attempt, max_connections=2,
+                                 health_check_interval=10, client_name=SUBSCRIBER_NAME)
 
     def _dispatch(self, channel: str, method: str, *args: Any) -> None:
         with self.lock:
@@ -165,7 +177,7 @@ class CancelSubscriber:
                     pubsub = None
                     time.sleep(RETRY_S)
                     try:  # a fresh client: nothing of the broken connection is kept
-                        self.client = self._new_client()
+                        self.client = self._new_client(failures)
                     except Exception:
                         pass
                     continue
@@ -230,14 +242,6 @@ class RemoteCancels:
         self.subscribed = 0
 
     def start(self) -> None:
-        from ..connection.cluster import is_cluster
-
-        if is_cluster(self.ctx.client):
-            # a cluster's pub/sub connection does not carry the nodes' credentials here:
-            # a job cancelled while it runs is then failed at its next pick-up (its mark)
-            log.info("queue %s: on a Redis Cluster, cancels of a running job are not heard (no subscription); "
-                     "the job is failed when it is picked up again", self.ctx.queue_name)
-            return
         self.loop = gevent.get_hub().loop
         self.subscriber = CancelSubscriber.join(self.ctx.client, self.channel, self)
 

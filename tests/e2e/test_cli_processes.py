@@ -428,3 +428,39 @@ def test_prometheus_metrics_are_summed_over_the_processes_and_served_by_the_supe
     assert not list(metrics_dir.glob(f"gauge_live*_{pids[0]}.db"))
     assert completed() == 20
     assert sup.stop() == 0, cli.output()
+
+
+def _scrape(port: int) -> str:
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+
+
+def test_one_process_serves_the_queues_gauges_on_its_own_prometheus_port(sup, redis_url, wait_for, tmp_path):
+    # no supervisor: the one process serves ECHOMQ_PROMETHEUS_PORT, and reads Redis for the
+    # queues' gauges at each scrape, once, and never between scrapes
+    pytest.importorskip("prometheus_client")
+    from redis_server import Monitor, free_port
+
+    port = free_port()
+    sup.more_plugins = ", echomq_gevent.contrib.prometheus"
+    sup.write()
+    cli = sup.start(env={"ECHOMQ_PROMETHEUS_PORT": str(port)})
+
+    def served() -> bool:
+        try:
+            return "echomq_queue_stats_up 1.0" in _scrape(port)
+        except OSError:
+            return False
+
+    wait_for(served, timeout=60, what="the process's metrics port", details=cli.output, give_up=cli.exited)
+    sup.add(4, s=0.01)
+    wait_for(lambda: len(sup.done_by_job()) == 4, timeout=30, what="4 jobs done", details=cli.output)
+    repeat = f'"ZRANGE" "{sup.prefix}:{sup.queue}:repeat"'  # read by the gauges only
+    with Monitor(redis_url, str(tmp_path / "monitor.log")) as monitor:
+        bodies = [_scrape(port) for _ in range(3)]
+        time.sleep(1.0)  # nothing reads the queues between scrapes
+    assert monitor.count(repeat) == 3, [line for line in monitor.lines() if "repeat" in line]
+    for body in bodies:
+        assert f'echomq_queue_jobs{{queue="{sup.queue}",state="completed"}} 4.0' in body
+        assert f'echomq_queue_oldest_age_seconds{{queue="{sup.queue}"}} 0.0' in body
+        assert f'echomq_queue_ready_jobs{{queue="{sup.queue}"}} 0.0' in body
+    assert sup.stop() == 0, cli.output()

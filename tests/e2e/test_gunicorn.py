@@ -453,6 +453,34 @@ def test_metrics_count_completed_jobs_across_two_worker_processes(gunicorn, queu
         assert _completed_metric(body.decode()) == 60
 
 
+def test_the_queues_gauges_are_read_by_the_worker_answering_a_scrape_only(gunicorn, queue, redis_url, prefix,
+                                                                          tmp_path, wait_for):
+    # two gevent worker processes: a scrape of /_echomq/metrics reads the queues from Redis
+    # once, in the process that answers it, and nothing reads them between scrapes
+    from redis_server import Monitor
+
+    server = gunicorn(workers=2, concurrency=4)
+    ids = [j.id for j in queue.add_bulk([("sleep", {"ms": 10}) for _ in range(5)])]
+    wait_for(lambda: _all_completed(queue, ids), 30, what="5 jobs completed")
+    queue.add("sleep", {"ms": 10}, {"delay": 3_600_000})  # one job that waits (delayed, not due)
+    wait_for(lambda: f'echomq_queue_jobs{{queue="{QUEUE}",state="completed"}} 5.0'
+             in server.get("/_echomq/metrics")[1].decode(), 10, what="the completed gauge")
+    repeat = f'"ZRANGE" "{prefix}:{QUEUE}:repeat"'  # read by the gauges only
+    with Monitor(redis_url, str(tmp_path / "monitor.log")) as monitor:
+        bodies = []
+        for _ in range(6):  # gunicorn hands the requests to either worker
+            status, body = server.get("/_echomq/metrics")
+            assert status == 200
+            bodies.append(body.decode())
+        time.sleep(1.0)
+    assert monitor.count(repeat) == 6, [line for line in monitor.lines() if "repeat" in line]
+    for body in bodies:
+        assert "echomq_queue_stats_up 1.0" in body
+        assert f'echomq_queue_jobs{{queue="{QUEUE}",state="completed"}} 5.0' in body
+        assert f'echomq_queue_jobs{{queue="{QUEUE}",state="delayed"}} 1.0' in body
+        assert f'echomq_queue_oldest_age_seconds{{queue="{QUEUE}"}} 0.0' in body
+
+
 # --- recycling and reload ------------------------------------------------------------------------
 def test_max_requests_recycling_drains_and_loses_nothing(gunicorn, queue, wait_for):
     g = gunicorn(workers=1, concurrency=10, max_requests=5)

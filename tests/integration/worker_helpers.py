@@ -65,6 +65,30 @@ class Recorder:
         self.calls.append(("stopping", reason))
 
 
+def sleeper_until_cancelled(seconds: float = 60):
+    """A processor that sleeps until it is cancelled: ``(processor, started, stopped)``,
+    ``started`` a gevent Event set when it runs, ``stopped`` the ``(reason, time.time())``
+    of each ``JobCancelled`` it met (and re-raised)."""
+    import time
+
+    import gevent
+    import gevent.event
+
+    from echomq_gevent.errors import JobCancelled
+
+    started, stopped = gevent.event.Event(), []
+
+    def proc(job):
+        started.set()
+        try:
+            gevent.sleep(seconds)
+        except JobCancelled as exc:
+            stopped.append((exc.reason, time.time()))
+            raise
+
+    return proc, started, stopped
+
+
 def host_with(*plugins: Any) -> PluginHost:
     return PluginHost(make_plugin_manager(list(plugins)))
 

@@ -13,7 +13,7 @@ from echomq_gevent.errors import JobCancelled
 from echomq_gevent.worker.remote_cancel import CancelSubscriber, _registry
 
 from integration.queue_helpers import now_ms, take
-from integration.worker_helpers import Recorder, host_with, make_worker, running
+from integration.worker_helpers import Recorder, host_with, make_worker, running, sleeper_until_cancelled
 
 
 def _subscribed(w) -> bool:
@@ -168,3 +168,42 @@ def test_workers_of_one_process_share_one_subscription(redis_url, prefix, qname,
                  what="the subscription to end with the last worker")
     finally:
         q2.close()
+
+
+def test_a_mark_whose_message_was_missed_stops_the_job_at_the_next_renewal(redis_url, prefix, qname, queue,
+                                                                           monkeypatch, wait_for):
+    # no subscription at all (as if it missed the message without noticing): cancelJob-9
+    # publishes to no one, and the lock renewal, which reads the marks in its own send,
+    # stops the job
+    from echomq_gevent.worker.remote_cancel import RemoteCancels
+
+    monkeypatch.setattr(RemoteCancels, "start", lambda self: None)
+    job = queue.add("long", {}, {"attempts": 3})
+    proc, started, stopped = sleeper_until_cancelled()
+    w = make_worker(redis_url, prefix, qname, proc, lock_duration=2000)  # a renewal every 0.5 s
+    with running(w):
+        wait_for(started.is_set, what="the job to run")
+        renewals = w._lifecycle.ctx.locks.renewals
+        out = queue.cancel_job(job.id, "no message")
+        assert (out.outcome, out.state) == ("accepted", "active")
+        wait_for(lambda: queue.get_job_state(job.id) == "failed", timeout=5, what="the job to fail")
+        assert w._lifecycle.ctx.locks.renewals > renewals  # it was the renewal that read it
+        assert w._lifecycle.remote.subscribed == 0
+    back = queue.get_job(job.id)
+    assert [reason for reason, _ in stopped] == ["no message"] and back.attempts_made == 1  # for good: no retry
+    assert back.failed_reason == "job cancelled: no message"
+
+
+def test_the_renewal_reads_the_marks_in_the_same_send(queue, r, prefix, qname):
+    from integration.queue_helpers import TOKEN
+
+    a, b = queue.add("a", {}), queue.add("b", {})
+    take(queue)
+    take(queue)
+    r.hset(f"{prefix}:{qname}:{b.id}", "cancelled", "why")
+    failed, marks = queue.scripts.extend_locks_reading_marks([a.id, b.id, "gone"], [TOKEN, TOKEN, TOKEN], 5000)
+    assert failed == ["gone"] and marks == {b.id: "why"}
+    assert 4000 < r.pttl(f"{prefix}:{qname}:{a.id}:lock") <= 5000
+    r.script_flush()  # NOSCRIPT: loaded and called again
+    failed, marks = queue.scripts.extend_locks_reading_marks([a.id, b.id], [TOKEN, "not-ours"], 5000)
+    assert failed == [b.id] and marks == {b.id: "why"}

@@ -53,3 +53,21 @@ def test_the_report_has_a_table_per_driver_with_its_wake_up_and_the_baseline():
     assert "outbox / enqueue_on_commit: transactions/s 0.90" in two
     assert "outbox abc1234 / enqueue_on_commit: transactions/s 0.65" in two
     assert "load average 0.50-1.25" in md and "commit def5678" in md
+
+
+def test_the_report_gives_the_cpu_a_transaction_costs_by_part():
+    summary = {}
+    for mode, parts in (("enqueue_on_commit", (842, 0, 375, 114)), ("outbox", (643, 155, 535, 52))):
+        for load in ("load", "idle"):
+            row = _row(1500)
+            row["cpu_us_per_tx"] = dict(zip(("writers", "relay", "postgres", "redis"), parts))
+            row["cpu_us_per_tx_total"] = sum(parts)
+            summary[f"psycopg2 {mode} {load}"] = row
+    result = {"summary": summary, "runs": [{"load1": 0.5}], "n": 2000, "c": 10, "idle_n": 200,
+              "idle_interval_ms": 20, "rounds": 1, "postgres": "15.20", "redis": "6.2.14",
+              "drivers": ["psycopg2"], "listen": {"psycopg2": True}, "baseline": None,
+              "modes": ["enqueue_on_commit", "outbox"]}
+    md = outbox_markdown(result, {"date": "d", "cpu": "c", "machine": "m", "commit": "x"})
+    assert "| mode | writers | relay | PostgreSQL | Redis | total |" in md
+    assert "| enqueue_on_commit | 842 | 0 | 375 | 114 | 1331 |" in md
+    assert "| outbox | 643 | 155 | 535 | 52 | 1385 |" in md
