@@ -197,6 +197,7 @@ class Lifecycle:
             slot = active.get(job_id)
             if slot is not None and slot.phase == "running":
                 self.canceller.cancel_slot(slot, reason or None, final=True)
+
     def on_locks_lost(self, lost: List[Tuple[str, str]]) -> None:
         """On the hub: the renewal thread could not renew these (job id, token) locks."""
         active = self.ctx.active
