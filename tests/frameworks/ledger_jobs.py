@@ -39,3 +39,35 @@ def charge(job):
 
 
 charge = AtomicProcessor(charge)
+
+
+def plain(job):
+    """``charge`` without the ledger: its own ``transaction.atomic()`` only (what the
+    ledger tests compare against)."""
+    from django.db import transaction
+
+    with transaction.atomic():
+        return _write(job)
+
+
+def hold(job):
+    """Writes its effect, then (on its first attempt, when the job's data names a file)
+    says so and waits inside its transaction until that file exists; then reads once more
+    and returns. The database restart test restarts the server meanwhile."""
+    import time
+
+    from django.db import connection
+
+    value = _write(job)
+    release = (job.data or {}).get("release")
+    if release and job.attempts_made == 0:
+        print(f"holding {job.id}", flush=True)
+        deadline = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    with connection.cursor() as cur:
+        cur.execute("SELECT 1")
+    return value
+
+
+hold = AtomicProcessor(hold)

@@ -86,14 +86,23 @@ class DjangoLedgerDb:
             pass
 
 
-def _ensure_django() -> None:
-    """Set Django up in a process that has not (a child of ``offload: process``)."""
+def _ensure_django(what: str) -> None:
+    """Set Django up in a process that has not (a child of ``offload: process``), from
+    ``DJANGO_SETTINGS_MODULE``; ConfigError naming ``what`` when there is none."""
+    import os
+
     from django.apps import apps
+    from django.conf import settings
 
-    if not apps.ready:
-        import django
+    if apps.ready:
+        return
+    if not settings.configured and not os.environ.get("DJANGO_SETTINGS_MODULE"):
+        raise ConfigError(f"{what} is marked atomic and runs in a process where Django is not set up (a child "
+                          f"of offload: process) and DJANGO_SETTINGS_MODULE is not set: run the worker with "
+                          f"manage.py echomq_worker, or set DJANGO_SETTINGS_MODULE in its environment")
+    import django
 
-        django.setup()
+    django.setup()
 
 
 def ledger_alias(explicit: Optional[str] = None) -> str:
@@ -123,8 +132,11 @@ def check_alias(alias: str, what: str, setting: str) -> None:
                           f"({type(exc).__name__}: {exc}): run python manage.py migrate "
                           f"--database {alias}") from None
     finally:
-        if not connections[alias].in_atomic_block:
-            connections[alias].close()
+        try:
+            if not connections[alias].in_atomic_block:
+                connections[alias].close()
+        except DatabaseError:  # pragma: no cover - a connection of another thread: left to it
+            pass
 
 
 class AtomicProcessor:
@@ -141,7 +153,7 @@ class AtomicProcessor:
         self.alias = alias
 
     def __call__(self, job: Any) -> Any:
-        _ensure_django()
+        _ensure_django(f"the processor {self.__module__}.{self.__qualname__}")
         return run_once(DjangoLedgerDb(ledger_alias(self.alias)), self.fn, job)
 
     def __repr__(self) -> str:
