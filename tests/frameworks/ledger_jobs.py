@@ -29,6 +29,11 @@ def _write(job) -> dict:
     run = uuid.uuid4().hex
     with connection.cursor() as cur:
         cur.execute(f"INSERT INTO {EFFECTS} (job_id, run) VALUES (%s, %s)", [str(job.id), run])
+    work_ms = (job.data or {}).get("work_ms")
+    if work_ms:  # the campaign's jobs: some work inside the transaction
+        import time
+
+        time.sleep(work_ms / 1000.0)
     if (job.data or {}).get("fail"):
         raise RuntimeError("the processor failed after its write")
     return {"run": run, "pid": os.getpid(), "n": (job.data or {}).get("n")}

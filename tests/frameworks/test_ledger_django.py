@@ -169,3 +169,23 @@ def test_prune_deletes_only_rows_older_than_keep_days(shop_db):
     connection.close()
     assert prune(DjangoLedgerDb("default"), 7.0, now=now) == 2
     assert [r[2] for r in _ledger_rows()] == ["2", "3"]
+
+
+def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back_and_answers_the_stored_value(
+        shop_db, redis_url, prefix, qname, queue, wait_for):
+    """A first pick-up skips the look-up; should a row exist anyway (another delivery
+    committed while this one ran, or a retry that reset attemptsStarted), the unique key
+    refuses the second row: the run's writes roll back with it and the stored value is
+    the job's result."""
+    from django.db import connection
+
+    job = queue.add("charge", {"n": 1}, {"jobId": "raced"})
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s)", [prefix, qname, "raced", job.timestamp, "charge",
+                                                            '{"run":"the other delivery"}', 0])
+    connection.close()
+    _run(redis_url, prefix, qname, wait_for, lambda: queue.get_job_state("raced") == "completed")
+    done = queue.get_job("raced")
+    assert done.attempts_started == 1 and done.returnvalue == {"run": "the other delivery"}
+    assert _effects("raced") == []  # its own write rolled back with the refused row

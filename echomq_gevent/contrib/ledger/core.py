@@ -13,8 +13,9 @@ table are two spellings of it):
     job and not taken for a delivery again of the old one.
 
 :func:`run_once` is the whole rule, for any database adapter (:class:`LedgerDb`): in one
-transaction, look for the job's row; when it is there, answer its return value without
-calling the processor; else call the processor, write the row and commit both. A
+transaction, look for the job's row (unless this is the job's first pick-up ever, when
+there can be none); when it is there, answer its return value without calling the
+processor; else call the processor, write the row and commit both. A
 processor that raises rolls its writes back with the transaction, so no row is left and
 a retry runs it again. Two deliveries of one job running at once (a lock lost while the
 first still ran) both find no row; the second's insert then meets the first's row (the
@@ -31,7 +32,7 @@ from typing import Any, Callable, ContextManager, List, NamedTuple, Optional, Pr
 from ...errors import UnrecoverableError
 from ...protocol.options import compact_json
 
-__all__ = ["TABLE", "UNIQUE_INDEX", "AGE_INDEX", "LedgerKey", "LedgerDb", "Exec", "key_of", "run_once",
+__all__ = ["first_delivery", "TABLE", "UNIQUE_INDEX", "AGE_INDEX", "LedgerKey", "LedgerDb", "Exec", "key_of", "run_once",
            "select_sql", "insert_sql", "prune_sql", "prune", "now_ms", "DEFAULT_KEEP_DAYS"]
 
 TABLE = "echomq_ledger"
@@ -136,6 +137,16 @@ def _stored(key: LedgerKey, row: Tuple[Any, ...]) -> Any:
                              f"to run it once more, or fix its return_value") from None
 
 
+def first_delivery(job: Any) -> bool:
+    """Whether this is the job's first pick-up ever (``attemptsStarted`` is 1): no run can
+    have committed a row before, so the look-up is skipped (a round trip less per job).
+    Should the count be wrong (reset by a retry that asks for it, or written by another
+    producer), the unique key still refuses a second row: the run's writes roll back and
+    it answers the stored value."""
+    started = getattr(job, "attempts_started", None)
+    return isinstance(started, int) and not isinstance(started, bool) and started == 1
+
+
 def run_once(db: LedgerDb, fn: Callable[[Any], Any], job: Any) -> Any:
     """Run ``fn(job)`` once for ``job``, its database writes and the job's ledger row in
     one transaction of ``db``; returns ``fn``'s return value, or the one stored by the
@@ -151,9 +162,10 @@ def run_once(db: LedgerDb, fn: Callable[[Any], Any], job: Any) -> Any:
     inserting = False
     try:
         with db.atomic() as ex:
-            rows = ex.fetch(select_sql(), params)
-            if rows:
-                return _stored(key, rows[0])
+            if not first_delivery(job):
+                rows = ex.fetch(select_sql(), params)
+                if rows:
+                    return _stored(key, rows[0])
             value = fn(job)
             text = compact_json(value)
             inserting = True
