@@ -21,13 +21,14 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from typing import Any, Dict, List
+
+from .run import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -44,17 +45,6 @@ def _module(name: str) -> Any:
     assert spec.loader is not None
     spec.loader.exec_module(module)
     return module
-
-
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
 
 
 def _one(redis_url: str, database: Dict[str, Any], mode: str, n: int, concurrency: int, offload: Any) -> float:
@@ -134,11 +124,11 @@ def main(argv: Any = None) -> int:
         server.stop()
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()
-    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": _cpu(), "cpus": os.cpu_count(),
+    meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpu": cpu_model(), "cpus": os.cpu_count(),
             "postgres": version, "redis": redis_version, "load_min": min(loads), "load_max": max(loads),
             "jobs": args.jobs, "rounds": args.rounds, "commit": commit}
     medians = {k: statistics.median(v) for k, v in figures.items()}
-    lines = [f"# The effect ledger's cost per job (PostgreSQL)\n",
+    lines = ["# The effect ledger's cost per job (PostgreSQL)\n",
              f"{meta['date']}; {meta['cpu']} ({meta['cpus']} CPUs); {version} (fsync off, throwaway cluster), "
              f"{redis_version.replace('v=', 'Redis ')}; load average {meta['load_min']:.2f}-{meta['load_max']:.2f} "
              f"(a shared machine); commit {commit}. {args.jobs} preloaded jobs a run, each inserting one row "

@@ -32,7 +32,7 @@ PROC = os.path.join(FRAMEWORKS, "ledger_worker_proc.py")
 OPTIONS = {"concurrency": 2, "lock_duration": 1000, "stalled_interval": 500, "max_stalled_count": 1000,
            "drain_delay": 0.5, "shutdown_timeout": 5}
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.chaos_long]
 
 
 @pytest.fixture

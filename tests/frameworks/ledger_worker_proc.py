@@ -18,7 +18,7 @@ from gevent import monkey
 monkey.patch_all()  # before Django loads, as manage.py echomq_worker has it
 
 import contextlib  # noqa: E402
-import json
+import json  # noqa: E402
 import os  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402

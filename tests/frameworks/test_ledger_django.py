@@ -50,6 +50,17 @@ def _ledger_rows():
     return rows
 
 
+def _insert_row(prefix, qname, job_id, job_ts, return_value, created_ms=0, job_name="charge"):
+    """A ledger row written by hand (as another delivery, or a person, would leave it)."""
+    from django.db import connection
+
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
+                    "VALUES (%s, %s, %s, %s, %s, %s, %s)", [prefix, qname, job_id, job_ts, job_name, return_value,
+                                                            created_ms])
+    connection.close()
+
+
 def _run(redis_url, prefix, qname, wait_for, until, **opts):
     from integration.worker_helpers import make_worker, running
 
@@ -109,11 +120,7 @@ def test_a_ledger_row_that_cannot_be_read_fails_the_job_once_without_running_it(
     from django.db import connection
 
     job = queue.add("charge", {"n": 1}, {"jobId": "garbled", "attempts": 3})
-    with connection.cursor() as cur:
-        cur.execute("INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)", [prefix, qname, "garbled", job.timestamp, "charge",
-                                                            "{not json", 0])
-    connection.close()
+    _insert_row(prefix, qname, "garbled", job.timestamp, "{not json")
     _run(redis_url, prefix, qname, wait_for, lambda: queue.get_job_state("garbled") == "failed")
     failed = queue.get_job("garbled")
     assert failed.attempts_made == 1  # once: no retry reads it better
@@ -130,7 +137,8 @@ def echomq(shop_db, redis_url, prefix):
     from echomq_gevent.contrib import django as integration
 
     saved = settings.ECHOMQ
-    settings.ECHOMQ = {"redis": redis_url, "prefix": prefix, "entry_points": False, "queues": {"billing": {}}}
+    settings.ECHOMQ = {"redis": redis_url, "prefix": prefix, "entry_points": False,
+                       "queues": {"billing": {}, "orders": {}}}  # orders: the shop's settings.TASKS
     integration.reset()
     yield integration
     settings.ECHOMQ = saved
@@ -162,11 +170,8 @@ def test_prune_deletes_only_rows_older_than_keep_days(shop_db):
 
     day = 86400 * 1000
     now = now_ms()
-    with connection.cursor() as cur:
-        for i, age_days in enumerate([10, 8, 6, 0]):
-            cur.execute("INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, "
-                        "created_ms) VALUES ('p', 'q', %s, 1, 'x', 'null', %s)", [str(i), now - age_days * day])
-    connection.close()
+    for i, age_days in enumerate([10, 8, 6, 0]):
+        _insert_row("p", "q", str(i), 1, "null", created_ms=now - age_days * day)
     assert prune(DjangoLedgerDb("default"), 7.0, now=now) == 2
     assert [r[2] for r in _ledger_rows()] == ["2", "3"]
 
@@ -180,12 +185,33 @@ def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back_and_answers_the_
     from django.db import connection
 
     job = queue.add("charge", {"n": 1}, {"jobId": "raced"})
-    with connection.cursor() as cur:
-        cur.execute("INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
-                    "VALUES (%s, %s, %s, %s, %s, %s, %s)", [prefix, qname, "raced", job.timestamp, "charge",
-                                                            '{"run":"the other delivery"}', 0])
-    connection.close()
+    _insert_row(prefix, qname, "raced", job.timestamp, '{"run":"the other delivery"}')
     _run(redis_url, prefix, qname, wait_for, lambda: queue.get_job_state("raced") == "completed")
     done = queue.get_job("raced")
     assert done.attempts_started == 1 and done.returnvalue == {"run": "the other delivery"}
     assert _effects("raced") == []  # its own write rolled back with the refused row
+
+
+def test_the_worker_processes_prune_the_database_of_their_atomic_processors(echomq):
+    from django.conf import settings
+
+    from echomq_gevent.contrib.ledger.core import now_ms
+    from echomq_gevent.contrib.ledger.pruner import LedgerPruner
+
+    settings.ECHOMQ = dict(settings.ECHOMQ, ledger={"keep_days": 1})
+    echomq.reset()
+
+    def bill(job):
+        return None
+
+    registered = echomq.processor("billing", "bill", atomic=True)(bill)
+    try:
+        pruners = [p for p in echomq.worker_plugins() if isinstance(p, LedgerPruner)]
+    finally:
+        echomq.processor._routes[:] = [r for r in echomq.processor._routes if r[2] is not registered]
+    assert [p.label for p in pruners] == ["Django database 'default'"]
+    day = 86400 * 1000
+    _insert_row("p", "q", "old", 1, "null", created_ms=now_ms() - 2 * day)
+    _insert_row("p", "q", "new", 1, "null", created_ms=now_ms())
+    assert pruners[0].prune_now() == 1
+    assert [r[2] for r in _ledger_rows()] == ["new"]

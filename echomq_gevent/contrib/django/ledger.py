@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, Optional
 
 from ...errors import ConfigError
 from ..ledger.core import TABLE, run_once
+from .outbox_db import CursorExec
 
 __all__ = ["AtomicProcessor", "DjangoLedgerDb", "atomic_task", "atomic_of", "ledger_alias", "check_alias",
            "make_atomic", "ATTR"]
@@ -40,19 +41,6 @@ __all__ = ["AtomicProcessor", "DjangoLedgerDb", "atomic_task", "atomic_of", "led
 #: ledger's database of the settings).
 ATTR = "__echomq_atomic__"
 _DEFAULT = object()
-
-
-class _Exec:
-    def __init__(self, cursor: Any) -> None:
-        self.cursor = cursor
-
-    def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
-        self.cursor.execute(statement, list(params))
-        return self.cursor.rowcount
-
-    def fetch(self, statement: str, params: Sequence[Any] = ()) -> List[Tuple[Any, ...]]:
-        self.cursor.execute(statement, list(params))
-        return [tuple(r) for r in self.cursor.fetchall()]
 
 
 class DjangoLedgerDb:
@@ -64,12 +52,12 @@ class DjangoLedgerDb:
         self.label = f"Django database {alias!r}"
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[_Exec]:
+    def atomic(self) -> Iterator[CursorExec]:
         from django.db import connections, transaction
 
         with transaction.atomic(using=self.alias):
             with connections[self.alias].cursor() as cur:
-                yield _Exec(cur)
+                yield CursorExec(cur)
 
     def is_conflict(self, exc: BaseException) -> bool:
         from django.db import IntegrityError

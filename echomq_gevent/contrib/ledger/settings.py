@@ -11,8 +11,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Dict, Optional, Tuple
 
-from ...errors import ConfigError, close_matches
-from ..outbox.settings import _name, _number_range
+from ...errors import ConfigError
+from ..outbox.settings import _name, _number_range, checked_fields
 from .core import DEFAULT_KEEP_DAYS
 
 __all__ = ["LedgerSettings", "OPTIONS", "ledger_settings"]
@@ -47,14 +47,4 @@ def ledger_settings(value: Any, where: Callable[[Tuple[Any, ...]], str]) -> Ledg
         return LedgerSettings()
     if not isinstance(value, dict):
         raise ConfigError(f"{where(())}: must be a mapping of ledger options ({', '.join(OPTIONS)}), got {value!r}")
-    fields: Dict[str, Any] = {}
-    for key, v in value.items():
-        if key not in OPTIONS:
-            near = close_matches(str(key), OPTIONS)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; the options are {', '.join(OPTIONS)}"
-            raise ConfigError(f"{where((key,))}: unknown ledger option {key!r}{hint}")
-        problem = OPTIONS[key][0](v)
-        if problem:
-            raise ConfigError(f"{where((key,))}: {problem}, got {v!r}")
-        fields[key] = float(v) if key != "database" else v
-    return LedgerSettings(**fields)
+    return LedgerSettings(**checked_fields(value, OPTIONS, LedgerSettings, where, "ledger"))
