@@ -103,8 +103,10 @@ class EchoMQ:
 
     def __init__(self, app: Any = None, session: Any = None) -> None:
         self.session = session
-        #: ``@echomq.processor(queue, job_name="*")``: declare a processor
-        self.processor = Processors(f"echomq_gevent.contrib.flask.processors.{id(self):x}")
+        self._app: Any = None
+        #: ``@echomq.processor(queue, job_name="*", atomic=False)``: declare a processor
+        #: (``atomic=True``: through the effect ledger, on the jobs' session)
+        self.processor = Processors(f"echomq_gevent.contrib.flask.processors.{id(self):x}", atomic=self._atomic)
         if app is not None:
             self.init_app(app)
 
@@ -112,6 +114,7 @@ class EchoMQ:
         """Check ``app.config`` (a wrong key raises ConfigError naming it), keep the
         configuration in ``app.extensions['echomq']`` and add the ``flask echomq`` commands."""
         cfg = config_from_app(app)
+        self._app = app
         setting = (f"{app.config['ECHOMQ_CONFIG']}: queues" if app.config.get("ECHOMQ_CONFIG")
                    else "app.config['ECHOMQ_QUEUES']")
         state = Integration(cfg, setting, [FlaskJobContext(app, self), self.processor])
@@ -145,6 +148,25 @@ class EchoMQ:
                     engine = app.extensions["sqlalchemy"].engine
             return SqlAlchemyDb(engine, f"the outbox of Flask app {app.import_name!r}")
         return register(Outbox(key, opts, make_db, state.queue, f"Flask app {app.import_name!r} outbox"))
+
+    def _atomic(self, fn: Any, value: Any) -> Any:
+        """What ``@echomq.processor(..., atomic=True)`` registers: ``fn`` run once through
+        the ledger, in the transaction of the session the jobs use."""
+        if value is not True:
+            raise TypeError(f"@echomq.processor(..., atomic=...) takes True (the jobs' session: EchoMQ(app, "
+                            f"session=...) or Flask-SQLAlchemy's db.session), got {value!r}")
+        from .ledger.sqlalchemy import SessionAtomicProcessor
+
+        return SessionAtomicProcessor(fn, self._session, "EchoMQ(app, session=...) or Flask-SQLAlchemy's db.session",
+                                      context=self._check_context)
+
+    def _check_context(self) -> Any:
+        """An app context for the start check, unless one is pushed."""
+        from flask import has_app_context
+
+        if has_app_context() or self._app is None:
+            return contextlib.nullcontext()
+        return self._app.app_context()
 
     # -- per app --------------------------------------------------------------------------
     def state(self, app: Any = None) -> Integration:
@@ -190,6 +212,8 @@ class EchoMQ:
         return params[4]
 
     def _session(self) -> Any:
+        """The session the app's jobs and ``enqueue_after_commit`` use: the one given to
+        the extension, else Flask-SQLAlchemy's ``db.session``; RuntimeError when neither."""
         if self.session is not None:
             return self.session
         from flask import current_app
