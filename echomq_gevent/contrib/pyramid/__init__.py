@@ -52,8 +52,19 @@ REGISTRY_KEY = "echomq_gevent"
 #: settings whose value is a whitespace-separated list
 LIST_KEYS = ("plugins", "plugin_paths")
 
-#: ``@processor(queue, job_name="*")``: declare a processor
-processor = Processors("echomq_gevent.contrib.pyramid.processors")
+#: ``@processor(queue, job_name="*", atomic=False)``: declare a processor (``atomic=True``:
+#: through the effect ledger, :mod:`.ledger`)
+processor = Processors("echomq_gevent.contrib.pyramid.processors", atomic=lambda fn, value: _atomic(fn, value))
+
+
+def _atomic(fn: Any, value: Any) -> Any:
+    """``@processor(..., atomic=True)``: ``fn`` run once through the effect ledger, in the
+    job's request transaction (:mod:`.ledger`)."""
+    if value is not True:
+        raise TypeError(f"@processor(..., atomic=...) takes True (the job's request.dbsession), got {value!r}")
+    from .ledger import PyramidAtomicProcessor
+
+    return PyramidAtomicProcessor(fn)
 
 
 def _where(path: Tuple[Any, ...]) -> str:
@@ -108,6 +119,8 @@ def integration_from_settings(settings: Mapping[str, Any], registry: Any = None)
                                   config_setting="echomq.config")
     setting = f"{config_path}: queues" if config_path else "echomq.queues"
     plugins = [PyramidJobContext(registry), processor] if registry is not None else [processor]
+    for _queue, _name, fn in processor.atomic_routes():
+        fn.registry = registry  # what their start check prepares a request with
     state = Integration(cfg, setting, plugins)
     state.outbox = _outbox(settings, state, getattr(registry, "__name__", "") if registry is not None else "")
     if state.outbox is not None:

@@ -1,0 +1,116 @@
+"""The effect ledger in the Pyramid integration: ``@processor(queue, name, atomic=True)``.
+
+The job runs with a request of the app (``PyramidJobContext``). With ``pyramid_tm`` the
+request's transaction (``request.tm``) is the ledger's: the processor's writes through
+``request.dbsession`` and the job's ledger row are written in it, and the job context
+commits it once the processor returned (an aborted or doomed transaction commits
+neither). A delivery that finds the row answers the stored value; a second delivery's
+row refused by the unique key aborts the request's transaction (its writes with it) and
+answers the first's value. Without ``pyramid_tm`` the ledger begins and commits
+``request.dbsession`` itself, as for Flask.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from typing import Any, Callable, Iterator
+
+from ...errors import ConfigError
+from ..ledger.core import TABLE, run_once
+from ..outbox.sqlalchemy import ConnExec, session_of
+
+__all__ = ["PyramidAtomicProcessor", "TmLedgerDb", "SESSION_ATTR"]
+
+#: the request attribute of the session a ledgered processor writes with
+SESSION_ATTR = "dbsession"
+
+
+class TmLedgerDb:
+    """``request.dbsession`` inside ``request.tm``'s transaction, as the ledger uses it."""
+
+    def __init__(self, session: Any, tm: Any) -> None:
+        self.session = session_of(session)
+        self.tm = tm
+        self.label = "request.dbsession (pyramid_tm)"
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[ConnExec]:
+        from ..ledger.sqlalchemy import ledger_table
+
+        try:
+            yield ConnExec(self.session.connection(bind_arguments={"clause": ledger_table.select()}))
+        except BaseException:
+            # the attempt's writes go with the request's transaction; a fresh one follows
+            self.tm.abort()
+            self.tm.begin()
+            raise
+        try:
+            from zope.sqlalchemy import mark_changed
+        except ImportError:  # pragma: no cover - pyramid_tm apps use zope.sqlalchemy
+            return
+        mark_changed(self.session, transaction_manager=self.tm)  # a raw insert alone leaves it read-only
+
+    def is_conflict(self, exc: BaseException) -> bool:
+        from sqlalchemy.exc import IntegrityError
+
+        return isinstance(exc, IntegrityError)
+
+
+class PyramidAtomicProcessor:
+    """A processor run once through the ledger on the job's request."""
+
+    #: what :meth:`~echomq_gevent.contrib.frameworks.Processors.atomic_routes` looks for
+    echomq_ledgered = True
+    #: the app's registry (set by the integration), for the start check
+    registry: Any = None
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        functools.update_wrapper(self, fn)
+        self.fn = fn
+
+    def __repr__(self) -> str:
+        return f"<atomic processor {self.__module__}.{self.__qualname__}>"
+
+    def _what(self) -> str:
+        return f"the processor {self.__module__}.{self.__qualname__}"
+
+    def __call__(self, job: Any) -> Any:
+        from ..ledger.sqlalchemy import SessionLedgerDb
+        from . import _request_tm, job_request
+
+        request = job_request()
+        session = getattr(request, SESSION_ATTR, None) if request is not None else None
+        if session is None:
+            raise ConfigError(f"{self._what()} is marked atomic but runs without the job's request.{SESSION_ATTR} "
+                              f"(offload: thread or process runs it away from the job's request; run it on the "
+                              f"job's greenlet)")
+        tm = _request_tm(request)
+        db = TmLedgerDb(session, tm) if tm is not None else SessionLedgerDb(session, f"request.{SESSION_ATTR}")
+        return run_once(db, self.fn, job)
+
+    def check(self) -> None:
+        """At start: ConfigError naming the processor when the app's requests have no
+        ``dbsession`` or its database has no ledger table."""
+        if self.registry is None:
+            return
+        from pyramid.scripting import prepare
+
+        from ..ledger.sqlalchemy import ledger_table
+
+        env = prepare(registry=self.registry)
+        try:
+            session = getattr(env["request"], SESSION_ATTR, None)
+            if session is None:
+                raise ConfigError(f"{self._what()} is marked atomic, but the app's requests have no "
+                                  f"request.{SESSION_ATTR} (the SQLAlchemy session it writes with): add that "
+                                  f"request method")
+            try:
+                with session_of(session).get_bind(clause=ledger_table.select()).connect() as conn:
+                    conn.execute(ledger_table.select().where(ledger_table.c.id < 0))
+            except Exception as exc:
+                raise ConfigError(f"{self._what()} is marked atomic, but the database of request.{SESSION_ATTR} "
+                                  f"has no {TABLE} table ({type(exc).__name__}: {exc}); create it: "
+                                  f"echomq_gevent.contrib.ledger.sqlalchemy.metadata.create_all(engine), or "
+                                  f"through Alembic") from None
+        finally:
+            env["closer"]()
