@@ -60,7 +60,7 @@ CONFIG_KEYS: Dict[str, str] = {
 }
 _YAML_TO_KEY = {v: k for k, v in CONFIG_KEYS.items()}
 #: app.config keys of the integration itself (not YAML keys)
-OWN_KEYS = ("ECHOMQ_CONFIG", "ECHOMQ_OUTBOX")
+OWN_KEYS = ("ECHOMQ_CONFIG", "ECHOMQ_OUTBOX", "ECHOMQ_LEDGER")
 EXTENSION = "echomq"
 
 
@@ -123,6 +123,7 @@ class EchoMQ:
             from .outbox.registry import RelayPlugin
 
             state.plugins.append(RelayPlugin())
+        state.plugins.append(self._ledger_pruner(app, state))
         app.extensions[EXTENSION] = state
         app.cli.add_command(_command_group(self))
 
@@ -141,13 +142,32 @@ class EchoMQ:
         def make_db() -> Any:
             from .outbox.sqlalchemy import SqlAlchemyDb
 
-            if self.session is not None:
-                engine = self.session.get_bind()
-            else:
-                with app.app_context():
-                    engine = app.extensions["sqlalchemy"].engine
-            return SqlAlchemyDb(engine, f"the outbox of Flask app {app.import_name!r}")
+            return SqlAlchemyDb(self._engine(app), f"the outbox of Flask app {app.import_name!r}")
         return register(Outbox(key, opts, make_db, state.queue, f"Flask app {app.import_name!r} outbox"))
+
+    def _ledger_pruner(self, app: Any, state: Integration) -> Any:
+        """The worker processes' pruning of the ledger table (``app.config['ECHOMQ_LEDGER']``),
+        active once a processor is marked atomic."""
+        from .ledger.pruner import LedgerPruner
+        from .ledger.settings import ledger_settings
+
+        state.ledger = ledger_settings(app.config.get("ECHOMQ_LEDGER"),
+                                       lambda path: "app.config['ECHOMQ_LEDGER']" + "".join(f"[{p!r}]" for p in path))
+
+        def make_db() -> Any:
+            from .outbox.sqlalchemy import SqlAlchemyDb
+
+            return SqlAlchemyDb(self._engine(app), f"the ledger of Flask app {app.import_name!r}")
+        return LedgerPruner(make_db, state.ledger, f"Flask app {app.import_name!r}",
+                            active=lambda: bool(self.processor.atomic_routes()))
+
+    def _engine(self, app: Any) -> Any:
+        """The engine of the jobs' session (the one given to the extension, else
+        Flask-SQLAlchemy's)."""
+        if self.session is not None:
+            return self.session.get_bind()
+        with app.app_context():
+            return app.extensions["sqlalchemy"].engine
 
     def _atomic(self, fn: Any, value: Any) -> Any:
         """What ``@echomq.processor(..., atomic=True)`` registers: ``fn`` run once through

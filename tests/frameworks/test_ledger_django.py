@@ -50,10 +50,14 @@ def _ledger_rows():
     return rows
 
 
-def _insert_row(prefix, qname, job_id, job_ts, return_value, created_ms=0, job_name="charge"):
-    """A ledger row written by hand (as another delivery, or a person, would leave it)."""
+def _insert_row(prefix, qname, job_id, job_ts, return_value, created_ms=None, job_name="charge"):
+    """A ledger row written by hand (as another delivery, or a person, would leave it),
+    committed now unless ``created_ms`` says otherwise."""
     from django.db import connection
 
+    from echomq_gevent.contrib.ledger.core import now_ms
+
+    created_ms = now_ms() if created_ms is None else created_ms
     with connection.cursor() as cur:
         cur.execute("INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
                     "VALUES (%s, %s, %s, %s, %s, %s, %s)", [prefix, qname, job_id, job_ts, job_name, return_value,

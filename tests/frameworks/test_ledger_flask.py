@@ -103,6 +103,8 @@ def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_r
 
 
 def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back(shop, redis_url, wait_for):
+    from echomq_gevent.contrib.ledger.core import now_ms
+
     module, app = shop
     module.echomq.processor("orders", "charge", atomic=True)(_charge(module))
     queue = module.echomq.queue("orders", app)
@@ -112,7 +114,7 @@ def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back(shop, redis_url,
             conn.exec_driver_sql(
                 "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
                 f"VALUES ('{job.prefix}', 'orders', 'raced', {job.timestamp}, 'charge', "
-                "'{\"run\":\"the other delivery\"}', 0)")
+                f"'{{\"run\":\"the other delivery\"}}', {now_ms()})")  # fresh: the worker's pruning keeps it
     _run(module, app, redis_url, wait_for, lambda: queue.get_job_state("raced") == "completed")
     assert queue.get_job("raced").returnvalue == {"run": "the other delivery"}
     assert _orders(module, app, "raced") == []
@@ -145,3 +147,34 @@ def test_a_missing_ledger_table_is_refused_at_start_naming_the_processor(shop):
     text = str(info.value)
     assert "the processor test_ledger_flask._charge.<locals>.charge is marked atomic" in text
     assert "has no echomq_ledger table" in text and "metadata.create_all(engine)" in text
+
+
+def test_the_worker_processes_prune_the_ledger_after_keep_days(shop):
+    from echomq_gevent.contrib.ledger.core import now_ms
+    from echomq_gevent.contrib.ledger.pruner import LedgerPruner
+
+    module, app = shop
+    app.config["ECHOMQ_LEDGER"] = {"keep_days": 1}
+    module.echomq.init_app(app)
+    [pruner] = [p for p in module.echomq.state(app).plugins if isinstance(p, LedgerPruner)]
+    assert not pruner.active()  # nothing marked atomic yet
+    module.echomq.processor("orders", "charge", atomic=True)(_charge(module))
+    assert pruner.active()
+    with app.app_context():
+        with module.db.engine.begin() as conn:
+            conn.exec_driver_sql(
+                "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
+                f"VALUES ('p', 'q', 'old', 1, 'x', 'null', {now_ms() - 2 * 86400 * 1000}), "
+                f"('p', 'q', 'new', 1, 'x', 'null', {now_ms()})")
+    assert pruner.prune_now() == 1
+    assert [r[0] for r in _ledger(module, app)] == ["new"]
+
+
+def test_a_bad_ledger_setting_is_named(shop):
+    from echomq_gevent.errors import ConfigError
+
+    module, app = shop
+    app.config["ECHOMQ_LEDGER"] = {"keep_days": -1}
+    with pytest.raises(ConfigError) as info:
+        module.echomq.init_app(app)
+    assert str(info.value).startswith("app.config['ECHOMQ_LEDGER']['keep_days']: must be a number above 0")

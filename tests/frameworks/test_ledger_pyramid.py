@@ -112,12 +112,15 @@ def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_r
 
 
 def test_a_first_pick_up_that_meets_a_row_aborts_its_writes_and_a_failure_leaves_nothing(shop, redis_url, wait_for):
+    from echomq_gevent.contrib.ledger.core import now_ms
+
     _module, app, _atomic = shop
     queue = _state(app).queue("orders")
     job = queue.add("charge", {}, {"jobId": "raced"})
     queue.add("charge", {"fail": True}, {"jobId": "fails"})
     _sql(app, "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
-              f"VALUES ('{job.prefix}', 'orders', 'raced', {job.timestamp}, 'charge', '{{\"run\":\"other\"}}', 0)")
+              f"VALUES ('{job.prefix}', 'orders', 'raced', {job.timestamp}, 'charge', '{{\"run\":\"other\"}}', "
+              f"{now_ms()})")  # a fresh row: the worker's pruning keeps it
     _run(app, redis_url, wait_for, lambda: {queue.get_job_state(i) for i in ("raced", "fails")} ==
          {"completed", "failed"})
     assert queue.get_job("raced").returnvalue == {"run": "other"} and _orders(app, "raced") == []
@@ -135,3 +138,17 @@ def test_a_missing_ledger_table_is_refused_at_start_naming_the_processor(shop):
         _state(app).prepare()
     assert "the processor test_ledger_pyramid.charge is marked atomic" in str(info.value)
     assert "has no echomq_ledger table" in str(info.value)
+
+
+def test_the_worker_processes_prune_the_ledger(shop):
+    from echomq_gevent.contrib.ledger.core import now_ms
+    from echomq_gevent.contrib.ledger.pruner import LedgerPruner
+
+    _module, app, _atomic = shop
+    [pruner] = [p for p in _state(app).plugins if isinstance(p, LedgerPruner)]
+    assert pruner.active() and pruner.settings.keep_days == 7.0
+    old = now_ms() - 8 * 86400 * 1000
+    _sql(app, "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
+              f"VALUES ('p', 'q', 'old', 1, 'x', 'null', {old}), ('p', 'q', 'new', 1, 'x', 'null', {now_ms()})")
+    assert pruner.prune_now() == 1
+    assert _sql(app, "SELECT job_id FROM echomq_ledger") == [("new",)]

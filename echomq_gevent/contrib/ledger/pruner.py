@@ -25,16 +25,21 @@ class LedgerPruner:
     """Plugin: prunes one ledger table while this process runs workers.
 
     ``make_db`` builds the database adapter on the pruning greenlet (a Django connection
-    belongs to the greenlet that opened it); ``after`` (optional) runs after each prune on
-    that greenlet (Django closes the greenlet's connection there)."""
+    belongs to the greenlet that opened it; for SQLAlchemy an
+    :class:`~echomq_gevent.contrib.outbox.sqlalchemy.SqlAlchemyDb` of the engine); ``after``
+    (optional) runs after each prune on that greenlet (Django closes the greenlet's
+    connection there)."""
 
     def __init__(self, make_db: Callable[[], LedgerDb], settings: LedgerSettings, label: str,
-                 after: Optional[Callable[[], None]] = None) -> None:
+                 after: Optional[Callable[[], None]] = None, active: Optional[Callable[[], bool]] = None) -> None:
         self.__name__ = f"echomq_gevent.ledger.pruner:{label}"
         self.make_db = make_db
         self.settings = settings
         self.label = label
         self.after = after
+        #: asked when a worker starts: whether anything writes to this ledger (Flask and
+        #: Pyramid: a processor marked atomic); None: always
+        self.active = active
         self._greenlet: Any = None
 
     def prune_now(self) -> int:
@@ -62,6 +67,8 @@ class LedgerPruner:
 
     @hookimpl
     def echomq_worker_started(self, worker: Any) -> None:
+        if self.active is not None and not self.active():
+            return
         if self._greenlet is None or self._greenlet.dead:
             self._greenlet = gevent.spawn(self._loop)
 

@@ -46,6 +46,8 @@ __all__ = ["includeme", "processor", "job_request", "integration", "SETTINGS_PRE
 
 SETTINGS_PREFIX = "echomq."
 OUTBOX_SETTING = "echomq.outbox"
+#: ``echomq.ledger.<option>``: how the effect ledger's rows are kept (:mod:`.ledger`)
+LEDGER_SETTING = "echomq.ledger"
 #: where the relay finds its engine: ``sqlalchemy.engine_from_config(settings, prefix)``
 ENGINE_PREFIX_SETTING = "echomq.outbox.engine_prefix"
 REGISTRY_KEY = "echomq_gevent"
@@ -82,7 +84,8 @@ def values_from_settings(settings: Mapping[str, Any]) -> Tuple[Dict[str, Any], O
     values: Dict[str, Any] = {}
     config_path = None
     for key in sorted(settings):
-        if not key.startswith(SETTINGS_PREFIX) or key == OUTBOX_SETTING or key.startswith(OUTBOX_SETTING + "."):
+        if not key.startswith(SETTINGS_PREFIX) or key == OUTBOX_SETTING or key.startswith(OUTBOX_SETTING + ".") \
+                or key.startswith(LEDGER_SETTING + "."):
             continue
         raw = settings[key]
         parts = key[len(SETTINGS_PREFIX):].split(".")
@@ -127,6 +130,9 @@ def integration_from_settings(settings: Mapping[str, Any], registry: Any = None)
         from ..outbox.registry import RelayPlugin
 
         state.plugins.append(RelayPlugin())
+    from .ledger import ledger_pruner
+
+    state.plugins.append(ledger_pruner(settings, state, outbox_values(settings)[1]))
     return state
 
 

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from typing import Any, Callable, Iterator
+import os
+from typing import Any, Callable, Dict, Iterator, Mapping
 
 from ...errors import ConfigError
 from ..ledger.core import TABLE, run_once
 from ..outbox.sqlalchemy import ConnExec, session_of
 
-__all__ = ["PyramidAtomicProcessor", "TmLedgerDb", "SESSION_ATTR"]
+__all__ = ["PyramidAtomicProcessor", "TmLedgerDb", "SESSION_ATTR", "ledger_pruner"]
 
 #: the request attribute of the session a ledgered processor writes with
 SESSION_ATTR = "dbsession"
@@ -114,3 +115,31 @@ class PyramidAtomicProcessor:
                                   f"through Alembic") from None
         finally:
             env["closer"]()
+
+
+def ledger_pruner(settings: Mapping[str, Any], state: Any, engine_prefix: str) -> Any:
+    """The worker processes' pruning of the ledger table: ``echomq.ledger.keep_days`` and
+    ``echomq.ledger.prune_interval`` (checked into ``state.ledger``), on an engine of the
+    ``engine_prefix`` settings (``sqlalchemy.*``, as the outbox's relay), made once per
+    process; active once a processor is marked atomic."""
+    from ..frameworks import typed_ini_value
+    from ..ledger.pruner import LedgerPruner
+    from ..ledger.settings import ledger_settings
+    from . import LEDGER_SETTING, processor
+
+    options = {key[len(LEDGER_SETTING) + 1:]: typed_ini_value(raw) if isinstance(raw, str) else raw
+               for key, raw in settings.items() if key.startswith(LEDGER_SETTING + ".")}
+    state.ledger = ledger_settings(options or None, lambda path: ".".join([LEDGER_SETTING, *map(str, path)]))
+    engine_settings = {k: v for k, v in settings.items() if k.startswith(engine_prefix)}
+    engine: Dict[str, Any] = {}
+
+    def make_db() -> Any:
+        from sqlalchemy import engine_from_config
+
+        from ..outbox.sqlalchemy import SqlAlchemyDb
+
+        if engine.get("pid") != os.getpid():  # one engine per process, made after any fork
+            engine.update(pid=os.getpid(), engine=engine_from_config(engine_settings, engine_prefix))
+        return SqlAlchemyDb(engine["engine"], "the ledger of the Pyramid app")
+    return LedgerPruner(make_db, state.ledger, "the Pyramid app",
+                        active=lambda: bool(engine_settings) and bool(processor.atomic_routes()))
