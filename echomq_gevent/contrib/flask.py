@@ -29,7 +29,8 @@ checked by the same validator): ``ECHOMQ_REDIS_URL``, ``ECHOMQ_PREFIX``,
 YAML file to read instead. ``ECHOMQ_OUTBOX`` (``True`` or a mapping of outbox options) makes
 :meth:`EchoMQ.enqueue_after_commit` write the job into the ``echomq_outbox`` table in the
 session's transaction; the relay in the worker processes adds it once it commits.
-Commands: ``flask echomq worker``, ``flask echomq status`` and ``flask echomq outbox``.
+``@echomq.processor(queue, name, atomic=True)`` runs a processor through the effect ledger
+(``echomq_gevent.contrib.ledger``; ``ECHOMQ_LEDGER``: how its rows are kept). Commands: ``flask echomq worker``, ``flask echomq status`` and ``flask echomq outbox``.
 See ``docs/frameworks.md``.
 """
 from __future__ import annotations

@@ -10,8 +10,9 @@ completes the job with the stored return value without calling the processor. A 
 that raises leaves no row (its transaction rolled back), so a retry runs it again.
 
 Modules: :mod:`.core` (the table, its SQL and the rule), :mod:`.settings` (the options),
-:mod:`.pruner` (the worker processes' pruning), :mod:`.sqlalchemy` (Flask and Pyramid).
-The Django side is ``echomq_gevent.contrib.django.ledger``. See ``docs/frameworks.md``.
+:mod:`.pruner` (the worker processes' pruning), :mod:`.sqlalchemy` (the table for SQLAlchemy
+apps, and a session's transaction: Flask). The Django side is
+``echomq_gevent.contrib.django.ledger``, Pyramid's ``echomq_gevent.contrib.pyramid.ledger``. See ``docs/frameworks.md``.
 """
 from __future__ import annotations
 
