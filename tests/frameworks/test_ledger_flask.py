@@ -73,36 +73,23 @@ def _ledger(module, app):
                 "SELECT job_id, job_ts, return_value FROM echomq_ledger ORDER BY id").fetchall()]
 
 
-def _run(module, app, redis_url, wait_for, until):
-    from echomq_gevent.host.runner import Runner
-
-    state = module.echomq.state(app)
-    runner = Runner(state.cfg, redis_url, extra_plugins=state.plugins)
-    runner.start()
-    try:
-        wait_for(until, what="the jobs to settle")
-    finally:
-        runner.drain(0)
-        runner.wait(10)
-
-
-def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_run_it(shop, redis_url, wait_for):
+def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_run_it(shop, run_workers):
     module, app = shop
     module.echomq.processor("orders", "charge", atomic=True)(_charge(module))
     queue = module.echomq.queue("orders", app)
     job = queue.add("charge", {}, {"jobId": "f1"})
-    _run(module, app, redis_url, wait_for, lambda: queue.get_job_state("f1") == "completed")
+    run_workers(module.echomq.state(app), lambda: queue.get_job_state("f1") == "completed")
     first = queue.get_job("f1").returnvalue
     assert _orders(module, app, "f1") == [first["run"]]
     assert _ledger(module, app) == [("f1", job.timestamp, '{"run":"%s"}' % first["run"])]
 
     queue.get_job("f1").retry("completed")  # delivered again, as a stalled job is
-    _run(module, app, redis_url, wait_for, lambda: queue.get_job_state("f1") == "completed")
+    run_workers(module.echomq.state(app), lambda: queue.get_job_state("f1") == "completed")
     assert queue.get_job("f1").returnvalue == first
     assert _orders(module, app, "f1") == [first["run"]]
 
 
-def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back(shop, redis_url, wait_for):
+def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back(shop, run_workers):
     from echomq_gevent.contrib.ledger.core import now_ms
 
     module, app = shop
@@ -115,19 +102,18 @@ def test_a_first_pick_up_that_meets_a_row_rolls_its_writes_back(shop, redis_url,
                 "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
                 f"VALUES ('{job.prefix}', 'orders', 'raced', {job.timestamp}, 'charge', "
                 f"'{{\"run\":\"the other delivery\"}}', {now_ms()})")  # fresh: the worker's pruning keeps it
-    _run(module, app, redis_url, wait_for, lambda: queue.get_job_state("raced") == "completed")
+    run_workers(module.echomq.state(app), lambda: queue.get_job_state("raced") == "completed")
     assert queue.get_job("raced").returnvalue == {"run": "the other delivery"}
     assert _orders(module, app, "raced") == []
 
 
-def test_a_failure_or_a_commit_of_its_own_leaves_nothing(shop, redis_url, wait_for):
+def test_a_failure_or_a_commit_of_its_own_leaves_nothing(shop, run_workers):
     module, app = shop
     module.echomq.processor("orders", "charge", atomic=True)(_charge(module))
     queue = module.echomq.queue("orders", app)
     queue.add("charge", {"fail": True}, {"jobId": "fails"})
     queue.add("charge", {"commit": True}, {"jobId": "commits"})
-    _run(module, app, redis_url, wait_for,
-         lambda: {queue.get_job_state(i) for i in ("fails", "commits")} == {"failed"})
+    run_workers(module.echomq.state(app), lambda: {queue.get_job_state(i) for i in ("fails", "commits")} == {"failed"})
     assert "the processor failed after its write" in queue.get_job("fails").failed_reason
     assert "called commit() on its session" in queue.get_job("commits").failed_reason
     assert _orders(module, app, "fails") == [] and _orders(module, app, "commits") == []

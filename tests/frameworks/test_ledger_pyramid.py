@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import re
 
 import pytest
 
@@ -39,7 +38,7 @@ def charge(job):
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
-def shop(request, tmp_path, redis_url, prefix, monkeypatch):
+def shop(request, tmp_path, monkeypatch, pyramid_ini):
     monkeypatch.syspath_prepend(APP_DIR)
     from pyramid.paster import get_app
 
@@ -51,16 +50,9 @@ def shop(request, tmp_path, redis_url, prefix, monkeypatch):
         url = request.getfixturevalue("pg_server").create_database(f"pyrledger{os.getpid()}x{next(_dbs)}")
     else:
         url = f"sqlite:///{tmp_path / 'shop.sqlite3'}"
-    with open(os.path.join(APP_DIR, "development.ini"), encoding="utf-8") as fh:
-        text = fh.read()
-    text = re.sub(r"(?m)^sqlalchemy\.url = .*$", f"sqlalchemy.url = {url}", text)
-    text = re.sub(r"(?m)^echomq\.redis_url = .*$", f"echomq.redis_url = {redis_url}", text)
-    text = re.sub(r"(?m)^echomq\.prefix = .*$", f"echomq.prefix = {prefix}", text)
-    ini = tmp_path / "test.ini"
-    ini.write_text(text)
     routes = list(processor._routes)
     atomic = processor("orders", "charge", atomic=True)(charge)
-    app = get_app(str(ini))
+    app = get_app(pyramid_ini(url))
     module.Base.metadata.create_all(app.registry["engine"])
     ledger_metadata.create_all(app.registry["engine"])
     yield module, app, atomic
@@ -74,19 +66,6 @@ def _state(app):
     return integration(app.registry)
 
 
-def _run(app, redis_url, wait_for, until):
-    from echomq_gevent.host.runner import Runner
-
-    state = _state(app)
-    runner = Runner(state.cfg, redis_url, extra_plugins=state.plugins)
-    runner.start()
-    try:
-        wait_for(until, what="the jobs to settle")
-    finally:
-        runner.drain(0)
-        runner.wait(10)
-
-
 def _sql(app, statement):
     with app.registry["engine"].begin() as conn:
         res = conn.exec_driver_sql(statement)
@@ -97,21 +76,21 @@ def _orders(app, job_id):
     return [r[0] for r in _sql(app, f"SELECT confirmed_by FROM orders WHERE email = '{job_id}@ledger' ORDER BY id")]
 
 
-def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_run_it(shop, redis_url, wait_for):
+def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_run_it(shop, run_workers):
     _module, app, _atomic = shop
     queue = _state(app).queue("orders")
     job = queue.add("charge", {}, {"jobId": "y1"})
-    _run(app, redis_url, wait_for, lambda: queue.get_job_state("y1") == "completed")
+    run_workers(_state(app), lambda: queue.get_job_state("y1") == "completed")
     first = queue.get_job("y1").returnvalue
     assert _orders(app, "y1") == [first["run"]]
     assert _sql(app, "SELECT job_id, job_ts, return_value FROM echomq_ledger") == \
         [("y1", job.timestamp, '{"run":"%s"}' % first["run"])]
     queue.get_job("y1").retry("completed")
-    _run(app, redis_url, wait_for, lambda: queue.get_job_state("y1") == "completed")
+    run_workers(_state(app), lambda: queue.get_job_state("y1") == "completed")
     assert queue.get_job("y1").returnvalue == first and _orders(app, "y1") == [first["run"]]
 
 
-def test_a_first_pick_up_that_meets_a_row_aborts_its_writes_and_a_failure_leaves_nothing(shop, redis_url, wait_for):
+def test_a_first_pick_up_that_meets_a_row_aborts_its_writes_and_a_failure_leaves_nothing(shop, run_workers):
     from echomq_gevent.contrib.ledger.core import now_ms
 
     _module, app, _atomic = shop
@@ -121,7 +100,7 @@ def test_a_first_pick_up_that_meets_a_row_aborts_its_writes_and_a_failure_leaves
     _sql(app, "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
               f"VALUES ('{job.prefix}', 'orders', 'raced', {job.timestamp}, 'charge', '{{\"run\":\"other\"}}', "
               f"{now_ms()})")  # a fresh row: the worker's pruning keeps it
-    _run(app, redis_url, wait_for, lambda: {queue.get_job_state(i) for i in ("raced", "fails")} ==
+    run_workers(_state(app), lambda: {queue.get_job_state(i) for i in ("raced", "fails")} ==
          {"completed", "failed"})
     assert queue.get_job("raced").returnvalue == {"run": "other"} and _orders(app, "raced") == []
     assert "the processor failed after its write" in queue.get_job("fails").failed_reason

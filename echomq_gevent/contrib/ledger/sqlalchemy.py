@@ -26,7 +26,8 @@ from ...errors import ConfigError
 from ..outbox.sqlalchemy import ConnExec, session_of
 from .core import AGE_INDEX, TABLE, UNIQUE_INDEX, run_once
 
-__all__ = ["metadata", "ledger_table", "SessionLedgerDb", "SessionAtomicProcessor", "LedgerCommitRefused"]
+__all__ = ["metadata", "ledger_table", "SessionLedgerDb", "SessionAtomicProcessor", "LedgerCommitRefused",
+           "check_table"]
 
 metadata = MetaData()
 
@@ -89,6 +90,19 @@ class SessionLedgerDb:
         return isinstance(exc, IntegrityError)
 
 
+def check_table(session: Any, what: str, setting: str) -> None:
+    """ConfigError naming ``what`` (the processor) and ``setting`` (where its session comes
+    from) when the database of ``session`` has no ledger table."""
+    try:
+        with session_of(session).get_bind(clause=ledger_table.select()).connect() as conn:
+            conn.execute(ledger_table.select().where(ledger_table.c.id < 0))
+    except Exception as exc:
+        raise ConfigError(f"{what} is marked atomic, but the database of {setting} has no {TABLE} table "
+                          f"({type(exc).__name__}: {exc}); create it as the app's other tables: "
+                          f"echomq_gevent.contrib.ledger.sqlalchemy.metadata.create_all(engine), or through "
+                          f"Alembic") from None
+
+
 class SessionAtomicProcessor:
     """A processor whose session writes and ledger row commit together. ``session`` is
     called per job (on the job's greenlet, in its app context) for the session the
@@ -125,14 +139,7 @@ class SessionAtomicProcessor:
                 raise ConfigError(f"{what} is marked atomic, but it has no SQLAlchemy session to write with "
                                   f"({self.setting}): {exc}") from None
             try:
-                bind = real.get_bind(clause=ledger_table.select())
-                with bind.connect() as conn:
-                    conn.execute(ledger_table.select().where(ledger_table.c.id < 0))
-            except Exception as exc:
-                raise ConfigError(f"{what} is marked atomic, but the database of {self.setting} has no {TABLE} "
-                                  f"table ({type(exc).__name__}: {exc}); create it as the app's other tables: "
-                                  f"echomq_gevent.contrib.ledger.sqlalchemy.metadata.create_all(engine), or "
-                                  f"through Alembic") from None
+                check_table(real, what, self.setting)
             finally:
                 try:
                     real.close()

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from ...errors import ConfigError
 from ...plugins.hookspecs import hookimpl
@@ -174,6 +174,16 @@ def _outbox(settings: Mapping[str, Any], state: Integration, app_name: str) -> A
                           f"(sqlalchemy.engine_from_config), and none is set; set {engine_prefix}url or "
                           f"{ENGINE_PREFIX_SETTING}")
     engine_settings = {k: v for k, v in settings.items() if k.startswith(engine_prefix)}
+    make_db = sqlalchemy_db(engine_settings, engine_prefix, "the outbox of the Pyramid app")
+    label = f"Pyramid app {app_name!r} outbox" if app_name else "Pyramid app outbox"
+    return register(Outbox(key, opts, make_db, state.queue, label))
+
+
+def sqlalchemy_db(engine_settings: Mapping[str, Any], engine_prefix: str, label: str) -> Callable[[], Any]:
+    """``make_db`` of the outbox's relay and the ledger's pruning: a
+    :class:`~echomq_gevent.contrib.outbox.sqlalchemy.SqlAlchemyDb` on an engine of
+    ``engine_settings`` (``sqlalchemy.engine_from_config``), made once per process (after
+    any fork)."""
     engine: Dict[str, Any] = {}
 
     def make_db() -> Any:
@@ -181,11 +191,10 @@ def _outbox(settings: Mapping[str, Any], state: Integration, app_name: str) -> A
 
         from ..outbox.sqlalchemy import SqlAlchemyDb
 
-        if engine.get("pid") != os.getpid():  # one engine per process, made after any fork
+        if engine.get("pid") != os.getpid():
             engine.update(pid=os.getpid(), engine=engine_from_config(engine_settings, engine_prefix))
-        return SqlAlchemyDb(engine["engine"], "the outbox of the Pyramid app")
-    label = f"Pyramid app {app_name!r} outbox" if app_name else "Pyramid app outbox"
-    return register(Outbox(key, opts, make_db, state.queue, label))
+        return SqlAlchemyDb(engine["engine"], label)
+    return make_db
 
 
 def includeme(config: Any) -> None:

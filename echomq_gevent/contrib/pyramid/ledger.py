@@ -13,11 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-from typing import Any, Callable, Dict, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from ...errors import ConfigError
-from ..ledger.core import TABLE, run_once
+from ..ledger.core import run_once
 from ..outbox.sqlalchemy import ConnExec, session_of
 
 __all__ = ["PyramidAtomicProcessor", "TmLedgerDb", "SESSION_ATTR", "ledger_pruner"]
@@ -96,7 +95,7 @@ class PyramidAtomicProcessor:
             return
         from pyramid.scripting import prepare
 
-        from ..ledger.sqlalchemy import ledger_table
+        from ..ledger.sqlalchemy import check_table
 
         env = prepare(registry=self.registry)
         try:
@@ -105,14 +104,7 @@ class PyramidAtomicProcessor:
                 raise ConfigError(f"{self._what()} is marked atomic, but the app's requests have no "
                                   f"request.{SESSION_ATTR} (the SQLAlchemy session it writes with): add that "
                                   f"request method")
-            try:
-                with session_of(session).get_bind(clause=ledger_table.select()).connect() as conn:
-                    conn.execute(ledger_table.select().where(ledger_table.c.id < 0))
-            except Exception as exc:
-                raise ConfigError(f"{self._what()} is marked atomic, but the database of request.{SESSION_ATTR} "
-                                  f"has no {TABLE} table ({type(exc).__name__}: {exc}); create it: "
-                                  f"echomq_gevent.contrib.ledger.sqlalchemy.metadata.create_all(engine), or "
-                                  f"through Alembic") from None
+            check_table(session, self._what(), f"request.{SESSION_ATTR}")
         finally:
             env["closer"]()
 
@@ -125,21 +117,12 @@ def ledger_pruner(settings: Mapping[str, Any], state: Any, engine_prefix: str) -
     from ..frameworks import typed_ini_value
     from ..ledger.pruner import LedgerPruner
     from ..ledger.settings import ledger_settings
-    from . import LEDGER_SETTING, processor
+    from . import LEDGER_SETTING, processor, sqlalchemy_db
 
     options = {key[len(LEDGER_SETTING) + 1:]: typed_ini_value(raw) if isinstance(raw, str) else raw
                for key, raw in settings.items() if key.startswith(LEDGER_SETTING + ".")}
     state.ledger = ledger_settings(options or None, lambda path: ".".join([LEDGER_SETTING, *map(str, path)]))
     engine_settings = {k: v for k, v in settings.items() if k.startswith(engine_prefix)}
-    engine: Dict[str, Any] = {}
-
-    def make_db() -> Any:
-        from sqlalchemy import engine_from_config
-
-        from ..outbox.sqlalchemy import SqlAlchemyDb
-
-        if engine.get("pid") != os.getpid():  # one engine per process, made after any fork
-            engine.update(pid=os.getpid(), engine=engine_from_config(engine_settings, engine_prefix))
-        return SqlAlchemyDb(engine["engine"], "the ledger of the Pyramid app")
+    make_db = sqlalchemy_db(engine_settings, engine_prefix, "the ledger of the Pyramid app")
     return LedgerPruner(make_db, state.ledger, "the Pyramid app",
                         active=lambda: bool(engine_settings) and bool(processor.atomic_routes()))
