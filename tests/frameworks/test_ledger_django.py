@@ -219,3 +219,40 @@ def test_the_worker_processes_prune_the_database_of_their_atomic_processors(echo
     _insert_row("p", "q", "new", 1, "null", created_ms=now_ms())
     assert pruners[0].prune_now() == 1
     assert [r[2] for r in _ledger_rows()] == ["new"]
+
+
+def test_a_job_asked_for_by_an_atomic_processor_through_the_outbox_is_asked_for_once(
+        echomq, redis_url, prefix, wait_for):
+    """With the outbox on, the follow-up job of an atomic processor is a row of the
+    ledger's transaction: one row for the job, none more when it is delivered again."""
+    from django.conf import settings
+    from django.db import connection
+
+    from echomq_gevent import Queue
+
+    settings.ECHOMQ = dict(settings.ECHOMQ, outbox={"relay": False})
+    echomq.reset()
+
+    def ship(job):
+        return {"email": echomq.enqueue_on_commit("billing", "email", {"order": job.data["order"]})}
+
+    registered = echomq.processor("billing", "ship", atomic=True)(ship)
+    queue = Queue("billing", connection=redis_url, prefix=prefix)
+    try:
+        queue.add("ship", {"order": 7}, {"jobId": "s1"})
+        from integration.worker_helpers import make_worker, running
+
+        with running(make_worker(redis_url, prefix, "billing", registered, concurrency=1)):
+            wait_for(lambda: queue.get_job_state("s1") == "completed", what="the job to complete")
+            first = queue.get_job("s1").returnvalue
+            queue.get_job("s1").retry("completed")  # delivered again
+            wait_for(lambda: queue.get_job_state("s1") == "completed", what="the delivery again to complete")
+        assert queue.get_job("s1").returnvalue == first
+        with connection.cursor() as cur:
+            cur.execute("SELECT job_id, name FROM echomq_outbox WHERE queue = 'billing'")
+            assert cur.fetchall() == [(first["email"], "email")]
+            cur.execute("DELETE FROM echomq_outbox")
+        connection.close()
+    finally:
+        echomq.processor._routes[:] = [r for r in echomq.processor._routes if r[2] is not registered]
+        queue.close()

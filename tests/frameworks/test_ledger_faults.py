@@ -105,8 +105,10 @@ def test_killed_after_the_commit_the_job_completes_with_the_first_runs_value_and
                     LEDGER_KILL_AFTER_COMMIT=1)
     wait_for(lambda: first.exited(), what="the first worker to be killed after its commit", details=first.output,
              give_up=lambda: "the job failed" if queue.get_job_state("k1") == "failed" else None, timeout=60)
-    assert first.proc.returncode == -signal.SIGKILL and first.saw("committed k1"), first.output()
-    assert queue.get_job_state("k1") == "active"  # the finish never reached Redis
+    # (not its return code: where gevent's child watcher runs in this process, as after an
+    # offload: process test, it reaps the child first and Popen reads 0)
+    assert first.saw("committed k1"), first.output()
+    assert queue.get_job_state("k1") == "active"  # killed: the finish never reached Redis
     assert len(database.effects("k1")) == 1 and len(database.ledger("k1")) == 1
     first_pid = json.loads(database.ledger("k1")[0])["pid"]
 
