@@ -138,18 +138,20 @@ class AtomicProcessor:
     def __init__(self, fn: Callable[[Any], Any], alias: Optional[str] = None) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
+        #: ``module.qualified.name`` of the function (what errors and logs name)
+        self.name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
         self.alias = alias
 
     def __call__(self, job: Any) -> Any:
-        _ensure_django(f"the processor {self.__module__}.{self.__qualname__}")
+        _ensure_django(f"the processor {self.name}")
         return run_once(DjangoLedgerDb(ledger_alias(self.alias)), self.fn, job)
 
     def __repr__(self) -> str:
-        return f"<atomic processor {self.__module__}.{self.__qualname__}>"
+        return f"<atomic processor {self.name}>"
 
     def check(self) -> None:
         """At start: ConfigError when the ledger's database is missing or not migrated."""
-        what = f"the processor {self.__module__}.{self.__qualname__}"
+        what = f"the processor {self.name}"
         setting = "its atomic=" + repr(self.alias) if self.alias else "settings.ECHOMQ['ledger']['database']"
         check_alias(ledger_alias(self.alias), what, setting)
 

@@ -117,6 +117,8 @@ class SessionAtomicProcessor:
 
         functools.update_wrapper(self, fn)
         self.fn = fn
+        #: ``module.qualified.name`` of the function (what errors and logs name)
+        self.name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
         self.session = session
         self.setting = setting
         #: what the start check runs in (Flask: an app context), or None
@@ -126,12 +128,12 @@ class SessionAtomicProcessor:
         return run_once(SessionLedgerDb(self.session(), self.setting), self.fn, job)
 
     def __repr__(self) -> str:
-        return f"<atomic processor {self.__module__}.{self.__qualname__}>"
+        return f"<atomic processor {self.name}>"
 
     def check(self) -> None:
         """At start: ConfigError naming the processor and the setting when there is no
         session to write with, or its database has no ``echomq_ledger`` table."""
-        what = f"the processor {self.__module__}.{self.__qualname__}"
+        what = f"the processor {self.name}"
         with (self.context() if self.context is not None else contextlib.nullcontext()):
             try:
                 real = session_of(self.session())

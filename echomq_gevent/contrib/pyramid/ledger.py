@@ -67,12 +67,14 @@ class PyramidAtomicProcessor:
     def __init__(self, fn: Callable[[Any], Any]) -> None:
         functools.update_wrapper(self, fn)
         self.fn = fn
+        #: ``module.qualified.name`` of the function (what errors and logs name)
+        self.name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
     def __repr__(self) -> str:
-        return f"<atomic processor {self.__module__}.{self.__qualname__}>"
+        return f"<atomic processor {self.name}>"
 
     def _what(self) -> str:
-        return f"the processor {self.__module__}.{self.__qualname__}"
+        return f"the processor {self.name}"
 
     def __call__(self, job: Any) -> Any:
         from ..ledger.sqlalchemy import SessionLedgerDb
