@@ -1,5 +1,6 @@
-"""The effect ledger's faults, with Django worker processes (``ledger_worker_proc.py``) on
-SQLite and PostgreSQL and a real Redis: the worker SIGKILLed right after the processor's
+"""The effect ledger's faults, with Django worker processes (``ledger_worker_proc.py``) and
+Flask ones (``ledger_flask_proc.py``, the SIGKILL case) on SQLite and PostgreSQL and a real
+Redis: the worker SIGKILLed right after the processor's
 transaction committed and before the finish reached Redis; Redis restarted at that moment;
 PostgreSQL restarted while the processor's transaction is open. Every effect row is
 counted: exactly one per job, and the job completes with the value of the run that
@@ -18,6 +19,7 @@ pytest.importorskip("django")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROC = os.path.join(HERE, "ledger_worker_proc.py")
+FLASK_PROC = os.path.join(HERE, "ledger_flask_proc.py")
 FAST = {"concurrency": 1, "lock_duration": 1000, "stalled_interval": 1000, "drain_delay": 0.5,
         "shutdown_timeout": 5}
 
@@ -25,11 +27,13 @@ pytestmark = pytest.mark.slow
 
 
 class Database:
-    """Django's ``DATABASES['default']`` for the worker processes, and the test's reads."""
+    """Django's ``DATABASES['default']`` for the worker processes (``url``: SQLAlchemy's),
+    and the test's reads."""
 
-    def __init__(self, settings, read):
+    def __init__(self, settings, read, url):
         self.settings = settings
         self._read = read
+        self.url = url
 
     def rows(self, sql, params=()):
         return self._read(sql, params)
@@ -48,7 +52,8 @@ def _sqlite(path):
             return conn.execute(sql.replace("%s", "?"), params).fetchall()
         finally:
             conn.close()
-    return Database({"ENGINE": "django.db.backends.sqlite3", "NAME": path, "OPTIONS": {"timeout": 10}}, read)
+    return Database({"ENGINE": "django.db.backends.sqlite3", "NAME": path, "OPTIONS": {"timeout": 10}}, read,
+                    f"sqlite:///{path}")
 
 
 def _postgres(server, name):
@@ -65,7 +70,7 @@ def _postgres(server, name):
         finally:
             conn.close()
     return Database({"ENGINE": "django.db.backends.postgresql", "NAME": name, "USER": server.user,
-                     "HOST": "127.0.0.1", "PORT": str(server.port)}, read)
+                     "HOST": "127.0.0.1", "PORT": str(server.port)}, read, server.url_for(name))
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -116,6 +121,25 @@ def test_killed_after_the_commit_the_job_completes_with_the_first_runs_value_and
     wait_for(lambda: queue.get_job_state("k1") == "completed", what="the stalled job to complete on the second "
              "worker", details=second.output, give_up=second.exited, timeout=60)
     _completed_once(database, queue, "k1", first_pid)
+    assert second.stop() == 0
+
+
+def test_flask_killed_after_the_commit_the_job_completes_with_the_first_runs_value_and_one_effect(
+        database, redis_url, prefix, qname, queue, command, wait_for):
+    pytest.importorskip("flask_sqlalchemy")
+    queue.add("charge", {"n": 1}, {"jobId": "fk1"})
+    argv = [sys.executable, FLASK_PROC, database.url, redis_url, prefix, qname]
+    first = command(argv, HERE, {"LEDGER_KILL_AFTER_COMMIT": "1"})
+    wait_for(lambda: first.exited(), what="the first Flask worker to be killed after its commit",
+             details=first.output, give_up=lambda: "the job failed" if queue.get_job_state("fk1") == "failed" else None,
+             timeout=60)
+    assert first.saw("committed fk1"), first.output()
+    assert queue.get_job_state("fk1") == "active"
+    first_pid = json.loads(database.ledger("fk1")[0])["pid"]
+    second = command(argv, HERE, {})
+    wait_for(lambda: queue.get_job_state("fk1") == "completed", what="the stalled job to complete on the second "
+             "Flask worker", details=second.output, give_up=second.exited, timeout=60)
+    _completed_once(database, queue, "fk1", first_pid)
     assert second.stop() == 0
 
 
