@@ -12,9 +12,7 @@ from gevent import monkey
 
 monkey.patch_all()
 
-import contextlib  # noqa: E402
 import os  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
 import uuid  # noqa: E402
 
@@ -26,7 +24,7 @@ def main() -> int:
 
     from echomq_gevent.contrib.flask import EchoMQ
     from echomq_gevent.contrib.ledger.sqlalchemy import metadata as ledger_metadata
-    from echomq_gevent.plugins.hookspecs import hookimpl
+    import ledger_after_commit
 
     db = SQLAlchemy()
     echomq = EchoMQ()
@@ -54,22 +52,11 @@ def main() -> int:
         db.create_all()
         ledger_metadata.create_all(db.engine)
 
-    class AfterCommit:
-        __name__ = "ledger-after-commit"
-
-        @hookimpl
-        def echomq_job_context(self, worker, job):
-            @contextlib.contextmanager
-            def scope():
-                yield
-                print(f"committed {job.id}", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
-            return scope()
-
     state = echomq.state(app)
     plugins = list(state.plugins)
-    if os.environ.get("LEDGER_KILL_AFTER_COMMIT") == "1":
-        plugins.append(AfterCommit())
+    after_commit = ledger_after_commit.from_environment()
+    if after_commit is not None:
+        plugins.append(after_commit)
     print("ledger worker ready", flush=True)
     with app.app_context():
         return state.run_worker(plugins=plugins)

@@ -8,7 +8,7 @@ for the ledger's fault tests; run as ``manage.py echomq_worker`` runs it.
 worker options (the settings: ``ledger_settings.py``, which the children of ``offload:
 process`` read too). With ``LEDGER_KILL_AFTER_COMMIT=1`` in the environment the process
 SIGKILLs itself right after a job's processor and its ledger row committed and before the
-job's completion is sent to Redis (a job context that exits after the processor); with
+job's completion is sent to Redis (``ledger_after_commit``); with
 ``LEDGER_STOP_AFTER_COMMIT=1`` it prints ``committed JOB_ID`` and SIGSTOPs itself there,
 for a test that restarts Redis before letting it go on. Prints ``ledger worker ready``
 once migrated.
@@ -17,29 +17,9 @@ from gevent import monkey
 
 monkey.patch_all()  # before Django loads, as manage.py echomq_worker has it
 
-import contextlib  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import signal  # noqa: E402
 import sys  # noqa: E402
-
-
-class AfterCommit:
-    """Plugin: a job context whose clean exit (after the processor's transaction
-    committed, before the finish) kills or stops this process."""
-
-    __name__ = "ledger-after-commit"
-
-    def __init__(self, action):
-        self.action = action
-
-    def echomq_job_context(self, worker, job):
-        @contextlib.contextmanager
-        def scope():
-            yield
-            print(f"committed {job.id}", flush=True)
-            os.kill(os.getpid(), self.action)
-        return scope()
 
 
 def main() -> int:
@@ -53,9 +33,9 @@ def main() -> int:
     from django.core.management import call_command
     from django.db import connection
 
+    import ledger_after_commit
     import ledger_jobs
     from echomq_gevent.contrib import django as integration
-    from echomq_gevent.plugins.hookspecs import hookimpl
 
     call_command("migrate", verbosity=0)
     ledger_jobs.create_effects(connection)
@@ -64,11 +44,9 @@ def main() -> int:
     integration.processor(queue, "hold")(ledger_jobs.hold)
     integration.processor(queue, "plain")(ledger_jobs.plain)
     plugins = integration.worker_plugins()
-    action = (signal.SIGKILL if os.environ.get("LEDGER_KILL_AFTER_COMMIT") == "1" else
-              signal.SIGSTOP if os.environ.get("LEDGER_STOP_AFTER_COMMIT") == "1" else None)
-    if action is not None:
-        AfterCommit.echomq_job_context = hookimpl(AfterCommit.echomq_job_context)
-        plugins.append(AfterCommit(action))
+    after_commit = ledger_after_commit.from_environment()
+    if after_commit is not None:
+        plugins.append(after_commit)
     print("ledger worker ready", flush=True)
     return integration.integration().run_worker(plugins=plugins)
 
