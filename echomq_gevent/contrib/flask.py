@@ -29,7 +29,8 @@ checked by the same validator): ``ECHOMQ_REDIS_URL``, ``ECHOMQ_PREFIX``,
 YAML file to read instead. ``ECHOMQ_OUTBOX`` (``True`` or a mapping of outbox options) makes
 :meth:`EchoMQ.enqueue_after_commit` write the job into the ``echomq_outbox`` table in the
 session's transaction; the relay in the worker processes adds it once it commits.
-Commands: ``flask echomq worker``, ``flask echomq status`` and ``flask echomq outbox``.
+``@echomq.processor(queue, name, atomic=True)`` runs a processor through the effect ledger
+(``echomq_gevent.contrib.ledger``; ``ECHOMQ_LEDGER``: how its rows are kept). Commands: ``flask echomq worker``, ``flask echomq status`` and ``flask echomq outbox``.
 See ``docs/frameworks.md``.
 """
 from __future__ import annotations
@@ -60,7 +61,7 @@ CONFIG_KEYS: Dict[str, str] = {
 }
 _YAML_TO_KEY = {v: k for k, v in CONFIG_KEYS.items()}
 #: app.config keys of the integration itself (not YAML keys)
-OWN_KEYS = ("ECHOMQ_CONFIG", "ECHOMQ_OUTBOX")
+OWN_KEYS = ("ECHOMQ_CONFIG", "ECHOMQ_OUTBOX", "ECHOMQ_LEDGER")
 EXTENSION = "echomq"
 
 
@@ -103,8 +104,10 @@ class EchoMQ:
 
     def __init__(self, app: Any = None, session: Any = None) -> None:
         self.session = session
-        #: ``@echomq.processor(queue, job_name="*")``: declare a processor
-        self.processor = Processors(f"echomq_gevent.contrib.flask.processors.{id(self):x}")
+        self._app: Any = None
+        #: ``@echomq.processor(queue, job_name="*", atomic=False)``: declare a processor
+        #: (``atomic=True``: through the effect ledger, on the jobs' session)
+        self.processor = Processors(f"echomq_gevent.contrib.flask.processors.{id(self):x}", atomic=self._atomic)
         if app is not None:
             self.init_app(app)
 
@@ -112,6 +115,7 @@ class EchoMQ:
         """Check ``app.config`` (a wrong key raises ConfigError naming it), keep the
         configuration in ``app.extensions['echomq']`` and add the ``flask echomq`` commands."""
         cfg = config_from_app(app)
+        self._app = app
         setting = (f"{app.config['ECHOMQ_CONFIG']}: queues" if app.config.get("ECHOMQ_CONFIG")
                    else "app.config['ECHOMQ_QUEUES']")
         state = Integration(cfg, setting, [FlaskJobContext(app, self), self.processor])
@@ -120,6 +124,7 @@ class EchoMQ:
             from .outbox.registry import RelayPlugin
 
             state.plugins.append(RelayPlugin())
+        state.plugins.append(self._ledger_pruner(app, state))
         app.extensions[EXTENSION] = state
         app.cli.add_command(_command_group(self))
 
@@ -138,13 +143,51 @@ class EchoMQ:
         def make_db() -> Any:
             from .outbox.sqlalchemy import SqlAlchemyDb
 
-            if self.session is not None:
-                engine = self.session.get_bind()
-            else:
-                with app.app_context():
-                    engine = app.extensions["sqlalchemy"].engine
-            return SqlAlchemyDb(engine, f"the outbox of Flask app {app.import_name!r}")
+            return SqlAlchemyDb(self._engine(app), f"the outbox of Flask app {app.import_name!r}")
         return register(Outbox(key, opts, make_db, state.queue, f"Flask app {app.import_name!r} outbox"))
+
+    def _ledger_pruner(self, app: Any, state: Integration) -> Any:
+        """The worker processes' pruning of the ledger table (``app.config['ECHOMQ_LEDGER']``),
+        active once a processor is marked atomic."""
+        from .ledger.pruner import LedgerPruner
+        from .ledger.settings import ledger_settings
+
+        state.ledger = ledger_settings(app.config.get("ECHOMQ_LEDGER"),
+                                       lambda path: "app.config['ECHOMQ_LEDGER']" + "".join(f"[{p!r}]" for p in path))
+
+        def make_db() -> Any:
+            from .outbox.sqlalchemy import SqlAlchemyDb
+
+            return SqlAlchemyDb(self._engine(app), f"the ledger of Flask app {app.import_name!r}")
+        return LedgerPruner(make_db, state.ledger, f"Flask app {app.import_name!r}",
+                            active=lambda: bool(self.processor.atomic_routes()))
+
+    def _engine(self, app: Any) -> Any:
+        """The engine of the jobs' session (the one given to the extension, else
+        Flask-SQLAlchemy's)."""
+        if self.session is not None:
+            return self.session.get_bind()
+        with app.app_context():
+            return app.extensions["sqlalchemy"].engine
+
+    def _atomic(self, fn: Any, value: Any) -> Any:
+        """What ``@echomq.processor(..., atomic=True)`` registers: ``fn`` run once through
+        the ledger, in the transaction of the session the jobs use."""
+        if value is not True:
+            raise TypeError(f"@echomq.processor(..., atomic=...) takes True (the jobs' session: EchoMQ(app, "
+                            f"session=...) or Flask-SQLAlchemy's db.session), got {value!r}")
+        from .ledger.sqlalchemy import SessionAtomicProcessor
+
+        return SessionAtomicProcessor(fn, self._session, "EchoMQ(app, session=...) or Flask-SQLAlchemy's db.session",
+                                      context=self._check_context)
+
+    def _check_context(self) -> Any:
+        """An app context for the start check, unless one is pushed."""
+        from flask import has_app_context
+
+        if has_app_context() or self._app is None:
+            return contextlib.nullcontext()
+        return self._app.app_context()
 
     # -- per app --------------------------------------------------------------------------
     def state(self, app: Any = None) -> Integration:
@@ -190,6 +233,8 @@ class EchoMQ:
         return params[4]
 
     def _session(self) -> Any:
+        """The session the app's jobs and ``enqueue_after_commit`` use: the one given to
+        the extension, else Flask-SQLAlchemy's ``db.session``; RuntimeError when neither."""
         if self.session is not None:
             return self.session
         from flask import current_app

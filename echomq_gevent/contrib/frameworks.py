@@ -69,17 +69,31 @@ class Processors:
     import anything; the worker imports the modules that declare them before it starts.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, atomic: Optional[Callable[[Callable[..., Any], Any], Any]] = None) -> None:
         self.__name__ = name  # the name pluggy lists the plugin under
         self._routes: List[Tuple[str, str, Callable[..., Any]]] = []
+        #: the framework's ledger: ``atomic(fn, value)`` -> the processor that runs ``fn``
+        #: through it (None: this framework has no ledger yet)
+        self._atomic = atomic
 
-    def __call__(self, queue: str, job_name: str = "*") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def __call__(self, queue: str, job_name: str = "*",
+                 atomic: Any = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """``atomic=True`` (or a database name where the framework has several): the
+        processor's database effects and its job's ledger row commit in one
+        transaction, and a delivery of the job again answers the stored return value
+        without calling it (:mod:`echomq_gevent.contrib.ledger`). The decorator then
+        returns the wrapped processor, under the function's own name."""
         if not isinstance(queue, str) or not queue:
             raise TypeError(f"processor(queue, job_name): queue must be a queue name, got {queue!r}")
+        if atomic is not False and self._atomic is None:
+            raise TypeError(f"@processor({queue!r}, {job_name!r}, atomic=...): this integration has no effect "
+                            f"ledger")
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             if not callable(fn):
                 raise TypeError(f"@processor({queue!r}, {job_name!r}) decorates {fn!r}, which is not callable")
+            if atomic is not False:
+                fn = self._atomic(fn, atomic)  # type: ignore[misc]
             route = (queue, job_name, fn)
             if route not in self._routes:
                 self._routes.append(route)
@@ -97,6 +111,17 @@ class Processors:
                 raise ConfigError(
                     f"{queues_setting}: the processor {where} is declared for queue {queue!r}, which is "
                     f"not one of the declared queues ({', '.join(cfg.queues)}); add it there")
+
+    def atomic_routes(self) -> List[Tuple[str, str, Callable[..., Any]]]:
+        """The routes whose processor runs through the ledger."""
+        return [r for r in self._routes if getattr(r[2], "echomq_ledgered", False)]
+
+    def check_ledgers(self, queues: Sequence[str]) -> None:
+        """Refuse at start a processor of ``queues`` marked atomic whose database is not
+        configured (ConfigError naming the processor and the setting)."""
+        for queue, _job_name, fn in self.atomic_routes():
+            if queue in queues:
+                fn.check()
 
     @hookimpl
     def echomq_register_processors(self, registry: Any) -> None:
@@ -119,6 +144,8 @@ class Integration:
         self._embedded: Any = None
         #: the app's :class:`~echomq_gevent.contrib.outbox.registry.Outbox` (None: off)
         self.outbox: Any = None
+        #: the app's ledger settings (:class:`~echomq_gevent.contrib.ledger.LedgerSettings`)
+        self.ledger: Any = None
 
     # -- building ------------------------------------------------------------------------
     @staticmethod
@@ -264,6 +291,7 @@ class Integration:
         for plugin in plugins:
             if isinstance(plugin, Processors):
                 plugin.check_queues(self.cfg, self.queues_setting)
+                plugin.check_ledgers(list(cfg.queues))
         build_plugin_host(cfg, tuple(plugins))
         return cfg, plugins
 

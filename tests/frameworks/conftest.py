@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import sys
 from typing import Dict, List
 
@@ -112,3 +113,41 @@ def django_shop(tmp_path_factory):
 
     call_command("migrate", verbosity=0)
     return settings.DATABASES["default"]["NAME"]
+
+
+PYRAMID_APP = os.path.join(ROOT, "examples", "pyramid_app")
+
+
+@pytest.fixture
+def pyramid_ini(tmp_path, redis_url, prefix):
+    """``make(url, extra="")``: the example Pyramid shop's ``development.ini`` on database
+    ``url``, the test's Redis and prefix, with ``extra`` lines added to ``[app:main]``;
+    returns the file's path."""
+    def make(url, extra=""):
+        with open(os.path.join(PYRAMID_APP, "development.ini"), encoding="utf-8") as fh:
+            text = fh.read()
+        text = re.sub(r"(?m)^sqlalchemy\.url = .*$", f"sqlalchemy.url = {url}", text)
+        text = re.sub(r"(?m)^echomq\.redis_url = .*$", f"echomq.redis_url = {redis_url}", text)
+        text = re.sub(r"(?m)^echomq\.prefix = .*$", f"echomq.prefix = {prefix}", text)
+        text = text.replace("[app:main]\n", "[app:main]\n" + extra)
+        ini = tmp_path / "test.ini"
+        ini.write_text(text)
+        return str(ini)
+    return make
+
+
+@pytest.fixture
+def run_workers(redis_url, wait_for):
+    """``run(state, until)``: the workers of an integration's state (its config and
+    plugins) run in this process until ``until()`` holds, then drain."""
+    def run(state, until, what="the jobs to settle"):
+        from echomq_gevent.host.runner import Runner
+
+        runner = Runner(state.cfg, redis_url, extra_plugins=state.plugins)
+        runner.start()
+        try:
+            wait_for(until, what=what)
+        finally:
+            runner.drain(0)
+            runner.wait(10)
+    return run

@@ -234,6 +234,26 @@ def test_worker_runs_the_task_and_get_result_reports_it(t, redis_url, wait_for):
     assert _queue().get_job(result.id).returnvalue == {"sum": 42}
 
 
+def test_an_atomic_task_delivered_again_answers_its_stored_value_without_running(t, redis_url, wait_for):
+    from django.db import connection
+
+    import ledger_jobs
+
+    ledger_jobs.create_effects(connection)
+    result = t.charge_once.enqueue("task-1")
+    with _Worker(redis_url):
+        wait_for(lambda: _counts()["completed"] == 1, what="the task to run")
+        first = _queue().get_job(result.id).returnvalue
+        _queue().get_job(result.id).retry("completed")  # delivered again, as a stalled job is
+        wait_for(lambda: _queue().get_job_state(result.id) == "completed", what="the delivery again to complete")
+    assert _queue().get_job(result.id).returnvalue == first
+    assert t.charge_once.get_result(result.id).return_value == first
+    with connection.cursor() as cur:
+        cur.execute("SELECT run FROM ledger_effects WHERE job_id = 'task-1'")
+        assert [r[0] for r in cur.fetchall()] == [first["run"]]
+    connection.close()
+
+
 def test_retries_give_the_context_its_attempt_and_keep_each_error(t, redis_url, wait_for):
     result = t.flaky.enqueue("retry", 2)
     with _Worker(redis_url):

@@ -24,7 +24,7 @@ APP_DIR = os.path.join(EXAMPLES, "pyramid_app")
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "psycopg"])
-def shop(request, tmp_path, redis_url, prefix, monkeypatch):
+def shop(request, tmp_path, monkeypatch, pyramid_ini):
     monkeypatch.syspath_prepend(APP_DIR)
     from pyramid.paster import get_app
 
@@ -36,18 +36,11 @@ def shop(request, tmp_path, redis_url, prefix, monkeypatch):
         url = request.getfixturevalue("pg_server").create_database(f"pyramid{os.getpid()}x{next(_dbs)}", driver)
     else:
         url = f"sqlite:///{tmp_path / 'shop.sqlite3'}"
-    with open(os.path.join(APP_DIR, "development.ini"), encoding="utf-8") as fh:
-        text = fh.read()
-    text = re.sub(r"(?m)^sqlalchemy\.url = .*$", f"sqlalchemy.url = {url}", text)
-    text = re.sub(r"(?m)^echomq\.redis_url = .*$", f"echomq.redis_url = {redis_url}", text)
-    text = re.sub(r"(?m)^echomq\.prefix = .*$", f"echomq.prefix = {prefix}", text)
-    text = text.replace("[app:main]\n", "[app:main]\necho" "mq.outbox = true\necho" "mq.outbox.poll_interval = 0.2\n")
-    ini = tmp_path / "test.ini"
-    ini.write_text(text)
-    app = get_app(str(ini))
+    ini = pyramid_ini(url, "echo" "mq.outbox = true\necho" "mq.outbox.poll_interval = 0.2\n")
+    app = get_app(ini)
     module.Base.metadata.create_all(app.registry["engine"])
     metadata.create_all(app.registry["engine"])
-    yield module, app, str(ini)
+    yield module, app, ini
     app.registry["engine"].dispose()
 
 

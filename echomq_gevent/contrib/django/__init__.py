@@ -39,8 +39,9 @@ from typing import Any, Iterator, List, Mapping, Optional, Tuple
 from ...errors import ConfigError
 from ...plugins.hookspecs import hookimpl
 from ..frameworks import Integration, Processors
+from .ledger import atomic_task
 
-__all__ = ["processor", "queue", "enqueue", "enqueue_on_commit", "integration", "DjangoJobContext",
+__all__ = ["processor", "atomic_task", "queue", "enqueue", "enqueue_on_commit", "integration", "DjangoJobContext",
            "SETTING", "FRAMEWORK_KEYS"]
 
 log = logging.getLogger("echomq_gevent.django")
@@ -48,11 +49,18 @@ log = logging.getLogger("echomq_gevent.django")
 #: The setting the integration reads.
 SETTING = "ECHOMQ"
 #: Keys of ``ECHOMQ`` besides the YAML file's.
-FRAMEWORK_KEYS = ("config", "discover", "outbox")
+FRAMEWORK_KEYS = ("config", "discover", "outbox", "ledger")
 DEFAULT_DISCOVER = "jobs"
 
-#: ``@processor(queue, job_name="*")``: declare a processor in an app's ``jobs`` module.
-processor = Processors("echomq_gevent.contrib.django.processors")
+def _atomic(fn: Any, value: Any) -> Any:
+    from .ledger import make_atomic
+
+    return make_atomic(fn, value)
+
+
+#: ``@processor(queue, job_name="*", atomic=False)``: declare a processor in an app's
+#: ``jobs`` module (``atomic=True``: through the effect ledger, :mod:`.ledger`).
+processor = Processors("echomq_gevent.contrib.django.processors", atomic=_atomic)
 
 _integration: Optional[Integration] = None
 #: the outbox of settings.ECHOMQ['outbox'] (None when it is off)
@@ -67,6 +75,13 @@ def _where(path: Tuple[Any, ...]) -> str:
 def _settings_values() -> Tuple[Mapping[str, Any], Optional[str], str]:
     values, config_path, discover, _outbox_value = _settings_all()
     return values, config_path, discover
+
+
+def _ledger_value() -> Any:
+    from django.conf import settings
+
+    values = getattr(settings, SETTING, None)
+    return values.get("ledger") if isinstance(values, Mapping) else None
 
 
 def _settings_all() -> Tuple[Mapping[str, Any], Optional[str], str, Any]:
@@ -96,6 +111,9 @@ def integration() -> Integration:
                                       config_setting=_where(("config",)))
         setting = f"{config_path}: queues" if config_path else _where(("queues",))
         state = Integration(cfg, setting, [DjangoJobContext(), processor])
+        from ..ledger.settings import ledger_settings
+
+        state.ledger = ledger_settings(_ledger_value(), lambda path: _where(("ledger",) + tuple(path)))
         _outbox = _make_outbox(state, outbox_value)
         state.outbox = _outbox  # what the status command reads
         _integration = state
@@ -217,7 +235,24 @@ def worker_plugins() -> List[Any]:
         from ..outbox.registry import RelayPlugin
 
         extra.append(RelayPlugin())
+    extra += _ledger_pruners(state, extra)
     return state.plugins + extra + [m for m in modules]
+
+
+def _ledger_pruners(state: Integration, task_plugins: List[Any]) -> List[Any]:
+    """One pruner per database the atomic processors and tasks of this project write
+    their ledger rows to (none when nothing is atomic)."""
+    from ..ledger.pruner import LedgerPruner
+    from .ledger import DjangoLedgerDb, ledger_alias
+    from .task_worker import atomic_aliases
+
+    aliases = {ledger_alias(getattr(fn, "alias", None)) for _q, _n, fn in processor.atomic_routes()}
+    aliases |= {ledger_alias(a) for a in atomic_aliases(task_plugins)}
+    pruners = []
+    for alias in sorted(aliases):
+        db = DjangoLedgerDb(alias)
+        pruners.append(LedgerPruner(lambda db=db: db, state.ledger, db.label, after=db.close))
+    return pruners
 
 
 @contextlib.contextmanager

@@ -1,4 +1,4 @@
-"""The outbox's tables as Django models (app label ``echomq_gevent``; created by
+"""The outbox's tables and the effect ledger's as Django models (app label ``echomq_gevent``; created by
 ``python manage.py migrate``). Rows are written and read with the SQL of
 :mod:`echomq_gevent.contrib.outbox.rows`, shared with the SQLAlchemy table; the models
 are here for the migration and for looking at the rows (the shell, the admin)."""
@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from django.db import models
 
+from ..ledger.core import AGE_INDEX as LEDGER_AGE
+from ..ledger.core import TABLE as LEDGER_TABLE
+from ..ledger.core import UNIQUE_INDEX as LEDGER_UNIQUE
 from ..outbox.rows import LOCK_TABLE, STATE_NAMES, TABLE
 
 
@@ -44,3 +47,27 @@ class OutboxLock(models.Model):
     class Meta:
         app_label = "echomq_gevent"
         db_table = LOCK_TABLE
+
+
+class LedgerRow(models.Model):
+    """The row of a job whose atomic processor committed (``echomq_ledger``; see
+    :mod:`echomq_gevent.contrib.ledger.core`). Written and read with that module's SQL."""
+
+    id = models.BigAutoField(primary_key=True)
+    prefix = models.CharField(max_length=255)
+    queue = models.CharField(max_length=255)
+    job_id = models.CharField(max_length=255)
+    job_ts = models.BigIntegerField()
+    job_name = models.CharField(max_length=255, default="", blank=True)
+    return_value = models.TextField()
+    created_ms = models.BigIntegerField()
+
+    class Meta:
+        app_label = "echomq_gevent"
+        db_table = LEDGER_TABLE
+        constraints = [models.UniqueConstraint(fields=["prefix", "queue", "job_id", "job_ts"],
+                                               name=LEDGER_UNIQUE)]
+        indexes = [models.Index(fields=["created_ms"], name=LEDGER_AGE)]
+
+    def __str__(self) -> str:
+        return f"ledger row {self.id}: {self.queue}/{self.job_id} ({self.job_name})"

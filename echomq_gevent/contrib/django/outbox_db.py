@@ -16,7 +16,7 @@ from typing import Any, Iterator, List, Sequence, Tuple
 from ..outbox import rows as sql
 from ..outbox.drivers import cooperative_psycopg
 
-__all__ = ["DjangoDb", "write_row"]
+__all__ = ["DjangoDb", "CursorExec", "write_row"]
 
 
 def write_row(using: str, params: Sequence[Any]) -> None:
@@ -28,7 +28,9 @@ def write_row(using: str, params: Sequence[Any]) -> None:
         cur.execute(sql.insert_sql(conn.vendor), list(params))
 
 
-class _Exec:
+class CursorExec:
+    """A DB-API cursor as the outbox and the ledger run statements on it."""
+
     def __init__(self, cursor: Any) -> None:
         self.cursor = cursor
 
@@ -53,12 +55,12 @@ class DjangoDb:
         cooperative_psycopg()  # the relay's queries must not block the hub (see .drivers)
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[_Exec]:
+    def atomic(self) -> Iterator[CursorExec]:
         from django.db import connections, transaction
 
         with transaction.atomic(using=self.alias):
             with connections[self.alias].cursor() as cur:
-                yield _Exec(cur)
+                yield CursorExec(cur)
 
     def reset(self) -> None:
         from django.db import connections

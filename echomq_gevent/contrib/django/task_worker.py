@@ -22,7 +22,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set
 from ...errors import ConfigError, UnrecoverableError
 from ...plugins.hookspecs import hookimpl
 
-__all__ = ["register", "registered", "discover", "TaskProcessors", "aliases", "backends", "worker_plugins"]
+__all__ = ["register", "registered", "discover", "TaskProcessors", "aliases", "backends", "worker_plugins",
+           "atomic_aliases"]
 
 log = logging.getLogger("echomq_gevent.django.tasks")
 
@@ -121,7 +122,38 @@ def worker_plugins(declared: Sequence[str]) -> List[Any]:
         queues |= backend.queues
     discover()
     log.info("Django tasks known to this worker: %s", ", ".join(sorted(_known)) or "none")
-    return [TaskProcessors(queues)]
+    plugin = TaskProcessors(queues)
+    _check_atomic(plugin)
+    return [plugin]
+
+
+def _atomic_tasks(queues: Set[str]) -> List[Any]:
+    from .ledger import atomic_of
+
+    return [t for path, t in sorted(_known.items()) if t.queue_name in queues and atomic_of(t.func) is not None]
+
+
+def _check_atomic(plugin: "TaskProcessors") -> None:
+    """Refuse at start an ``@atomic_task`` whose ledger database is not configured or
+    not migrated (ConfigError naming the task and the setting)."""
+    from .ledger import atomic_of, check_alias, ledger_alias
+
+    for task in _atomic_tasks(plugin.queues):
+        alias = atomic_of(task.func)[0]
+        setting = f"@atomic_task(using={alias!r})" if alias else "settings.ECHOMQ['ledger']['database']"
+        check_alias(ledger_alias(alias), f"the task {task.module_path}", setting)
+
+
+def atomic_aliases(plugins: Sequence[Any]) -> List[Optional[str]]:
+    """The ledger aliases (``None``: the settings' database) of the atomic tasks the
+    :class:`TaskProcessors` among ``plugins`` serve."""
+    from .ledger import atomic_of
+
+    out: List[Optional[str]] = []
+    for plugin in plugins:
+        if isinstance(plugin, TaskProcessors):
+            out += [atomic_of(t.func)[0] for t in _atomic_tasks(plugin.queues)]
+    return out
 
 
 class TaskProcessors:
@@ -161,6 +193,17 @@ class TaskRun:
         self.__module__ = task.func.__module__
 
     def __call__(self, job: Any) -> Any:
+        from .ledger import DjangoLedgerDb, atomic_of, ledger_alias
+
+        atomic = atomic_of(self.task.func)
+        if atomic is None:
+            return self._run(job)
+        from ..ledger.core import run_once
+
+        # @atomic_task: the task's effects and its job's ledger row commit together
+        return run_once(DjangoLedgerDb(ledger_alias(atomic[0])), self._run, job)
+
+    def _run(self, job: Any) -> Any:
         from .task_api import TaskContext, TaskResultStatus, normalize_json, task_finished, task_started
         from .task_results import read_result, task_call, worker_ids
 

@@ -13,7 +13,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from ...errors import ConfigError, close_matches
 
-__all__ = ["OutboxSettings", "OPTIONS", "outbox_settings"]
+__all__ = ["OutboxSettings", "OPTIONS", "outbox_settings", "checked_fields"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,13 +94,24 @@ def outbox_settings(value: Any, where: Callable[[Tuple[Any, ...]], str]) -> Outb
         raise ConfigError(f"{where(())}: must be true, false or a mapping of outbox options "
                           f"({', '.join(OPTIONS)}), got {value!r}")
     fields: Dict[str, Any] = {"enabled": True}
+    fields.update(checked_fields(value, OPTIONS, OutboxSettings, where, "outbox"))
+    return OutboxSettings(**fields)
+
+
+def checked_fields(value: Mapping[str, Any], options: Mapping[str, Tuple[Callable[[Any], Optional[str]], str]],
+                   dataclass: Any, where: Callable[[Tuple[Any, ...]], str], kind: str) -> Dict[str, Any]:
+    """The fields of ``dataclass`` from a mapping of ``options`` (name -> (check, doc)):
+    each key known and its value passing its check, a float field's value as a float.
+    Raises ConfigError naming the setting (``where((key,))``) and, for an unknown key, the
+    closest known one. The outbox's and the ledger's settings share it."""
+    fields: Dict[str, Any] = {}
     for key, v in value.items():
-        if key not in OPTIONS:
-            near = close_matches(str(key), OPTIONS)
-            hint = f"; did you mean {near[0]!r}?" if near else f"; the options are {', '.join(OPTIONS)}"
-            raise ConfigError(f"{where((key,))}: unknown outbox option {key!r}{hint}")
-        problem = OPTIONS[key][0](v)
+        if key not in options:
+            near = close_matches(str(key), options)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; the options are {', '.join(options)}"
+            raise ConfigError(f"{where((key,))}: unknown {kind} option {key!r}{hint}")
+        problem = options[key][0](v)
         if problem:
             raise ConfigError(f"{where((key,))}: {problem}, got {v!r}")
-        fields[key] = float(v) if isinstance(OutboxSettings.__dataclass_fields__[key].default, float) else v
-    return OutboxSettings(**fields)
+        fields[key] = float(v) if isinstance(dataclass.__dataclass_fields__[key].default, float) else v
+    return fields

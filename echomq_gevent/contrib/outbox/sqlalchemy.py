@@ -27,7 +27,8 @@ from sqlalchemy import BigInteger, Column, Index, Integer, MetaData, SmallIntege
 from . import rows as sql
 from .drivers import cooperative_psycopg
 
-__all__ = ["metadata", "outbox_table", "lock_table", "write_row", "SqlAlchemyDb", "session_of"]
+__all__ = ["metadata", "outbox_table", "lock_table", "write_row", "SqlAlchemyDb", "session_of", "ConnExec",
+           "driver_sql"]
 
 metadata = MetaData()
 
@@ -65,7 +66,7 @@ def _lock_row(target: Any, connection: Any, **kw: Any) -> None:
     connection.execute(lock_table.insert().values(name=sql.LOCK_NAME, owner="", lease_until_ms=0))
 
 
-def _driver_sql(dialect: Any, statement: str) -> str:
+def driver_sql(dialect: Any, statement: str) -> str:
     """``%s`` placeholders in the driver's own style (``exec_driver_sql``)."""
     if dialect.paramstyle == "qmark":
         return statement.replace("%s", "?")
@@ -88,19 +89,21 @@ def write_row(session: Any, params: Sequence[Any]) -> Any:
     manager would roll it back."""
     real = session_of(session)
     conn = real.connection(bind_arguments={"clause": outbox_table.select()})
-    conn.exec_driver_sql(_driver_sql(conn.dialect, sql.insert_sql(conn.dialect.name)), tuple(params))
+    conn.exec_driver_sql(driver_sql(conn.dialect, sql.insert_sql(conn.dialect.name)), tuple(params))
     return real
 
 
-class _Exec:
+class ConnExec:
+    """A SQLAlchemy ``Connection`` as the outbox and the ledger run ``%s`` statements on it."""
+
     def __init__(self, conn: Any) -> None:
         self.conn = conn
 
     def execute(self, statement: str, params: Sequence[Any] = ()) -> int:
-        return self.conn.exec_driver_sql(_driver_sql(self.conn.dialect, statement), tuple(params)).rowcount
+        return self.conn.exec_driver_sql(driver_sql(self.conn.dialect, statement), tuple(params)).rowcount
 
     def fetch(self, statement: str, params: Sequence[Any] = ()) -> List[Tuple[Any, ...]]:
-        res = self.conn.exec_driver_sql(_driver_sql(self.conn.dialect, statement), tuple(params))
+        res = self.conn.exec_driver_sql(driver_sql(self.conn.dialect, statement), tuple(params))
         return [tuple(r) for r in res.fetchall()]
 
 
@@ -115,9 +118,9 @@ class SqlAlchemyDb:
             cooperative_psycopg()  # the relay's queries must not block the hub (see .drivers)
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[_Exec]:
+    def atomic(self) -> Iterator[ConnExec]:
         with self.engine.begin() as conn:
-            yield _Exec(conn)
+            yield ConnExec(conn)
 
     def reset(self) -> None:
         pass  # a failed connection is invalidated by the pool

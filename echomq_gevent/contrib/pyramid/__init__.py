@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from ...errors import ConfigError
 from ...plugins.hookspecs import hookimpl
@@ -46,14 +46,27 @@ __all__ = ["includeme", "processor", "job_request", "integration", "SETTINGS_PRE
 
 SETTINGS_PREFIX = "echomq."
 OUTBOX_SETTING = "echomq.outbox"
+#: ``echomq.ledger.<option>``: how the effect ledger's rows are kept (:mod:`.ledger`)
+LEDGER_SETTING = "echomq.ledger"
 #: where the relay finds its engine: ``sqlalchemy.engine_from_config(settings, prefix)``
 ENGINE_PREFIX_SETTING = "echomq.outbox.engine_prefix"
 REGISTRY_KEY = "echomq_gevent"
 #: settings whose value is a whitespace-separated list
 LIST_KEYS = ("plugins", "plugin_paths")
 
-#: ``@processor(queue, job_name="*")``: declare a processor
-processor = Processors("echomq_gevent.contrib.pyramid.processors")
+#: ``@processor(queue, job_name="*", atomic=False)``: declare a processor (``atomic=True``:
+#: through the effect ledger, :mod:`.ledger`)
+processor = Processors("echomq_gevent.contrib.pyramid.processors", atomic=lambda fn, value: _atomic(fn, value))
+
+
+def _atomic(fn: Any, value: Any) -> Any:
+    """``@processor(..., atomic=True)``: ``fn`` run once through the effect ledger, in the
+    job's request transaction (:mod:`.ledger`)."""
+    if value is not True:
+        raise TypeError(f"@processor(..., atomic=...) takes True (the job's request.dbsession), got {value!r}")
+    from .ledger import PyramidAtomicProcessor
+
+    return PyramidAtomicProcessor(fn)
 
 
 def _where(path: Tuple[Any, ...]) -> str:
@@ -71,7 +84,8 @@ def values_from_settings(settings: Mapping[str, Any]) -> Tuple[Dict[str, Any], O
     values: Dict[str, Any] = {}
     config_path = None
     for key in sorted(settings):
-        if not key.startswith(SETTINGS_PREFIX) or key == OUTBOX_SETTING or key.startswith(OUTBOX_SETTING + "."):
+        if not key.startswith(SETTINGS_PREFIX) or key == OUTBOX_SETTING or key.startswith(OUTBOX_SETTING + ".") \
+                or key.startswith(LEDGER_SETTING + "."):
             continue
         raw = settings[key]
         parts = key[len(SETTINGS_PREFIX):].split(".")
@@ -108,12 +122,17 @@ def integration_from_settings(settings: Mapping[str, Any], registry: Any = None)
                                   config_setting="echomq.config")
     setting = f"{config_path}: queues" if config_path else "echomq.queues"
     plugins = [PyramidJobContext(registry), processor] if registry is not None else [processor]
+    for _queue, _name, fn in processor.atomic_routes():
+        fn.registry = registry  # what their start check prepares a request with
     state = Integration(cfg, setting, plugins)
     state.outbox = _outbox(settings, state, getattr(registry, "__name__", "") if registry is not None else "")
     if state.outbox is not None:
         from ..outbox.registry import RelayPlugin
 
         state.plugins.append(RelayPlugin())
+    from .ledger import ledger_pruner
+
+    state.plugins.append(ledger_pruner(settings, state, outbox_values(settings)[1]))
     return state
 
 
@@ -155,6 +174,16 @@ def _outbox(settings: Mapping[str, Any], state: Integration, app_name: str) -> A
                           f"(sqlalchemy.engine_from_config), and none is set; set {engine_prefix}url or "
                           f"{ENGINE_PREFIX_SETTING}")
     engine_settings = {k: v for k, v in settings.items() if k.startswith(engine_prefix)}
+    make_db = sqlalchemy_db(engine_settings, engine_prefix, "the outbox of the Pyramid app")
+    label = f"Pyramid app {app_name!r} outbox" if app_name else "Pyramid app outbox"
+    return register(Outbox(key, opts, make_db, state.queue, label))
+
+
+def sqlalchemy_db(engine_settings: Mapping[str, Any], engine_prefix: str, label: str) -> Callable[[], Any]:
+    """``make_db`` of the outbox's relay and the ledger's pruning: a
+    :class:`~echomq_gevent.contrib.outbox.sqlalchemy.SqlAlchemyDb` on an engine of
+    ``engine_settings`` (``sqlalchemy.engine_from_config``), made once per process (after
+    any fork)."""
     engine: Dict[str, Any] = {}
 
     def make_db() -> Any:
@@ -162,11 +191,10 @@ def _outbox(settings: Mapping[str, Any], state: Integration, app_name: str) -> A
 
         from ..outbox.sqlalchemy import SqlAlchemyDb
 
-        if engine.get("pid") != os.getpid():  # one engine per process, made after any fork
+        if engine.get("pid") != os.getpid():
             engine.update(pid=os.getpid(), engine=engine_from_config(engine_settings, engine_prefix))
-        return SqlAlchemyDb(engine["engine"], "the outbox of the Pyramid app")
-    label = f"Pyramid app {app_name!r} outbox" if app_name else "Pyramid app outbox"
-    return register(Outbox(key, opts, make_db, state.queue, label))
+        return SqlAlchemyDb(engine["engine"], label)
+    return make_db
 
 
 def includeme(config: Any) -> None:

@@ -1,4 +1,5 @@
 """The tasks the backend's tests enqueue and run (module level, as Django requires)."""
+from echomq_gevent.contrib.django import atomic_task
 from echomq_gevent.contrib.django.task_api import task
 
 #: what the tasks saw, by test key (the tests run the worker in their own process)
@@ -46,3 +47,18 @@ def plain(x):
 
 async def coroutine(x):
     return x
+
+
+@task(queue_name="tasks")
+@atomic_task
+def charge_once(key):
+    """Writes one effect row and returns which run wrote it; atomic: its job's delivery
+    again answers the stored value without a second row."""
+    import uuid
+
+    from django.db import connection
+
+    run = uuid.uuid4().hex
+    with connection.cursor() as cur:
+        cur.execute("INSERT INTO ledger_effects (job_id, run) VALUES (%s, %s)", [key, run])
+    return {"run": run}

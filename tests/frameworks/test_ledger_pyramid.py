@@ -1,0 +1,133 @@
+"""The effect ledger in the Pyramid integration (pyramid_tm, zope.sqlalchemy, the example
+shop), on SQLite and PostgreSQL, with a real Redis and workers: the processor's rows and
+the job's ledger row commit in the job's request transaction; a delivery again answers
+the stored value without running it; a first pick-up that meets a row aborts its
+transaction's writes; a failure leaves nothing; a missing table is refused at start."""
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+pytest.importorskip("pyramid")
+pytest.importorskip("pyramid_tm")
+pytest.importorskip("zope.sqlalchemy")
+
+EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples")
+APP_DIR = os.path.join(EXAMPLES, "pyramid_app")
+_dbs = itertools.count()
+
+
+def charge(job):
+    """Writes one Order row through the job's request.dbsession (its email names the job)
+    and returns which run wrote it; ``fail`` raises after the write."""
+    import uuid
+
+    import pyramidshop
+
+    from echomq_gevent.contrib.pyramid import job_request
+
+    run = uuid.uuid4().hex
+    request = job_request()
+    request.dbsession.add(pyramidshop.Order(email=f"{job.id}@ledger", confirmed_by=run))
+    request.dbsession.flush()
+    if job.data.get("fail"):
+        raise RuntimeError("the processor failed after its write")
+    return {"run": run}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def shop(request, tmp_path, monkeypatch, pyramid_ini):
+    monkeypatch.syspath_prepend(APP_DIR)
+    from pyramid.paster import get_app
+
+    import pyramidshop as module
+    from echomq_gevent.contrib.ledger.sqlalchemy import metadata as ledger_metadata
+    from echomq_gevent.contrib.pyramid import processor
+
+    if request.param != "sqlite":
+        url = request.getfixturevalue("pg_server").create_database(f"pyrledger{os.getpid()}x{next(_dbs)}")
+    else:
+        url = f"sqlite:///{tmp_path / 'shop.sqlite3'}"
+    routes = list(processor._routes)
+    atomic = processor("orders", "charge", atomic=True)(charge)
+    app = get_app(pyramid_ini(url))
+    module.Base.metadata.create_all(app.registry["engine"])
+    ledger_metadata.create_all(app.registry["engine"])
+    yield module, app, atomic
+    processor._routes[:] = routes
+    app.registry["engine"].dispose()
+
+
+def _state(app):
+    from echomq_gevent.contrib.pyramid import integration
+
+    return integration(app.registry)
+
+
+def _sql(app, statement):
+    with app.registry["engine"].begin() as conn:
+        res = conn.exec_driver_sql(statement)
+        return [tuple(r) for r in res.fetchall()] if res.returns_rows else []
+
+
+def _orders(app, job_id):
+    return [r[0] for r in _sql(app, f"SELECT confirmed_by FROM orders WHERE email = '{job_id}@ledger' ORDER BY id")]
+
+
+def test_the_rows_and_the_ledger_commit_together_and_a_delivery_again_does_not_run_it(shop, run_workers):
+    _module, app, _atomic = shop
+    queue = _state(app).queue("orders")
+    job = queue.add("charge", {}, {"jobId": "y1"})
+    run_workers(_state(app), lambda: queue.get_job_state("y1") == "completed")
+    first = queue.get_job("y1").returnvalue
+    assert _orders(app, "y1") == [first["run"]]
+    assert _sql(app, "SELECT job_id, job_ts, return_value FROM echomq_ledger") == \
+        [("y1", job.timestamp, '{"run":"%s"}' % first["run"])]
+    queue.get_job("y1").retry("completed")
+    run_workers(_state(app), lambda: queue.get_job_state("y1") == "completed")
+    assert queue.get_job("y1").returnvalue == first and _orders(app, "y1") == [first["run"]]
+
+
+def test_a_first_pick_up_that_meets_a_row_aborts_its_writes_and_a_failure_leaves_nothing(shop, run_workers):
+    from echomq_gevent.contrib.ledger.core import now_ms
+
+    _module, app, _atomic = shop
+    queue = _state(app).queue("orders")
+    job = queue.add("charge", {}, {"jobId": "raced"})
+    queue.add("charge", {"fail": True}, {"jobId": "fails"})
+    _sql(app, "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
+              f"VALUES ('{job.prefix}', 'orders', 'raced', {job.timestamp}, 'charge', '{{\"run\":\"other\"}}', "
+              f"{now_ms()})")  # a fresh row: the worker's pruning keeps it
+    run_workers(_state(app), lambda: {queue.get_job_state(i) for i in ("raced", "fails")} ==
+         {"completed", "failed"})
+    assert queue.get_job("raced").returnvalue == {"run": "other"} and _orders(app, "raced") == []
+    assert "the processor failed after its write" in queue.get_job("fails").failed_reason
+    assert _orders(app, "fails") == []
+    assert [r[0] for r in _sql(app, "SELECT job_id FROM echomq_ledger")] == ["raced"]
+
+
+def test_a_missing_ledger_table_is_refused_at_start_naming_the_processor(shop):
+    from echomq_gevent.errors import ConfigError
+
+    _module, app, _atomic = shop
+    _sql(app, "DROP TABLE echomq_ledger")
+    with pytest.raises(ConfigError) as info:
+        _state(app).prepare()
+    assert "the processor test_ledger_pyramid.charge is marked atomic" in str(info.value)
+    assert "has no echomq_ledger table" in str(info.value)
+
+
+def test_the_worker_processes_prune_the_ledger(shop):
+    from echomq_gevent.contrib.ledger.core import now_ms
+    from echomq_gevent.contrib.ledger.pruner import LedgerPruner
+
+    _module, app, _atomic = shop
+    [pruner] = [p for p in _state(app).plugins if isinstance(p, LedgerPruner)]
+    assert pruner.active() and pruner.settings.keep_days == 7.0
+    old = now_ms() - 8 * 86400 * 1000
+    _sql(app, "INSERT INTO echomq_ledger (prefix, queue, job_id, job_ts, job_name, return_value, created_ms) "
+              f"VALUES ('p', 'q', 'old', 1, 'x', 'null', {old}), ('p', 'q', 'new', 1, 'x', 'null', {now_ms()})")
+    assert pruner.prune_now() == 1
+    assert _sql(app, "SELECT job_id FROM echomq_ledger") == [("new",)]
