@@ -84,14 +84,17 @@ class Fetched:
     ``answer``: ``moveToActive``'s answer; a ``ResponseError`` when the pick-up could not
     run or failed (pick up again the ordinary way); an ``AmbiguousCallError`` when the
     connection failed after the send (find the job by ``token``). ``pop_error``: the
-    ``BZPOPMIN``'s own error reply, if it had one (the pick-up ran anyway)."""
+    ``BZPOPMIN``'s own error reply, if it had one (the pick-up ran anyway). ``read_at``:
+    the monotonic time the answers were read (made with them)."""
 
-    __slots__ = ("token", "answer", "pop_error")
+    __slots__ = ("token", "answer", "pop_error", "read_at")
 
     def __init__(self, token: str, answer: Any, pop_error: Optional[Exception] = None) -> None:
         self.token = token
         self.answer = answer
         self.pop_error = pop_error
+        #: monotonic time the answers were read
+        self.read_at = time.monotonic()
 
 
 class MarkerWaiter:
