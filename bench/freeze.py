@@ -35,7 +35,7 @@ def _start(bench: Bench, cfg: Dict[str, Any], code: str) -> subprocess.Popen:
     if code:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [code, env.get("PYTHONPATH", "")]))
     proc = subprocess.Popen([ours_python(), os.path.join(DRIVERS, "freeze_worker.py"), json.dumps(cfg)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+                            stdout=subprocess.PIPE, stderr=open(os.environ.get("FREEZE_LOG", os.devnull) + cfg["name"], "w") if os.environ.get("FREEZE_LOG") else subprocess.DEVNULL, text=True, env=env)
     if proc.stdout is None or proc.stdout.readline().strip() != "READY":
         raise BenchError(f"the freeze worker {cfg['name']} did not start")
     return proc
@@ -86,10 +86,10 @@ def campaign(jobs: int, freezes: int, lock_ms: int, freeze_s: List[float], concu
             q.close()
         return {"jobs": jobs, "completed": completed, "freezes": freezes, "frozen_s": round(frozen_for, 1),
                 "lock_ms": lock_ms, "concurrency": concurrency, "seed": seed, "sleep_ms": sleep_ms,
-                "lapsed_starts": len(lapsed), "lapsed_by_frozen": sum(1 for x in lapsed if x.endswith(" frozen")),
+                "lapsed_starts": len(lapsed), "lapsed_by_frozen": sum(1 for x in lapsed if x.split()[1] == "frozen"),
                 "run_twice": sum(1 for n in runs.values() if n > 1), "duration_s": round(time.monotonic() - started, 1),
                 "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
-                "redis": bench.redis_version, "code": code or "this checkout"}
+                "redis": bench.redis_version, "code": code or "this checkout", "lapsed": lapsed[:40]}
 
 
 def main() -> int:

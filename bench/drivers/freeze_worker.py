@@ -1,6 +1,6 @@
 """Freeze campaign driver: one ``echomq_gevent.Worker`` under ``gevent.monkey.patch_all()``
-whose processor, as it starts, asks Redis on a connection of its own whether the job's lock
-still holds the job's token, and records the run (``<prefix>:freeze:runs``) and a start
+whose processor, as it starts, asks Redis on a connection of its own (opened before the
+first job) whether the job's lock still holds the job's token, and records the run (``<prefix>:freeze:runs``) and a start
 whose lock had lapsed (``<prefix>:freeze:lapsed``, the job id and the worker's name).
 
     python bench/drivers/freeze_worker.py '{"url": ..., "queue": ..., "prefix": ..., "name": ...,
@@ -16,6 +16,7 @@ import importlib.util  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 
 import gevent  # noqa: E402
 import redis  # noqa: E402
@@ -35,13 +36,22 @@ def processor(job):
     pipe = observer.pipeline(transaction=False)
     pipe.rpush(f"{prefix}:freeze:runs", job.id)
     if holder != job.token:
-        pipe.rpush(f"{prefix}:freeze:lapsed", f"{job.id} {name}")
+        age = int(time.time() * 1000) - int(job.processed_on or 0)
+        pipe.rpush(f"{prefix}:freeze:lapsed", f"{job.id} {name} {holder} {job.token} {age}")
     pipe.execute()
     seconds = (job.data or {}).get("s") or 0
     if seconds:
         gevent.sleep(seconds)
 
 
+# the observer's connections open before the first job: a processor that had to connect
+# first could be stopped mid-connect, after its start, and its late look taken for a start
+# whose lock had lapsed
+pool = observer.connection_pool
+warm = [pool.get_connection() for _ in range(int(cfg["options"].get("concurrency", 1)) + 2)]
+for conn in warm:
+    conn.connect()
+    pool.release(conn)
 worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=prefix, name=name, **cfg["options"])
 print("READY", flush=True)
 worker.run()

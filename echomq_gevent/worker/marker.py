@@ -221,32 +221,40 @@ class MarkerWaiter:
             return _PopFailed(exc)
 
     def _pop_open(self, timeout: float, plain: "_PlainWait") -> Any:
-        """A ``BZPOPMIN`` without a pick-up behind it yet, on a connection of the blocking
-        client's pool, that :meth:`_PlainWait.write_behind` may still write one behind
-        while it is blocked; then its answer is read too (a :class:`Fetched`)."""
+        """``BZPOPMIN`` on a connection of the blocking client's pool, with the pick-up of
+        ``plain.behind`` in the same send when there is one already; else
+        :meth:`_PlainWait.write_behind` may still write one behind it while it is blocked.
+        With a pick-up behind it, both answers are read in order (a :class:`Fetched`).
+        Never sends twice."""
         pool = self.client.connection_pool
         conn = None
         sent = False
         try:
             conn = _RedisPy.checkout(pool)
             _RedisPy.ready(conn, poll=True)
-            _RedisPy.send(conn, [("BZPOPMIN", self.key, timeout)])
+            first = plain.behind
+            _RedisPy.send(conn, [("BZPOPMIN", self.key, timeout)] + ([tuple(first[1])] if first else []))
             sent = True
             queued = plain.opened(conn)
-            if queued is not None:  # asked for before the BZPOPMIN went out: it follows it
+            if queued is not None and first is None:  # asked for before the BZPOPMIN went out
                 _RedisPy.send(conn, [tuple(queued[1])])
+            sock = getattr(conn, "_sock", None)
+            kept_timeout = sock.gettimeout() if sock is not None else None
+            if sock is not None:
+                sock.settimeout(timeout + self.answer_slack)
             try:
                 popped: Any = conn.read_response()
-            except ResponseError as exc:
+            except ResponseError as exc:  # an error reply: the connection is fine
                 popped = exc
             behind = plain.close()
-            if behind is None:
-                _RedisPy.checkin(pool, conn)
-                return _PopFailed(popped) if isinstance(popped, ResponseError) else popped
-            try:
-                answer: Any = conn.read_response()
-            except ResponseError as exc:
-                answer = exc
+            answer: Any = None
+            if behind is not None:
+                try:
+                    answer = conn.read_response()
+                except ResponseError as exc:
+                    answer = exc
+            if sock is not None and conn._sock is sock:
+                sock.settimeout(kept_timeout)
         except BaseException as exc:
             behind = plain.close()
             if conn is not None:
@@ -259,44 +267,15 @@ class MarkerWaiter:
                     f"it may have taken a job", [behind[1]]))
             return _PopFailed(exc)  # nothing was sent: a pick-up asked for never went out
         _RedisPy.checkin(pool, conn)
+        if behind is None:
+            return _PopFailed(popped) if isinstance(popped, ResponseError) else popped
         return Fetched(behind[0], answer, popped if isinstance(popped, ResponseError) else None)
 
     def _pop_and_fetch(self, timeout: float, token: str, command: Sequence[Any]) -> Any:
-        """``BZPOPMIN`` and the pick-up in one send on a connection of the blocking
-        client's pool; both answers read in order. Never sends twice."""
-        pool = self.client.connection_pool
-        conn = None
-        sent = False
-        try:
-            conn = _RedisPy.checkout(pool)
-            _RedisPy.ready(conn, poll=True)
-            _RedisPy.send(conn, [("BZPOPMIN", self.key, timeout), tuple(command)])
-            sent = True
-            sock = getattr(conn, "_sock", None)
-            kept_timeout = sock.gettimeout() if sock is not None else None
-            if sock is not None:
-                sock.settimeout(timeout + self.answer_slack)
-            answers = []
-            for _ in range(2):
-                try:
-                    answers.append(conn.read_response())
-                except ResponseError as exc:  # an error reply: the connection is fine
-                    answers.append(exc)
-            if sock is not None and conn._sock is sock:
-                sock.settimeout(kept_timeout)
-        except BaseException as exc:
-            if conn is not None:
-                _RedisPy.drop(pool, conn)
-            if not isinstance(exc, Exception):  # killed (a cancel that gave up)
-                raise
-            if sent:
-                return Fetched(token, AmbiguousCallError(
-                    f"the connection failed after a pick-up was written behind the marker wait ({exc}); "
-                    f"it may have taken a job", [command]))
-            return _PopFailed(exc)
-        _RedisPy.checkin(pool, conn)
-        popped, answer = answers
-        return Fetched(token, answer, popped if isinstance(popped, ResponseError) else None)
+        """``BZPOPMIN`` and the pick-up in one send; both answers read in order."""
+        plain = _PlainWait()
+        plain.behind = (token, command)
+        return self._pop_open(timeout, plain)
 
     def _spawn(self, fn: Any, *args: Any) -> Any:
         if self.use_thread:
