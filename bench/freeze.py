@@ -4,7 +4,8 @@ times a backlog of jobs (``--jobs`` over the freezes, no-op by default) is added
 later, while both workers drain it, one of them is stopped (SIGSTOP) for longer than its
 lock, then continued (SIGCONT) and the backlog left to finish. Counted from outside: the processors started for
 jobs whose lock no longer held their token (a frozen worker that started a job the other
-worker had taken back), the jobs run twice, and that every job completed.
+worker had taken back; a processor stopped inside that look, which had started before the
+freeze, is counted apart), the jobs run twice, and that every job completed.
 
 ``--code DIR`` runs the workers on the checkout in DIR (the same campaign on an older
 commit: ``git archive <commit> | tar -x -C DIR``). Prints one JSON line with the figures
@@ -86,7 +87,10 @@ def campaign(jobs: int, freezes: int, lock_ms: int, freeze_s: List[float], concu
             q.close()
         return {"jobs": jobs, "completed": completed, "freezes": freezes, "frozen_s": round(frozen_for, 1),
                 "lock_ms": lock_ms, "concurrency": concurrency, "seed": seed, "sleep_ms": sleep_ms,
-                "lapsed_starts": len(lapsed), "lapsed_by_frozen": sum(1 for x in lapsed if x.split()[1] == "frozen"),
+                # a start whose lock had lapsed, and one frozen inside its own look at the lock
+                # (it started before the freeze: the lock lapsed while the look was under way)
+                "lapsed_starts": sum(1 for x in lapsed if int(x.split()[-1]) < lock_ms),
+                "frozen_mid_look": sum(1 for x in lapsed if int(x.split()[-1]) >= lock_ms),
                 "run_twice": sum(1 for n in runs.values() if n > 1), "duration_s": round(time.monotonic() - started, 1),
                 "load1_before": round(load_before, 2), "load1_after": round(os.getloadavg()[0], 2),
                 "redis": bench.redis_version, "code": code or "this checkout", "lapsed": lapsed[:40]}

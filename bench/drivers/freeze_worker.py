@@ -1,7 +1,8 @@
 """Freeze campaign driver: one ``echomq_gevent.Worker`` under ``gevent.monkey.patch_all()``
 whose processor, as it starts, asks Redis on a connection of its own (opened before the
 first job) whether the job's lock still holds the job's token, and records the run (``<prefix>:freeze:runs``) and a start
-whose lock had lapsed (``<prefix>:freeze:lapsed``, the job id and the worker's name).
+whose lock had lapsed (``<prefix>:freeze:lapsed``: the job id, the worker's name, the lock's
+holder, the job's token, the pick-up's age and how long the look took, in ms).
 
     python bench/drivers/freeze_worker.py '{"url": ..., "queue": ..., "prefix": ..., "name": ...,
                                            "options": {...}}'
@@ -32,12 +33,16 @@ prefix, name = cfg["prefix"], cfg["name"]
 
 
 def processor(job):
+    entered = time.monotonic()
     holder = observer.get(f"{prefix}:{cfg['queue']}:{job.id}:lock")
+    look_ms = int((time.monotonic() - entered) * 1000)
     pipe = observer.pipeline(transaction=False)
     pipe.rpush(f"{prefix}:freeze:runs", job.id)
     if holder != job.token:
+        # look_ms: how long the look itself took; a freeze inside it (longer than the lock)
+        # means the processor had started before the freeze, and the lock lapsed meanwhile
         age = int(time.time() * 1000) - int(job.processed_on or 0)
-        pipe.rpush(f"{prefix}:freeze:lapsed", f"{job.id} {name} {holder} {job.token} {age}")
+        pipe.rpush(f"{prefix}:freeze:lapsed", f"{job.id} {name} {holder} {job.token} {age} {look_ms}")
     pipe.execute()
     seconds = (job.data or {}).get("s") or 0
     if seconds:
