@@ -109,3 +109,28 @@ def test_the_margin_and_the_marker_pickups_stamp():
     assert marker_pickup_stamp(read_at, now_ms() + 5000) == read_at  # the server's clock ahead: the read
     # the pick-up ran 3 s before the answer was read (the process stopped while blocked)
     assert read_at - 3.1 < marker_pickup_stamp(read_at, now_ms() - 3000) < read_at - 2.9
+
+
+def test_a_lock_that_cannot_be_checked_leaves_the_job_unstarted(redis_url, prefix, qname, queue, r, wait_for):
+    """Redis unreachable for the check (here: the check's client points at a port nothing
+    listens on): the lock cannot be known to be ours, so the job is not started; it stays
+    active, for the stalled check of any worker once its lock lapses."""
+    import socket
+
+    import redis as redis_lib
+
+    from echomq_gevent.protocol.scripts import Scripts
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    ran: List[str] = []
+    w = make_worker(redis_url, prefix, qname, lambda job: ran.append(job.id), lock_duration=30000)
+    check = w._fetch.runner.start_check
+    check.margin = -1.0
+    check.scripts = Scripts(redis_lib.Redis(port=port, socket_connect_timeout=1), w.keys)
+    job = queue.add("j", {})
+    with running(w):
+        wait_for(lambda: check.checked == 1 and not w.active_jobs, what="the failed check to free the slot")
+        assert ran == [] and w.failed_count == 0
+        assert queue.get_job_state(job.id) == "active"
