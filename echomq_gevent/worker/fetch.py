@@ -46,6 +46,7 @@ from ..protocol.scripts import shared_call
 from ..protocol.cron import preload as preload_cron
 from .context import WorkerContext
 from .due_timer import DueTimer, make_due_timer
+from .lock_check import marker_pickup_stamp
 from .lost_pickups import lost_pickups
 from .next_runs import NextRuns
 from .settle import Settler
@@ -272,6 +273,7 @@ class FetchLoop:
         ctx = self.ctx
         first = next(self._tokens)
         now = now_ms()
+        sent = time.monotonic()  # the pick-ups' age is counted from here (lock_check.py)
         try:
             if count <= 1:
                 answers: List[Any] = [self.scripts.move_to_active(f"{ctx.id}:{first}", ctx.lock_duration, now,
@@ -293,7 +295,7 @@ class FetchLoop:
             token = f"{ctx.id}:{first + i}"
             job = self._next_from(answer, token)
             if job is not None:
-                self._start(job, token)
+                self._start(job, token, sent)
         if error is not None:
             raise error
 
@@ -390,7 +392,7 @@ class FetchLoop:
         else:
             job = self._next_from(answer, fetched.token)
             if job is not None:
-                self._start(job, fetched.token)
+                self._start(job, fetched.token, marker_pickup_stamp(fetched.read_at, job.processed_on))
         if fetched.pop_error is not None:
             raise fetched.pop_error
 
@@ -432,10 +434,12 @@ class FetchLoop:
         return None
 
     # ------------------------------------------------------------------ the slots
-    def _start(self, job: Job, token: str) -> None:
+    def _start(self, job: Job, token: str, picked_at: Optional[float] = None) -> None:
         """Record ``job`` in a slot, have its lock renewed, and spawn the slot's greenlet
-        (:meth:`SlotRunner.run_slot`); fetched as a close or a pause began, hand it back."""
-        slot = Slot(job, token)
+        (:meth:`SlotRunner.run_slot`); fetched as a close or a pause began, hand it back.
+        ``picked_at``: the monotonic stamp of its pick-up (None: unknown), see
+        :mod:`.lock_check`."""
+        slot = Slot(job, token, picked_at)
         self.active[job.id] = slot
         ctx = self.ctx
         assert ctx.locks is not None and self.pool is not None

@@ -31,6 +31,12 @@ What it must handle, and how:
 * **A pick-up still pending when the worker is busy again**: none can be, since one is
   only written when no job of the worker is in flight. Its answer is taken by the next
   wait, or by the fetch loop as soon as it arrives (the wait's wake-up event is set).
+* **A wait begun while jobs ran** (``concurrency`` above 1: free slots wait on the marker
+  with no pick-up behind): the loop reuses it once it is idle, rather than end it (a
+  ``CLIENT UNBLOCK`` and a ``BZPOPMIN`` more). So such a wait runs on a connection the
+  waiter holds, and the pick-up is written behind it, blocked as it is, the moment the loop
+  reuses it idle (or sent right after its ``BZPOPMIN`` when that has not gone out yet,
+  :class:`_PlainWait`): every idle wait carries a pick-up.
 
 One wait is in flight at a time; the fetch loop waits for it *or* for its own wake-up
 event, whichever comes first, and a wait still pending when the loop was woken is reused
@@ -55,7 +61,7 @@ import redis
 from redis.exceptions import ResponseError
 
 from ..connection.kept import AmbiguousCallError, _RedisPy
-from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S, sockets_patched
+from ..connection.blocking import MAX_BLOCK_S, MIN_BLOCK_S, native_lock, sockets_patched
 from ..connection.clients import clone_client
 from ..connection.cluster import is_cluster
 from ..connection.slot_client import SlotClient
@@ -78,20 +84,86 @@ class _PopFailed:
         self.error = error
 
 
+class _PlainWait:
+    """A wait begun with no pick-up behind it, which one may still be written behind until
+    its answer comes (:meth:`write_behind`, the fetch loop's greenlet) and whose pop (a
+    greenlet or a pool thread) then reads that pick-up's answer as well. Asked before the
+    pop sent its ``BZPOPMIN``, the pick-up is left for the pop to send right after it. A
+    native lock orders the two, held for no I/O."""
+
+    __slots__ = ("_lock", "_conn", "_closed", "behind")
+
+    def __init__(self) -> None:
+        self._lock = native_lock()
+        self._conn: Any = None
+        self._closed = False
+        #: ``(token, command)`` of the pick-up written (or to write) behind the wait
+        self.behind: Optional[Tuple[str, Sequence[Any]]] = None
+
+    @property
+    def open(self) -> bool:
+        """No answer yet and nothing behind it: a pick-up may be written behind it."""
+        return not self._closed and self.behind is None
+
+    def opened(self, conn: Any) -> Optional[Tuple[str, Sequence[Any]]]:
+        """The pop sent its ``BZPOPMIN`` on ``conn``. Returns a pick-up asked for before
+        that, which the pop sends now."""
+        with self._lock:
+            self._conn = conn
+            return self.behind
+
+    def close(self) -> Optional[Tuple[str, Sequence[Any]]]:
+        """The pop has its answer (or failed): nothing more goes behind it. Returns the
+        pick-up written behind it, whose answer the pop reads next."""
+        with self._lock:
+            self._closed = True
+            self._conn = None
+            return self.behind
+
+    def refuse(self) -> None:
+        """A cancel: nothing goes behind the wait any more."""
+        with self._lock:
+            self._closed = True
+
+    def token(self) -> Optional[str]:
+        behind = self.behind
+        return behind[0] if behind is not None else None
+
+    def write_behind(self, token: str, command: Sequence[Any]) -> bool:
+        """Write the pick-up behind the wait (or leave it to the pop, whose ``BZPOPMIN``
+        is not sent yet); False when the wait has its answer already (the next wait carries
+        the pick-up). Once written it is the pop's: a failing send fails the pop's read
+        too, whose answer is then ambiguous."""
+        with self._lock:
+            if self._closed or self.behind is not None:
+                return False
+            self.behind = (token, command)
+            conn = self._conn
+        if conn is not None:
+            try:
+                _RedisPy.send(conn, [tuple(command)])
+            except Exception as exc:  # the connection is dropped: the pop's read fails with it
+                log.debug("writing the pick-up behind the marker wait failed: %s", exc)
+        return True
+
+
 class Fetched:
     """What a wait with a pick-up behind it brought.
 
     ``answer``: ``moveToActive``'s answer; a ``ResponseError`` when the pick-up could not
     run or failed (pick up again the ordinary way); an ``AmbiguousCallError`` when the
     connection failed after the send (find the job by ``token``). ``pop_error``: the
-    ``BZPOPMIN``'s own error reply, if it had one (the pick-up ran anyway)."""
+    ``BZPOPMIN``'s own error reply, if it had one (the pick-up ran anyway). ``read_at``:
+    the monotonic time the answers were read (made with them)."""
 
-    __slots__ = ("token", "answer", "pop_error")
+    __slots__ = ("token", "answer", "pop_error", "read_at")
 
     def __init__(self, token: str, answer: Any, pop_error: Optional[Exception] = None) -> None:
         self.token = token
         self.answer = answer
         self.pop_error = pop_error
+        #: monotonic time the answers were read
+        self.read_at = time.monotonic()
 
 
 class MarkerWaiter:
@@ -111,6 +183,8 @@ class MarkerWaiter:
         self.answer_slack = 10.0
         self._pending: Any = None
         self._pending_token: Optional[str] = None  # the pick-up's, when one is behind the wait
+        #: the wait in flight when it has no pick-up behind it yet and may still get one
+        self._plain: Optional[_PlainWait] = None
 
     @property
     def pending(self) -> bool:
@@ -119,9 +193,15 @@ class MarkerWaiter:
 
     @property
     def can_fetch(self) -> bool:
-        """A pick-up may be written behind the next wait: allowed, no wait in flight, and
-        the connection's ``CLIENT ID`` known (a cancel needs it)."""
-        return self.fetch_behind and self._pending is None and self.connection_id is not None
+        """A pick-up may be written behind the next wait: allowed, the connection's
+        ``CLIENT ID`` known (a cancel needs it), and no wait in flight, or one in flight
+        with no pick-up behind it that one can still be written behind (a wait begun while
+        jobs of the worker ran, which the loop now reuses idle)."""
+        if not self.fetch_behind or self.connection_id is None:
+            return False
+        if self._pending is None:
+            return True
+        return self._pending_token is None and self._plain is not None and self._plain.open
 
     @property
     def answered(self) -> bool:
@@ -129,7 +209,9 @@ class MarkerWaiter:
         return self._pending_token is not None and self._pending is not None and self._pending.ready()
 
     # ------------------------------------------------------------------ the waits
-    def _pop(self, timeout: float) -> Any:
+    def _pop(self, timeout: float, plain: Optional["_PlainWait"] = None) -> Any:
+        if plain is not None:
+            return self._pop_open(timeout, plain)
         try:
             return self.client.bzpopmin(self.key, timeout)
         except Exception as exc:
@@ -138,42 +220,62 @@ class MarkerWaiter:
             # traceback, for every failed wait while Redis is away.
             return _PopFailed(exc)
 
-    def _pop_and_fetch(self, timeout: float, token: str, command: Sequence[Any]) -> Any:
-        """``BZPOPMIN`` and the pick-up in one send on a connection of the blocking
-        client's pool; both answers read in order. Never sends twice."""
+    def _pop_open(self, timeout: float, plain: "_PlainWait") -> Any:
+        """``BZPOPMIN`` on a connection of the blocking client's pool, with the pick-up of
+        ``plain.behind`` in the same send when there is one already; else
+        :meth:`_PlainWait.write_behind` may still write one behind it while it is blocked.
+        With a pick-up behind it, both answers are read in order (a :class:`Fetched`).
+        Never sends twice."""
         pool = self.client.connection_pool
         conn = None
         sent = False
         try:
             conn = _RedisPy.checkout(pool)
             _RedisPy.ready(conn, poll=True)
-            _RedisPy.send(conn, [("BZPOPMIN", self.key, timeout), tuple(command)])
+            first = plain.behind
+            _RedisPy.send(conn, [("BZPOPMIN", self.key, timeout)] + ([tuple(first[1])] if first else []))
             sent = True
+            queued = plain.opened(conn)
+            if queued is not None and first is None:  # asked for before the BZPOPMIN went out
+                _RedisPy.send(conn, [tuple(queued[1])])
             sock = getattr(conn, "_sock", None)
             kept_timeout = sock.gettimeout() if sock is not None else None
             if sock is not None:
                 sock.settimeout(timeout + self.answer_slack)
-            answers = []
-            for _ in range(2):
+            try:
+                popped: Any = conn.read_response()
+            except ResponseError as exc:  # an error reply: the connection is fine
+                popped = exc
+            behind = plain.close()
+            answer: Any = None
+            if behind is not None:
                 try:
-                    answers.append(conn.read_response())
-                except ResponseError as exc:  # an error reply: the connection is fine
-                    answers.append(exc)
+                    answer = conn.read_response()
+                except ResponseError as exc:
+                    answer = exc
             if sock is not None and conn._sock is sock:
                 sock.settimeout(kept_timeout)
         except BaseException as exc:
+            behind = plain.close()
             if conn is not None:
                 _RedisPy.drop(pool, conn)
             if not isinstance(exc, Exception):  # killed (a cancel that gave up)
                 raise
-            if sent:
-                return Fetched(token, AmbiguousCallError(
+            if behind is not None and sent:
+                return Fetched(behind[0], AmbiguousCallError(
                     f"the connection failed after a pick-up was written behind the marker wait ({exc}); "
-                    f"it may have taken a job", [command]))
-            return _PopFailed(exc)
+                    f"it may have taken a job", [behind[1]]))
+            return _PopFailed(exc)  # nothing was sent: a pick-up asked for never went out
         _RedisPy.checkin(pool, conn)
-        popped, answer = answers
-        return Fetched(token, answer, popped if isinstance(popped, ResponseError) else None)
+        if behind is None:
+            return _PopFailed(popped) if isinstance(popped, ResponseError) else popped
+        return Fetched(behind[0], answer, popped if isinstance(popped, ResponseError) else None)
+
+    def _pop_and_fetch(self, timeout: float, token: str, command: Sequence[Any]) -> Any:
+        """``BZPOPMIN`` and the pick-up in one send; both answers read in order."""
+        plain = _PlainWait()
+        plain.behind = (token, command)
+        return self._pop_open(timeout, plain)
 
     def _spawn(self, fn: Any, *args: Any) -> Any:
         if self.use_thread:
@@ -195,14 +297,30 @@ class MarkerWaiter:
         while True:
             reused = self._pending is not None
             if not reused:
+                self._plain = None
                 if fetch is not None and self.can_fetch:
                     token, command = fetch
                     self._pending = self._spawn(self._pop_and_fetch, timeout, token, command)
                     self._pending_token = token
                     # a loop that left this wait (woken) hears of the answer at once
                     self._pending.rawlink(lambda _: wake.set())
+                elif self.fetch_behind and self.connection_id is not None:
+                    # a pick-up may be written behind this one later, if the loop reuses it
+                    # once nothing of the worker is in flight any more
+                    self._plain = _PlainWait()
+                    self._pending = self._spawn(self._pop, timeout, self._plain)
                 else:
                     self._pending = self._spawn(self._pop, timeout)
+            elif fetch is not None and self.can_fetch:
+                # the loop is idle now and reuses a wait begun while jobs ran: the pick-up
+                # goes behind it as behind a new one (never a second BZPOPMIN meanwhile)
+                assert self._plain is not None
+                token, command = fetch
+                if self._plain.write_behind(token, command):
+                    self._pending_token = token
+                    self._pending.rawlink(lambda _: wake.set())
+                    fetch = None
+                # else the wait is over already: a next wait of this call carries the pick-up
             pending = self._pending
             # a pick-up behind the wait answers just after the BZPOPMIN's own timeout, or its
             # read fails within answer_slack after that: wait for either rather than give up
@@ -233,6 +351,7 @@ class MarkerWaiter:
         pending = self._pending
         self._pending = None
         self._pending_token = None
+        self._plain = None
         res = pending.get()
         if isinstance(res, _PopFailed):
             raise res.error
@@ -246,6 +365,11 @@ class MarkerWaiter:
         answer when the wait did not answer in time)."""
         pending, self._pending = self._pending, None
         token, self._pending_token = self._pending_token, None
+        plain, self._plain = self._plain, None
+        if plain is not None:
+            plain.refuse()  # no pick-up behind it from now on: its answer is the wait's
+            if token is None:
+                token = plain.token()
         if pending is None:
             return None
         if not pending.ready():

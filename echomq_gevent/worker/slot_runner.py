@@ -17,6 +17,7 @@ worker's hub, on the greenlets of the loop's pool.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Callable, List, Optional
 
 import gevent
@@ -24,6 +25,7 @@ import gevent
 from ..errors import JobCancelled, UnrecoverableError
 from ..queue.job import Job
 from .context import WorkerContext
+from .lock_check import StartCheck, describe_age
 from .next_runs import NextRuns
 from .settle import NO_NEXT, Settler
 from .slots import Slot
@@ -64,6 +66,8 @@ class SlotRunner:
         self._can_fetch_next = can_fetch_next
         #: the loop's: read a fetch answer and return its job, if any
         self._next_from = next_from
+        #: the lock check before an old pick-up starts (:mod:`.lock_check`)
+        self.start_check = StartCheck(ctx.scripts, ctx.lock_duration)
 
     def run_slot(self, first: List[Slot]) -> None:
         """A job greenlet: run the job, write its result, and go on with the job that
@@ -99,7 +103,7 @@ class SlotRunner:
                         locks.untrack(job_id, slot.token)
                 if nxt is None:
                     break
-                slot = Slot(nxt, slot.token)
+                slot = Slot(nxt, slot.token, slot.finish_sent)
                 current[0] = slot
                 active[nxt.id] = slot
                 if locks is not None:
@@ -149,6 +153,8 @@ class SlotRunner:
             return self._fail(slot, UnrecoverableError(
                 f"no processor for job name {job.name!r} on queue {self.queue_name!r}: pass processor= to the "
                 f"Worker, set processor: in the queue's config, or register one with a plugin"))
+        if (slot.lock_lost or self.start_check.needed(slot.picked_at)) and not self._still_ours(slot):
+            return None
         try:
             with plugins.job_context(worker, job):
                 slot.in_processor = True
@@ -163,8 +169,33 @@ class SlotRunner:
         if self._discarded(slot):
             return None
         self._settle_next_run(slot)
+        slot.finish_sent = time.monotonic()  # the next job's pick-up goes with it
         res = self.settler.complete(slot, result, self._can_fetch_next())
         return None if res is NO_NEXT else self._next_from(res, slot.token)
+
+    def _still_ours(self, slot: Slot) -> bool:
+        """Before the processor starts, for a pick-up old enough (or a lock the renewal
+        found lost): whether the job's lock is still ours, extended now (:mod:`.lock_check`).
+        Not ours: the job is left to the worker that owns it, neither run, failed nor moved."""
+        job = slot.job
+        if not slot.lock_lost:
+            try:
+                if self.start_check.still_ours(job.id, slot.token):
+                    return True
+            except Exception as exc:
+                # Redis unreachable: the lock cannot be known to be ours. Not started; the
+                # job stays active and, its lock no longer renewed, goes back to wait at the
+                # stalled check of any worker
+                log.warning("queue %r: job %s was picked up %s and its lock could not be checked (%s); "
+                            "it is not started here and the stalled check will hand it to a worker",
+                            self.queue_name, job.id, describe_age(slot.picked_at), exc)
+                slot.lock_lost = True
+                return False
+            self.settler.mark_lock_lost(slot, "lock gone before the job started")
+        log.warning("queue %r: job %s was picked up %s (the process was frozen or starved) and its lock is no "
+                    "longer ours: another worker owns it; it is not started here", self.queue_name, job.id,
+                    describe_age(slot.picked_at))
+        return False
 
     @staticmethod
     def _settle_next_run(slot: Slot) -> None:
@@ -177,6 +208,7 @@ class SlotRunner:
 
     def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
         self._settle_next_run(slot)
+        slot.finish_sent = time.monotonic()
         res = self.settler.fail(slot, err, self._can_fetch_next())
         return None if res is NO_NEXT else self._next_from(res, slot.token)
 

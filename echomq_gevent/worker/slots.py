@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import gevent
 import gevent.event
@@ -44,13 +44,19 @@ CONNECTION_ERRORS = (redis.ConnectionError, redis.TimeoutError)
 class Slot:
     """One in-flight job: what the worker knows about it while it runs."""
 
-    __slots__ = ("job", "token", "started", "phase", "lock_lost", "handed_back", "greenlet", "in_processor",
-                 "next_run")
+    __slots__ = ("job", "token", "started", "picked_at", "finish_sent", "phase", "lock_lost", "handed_back",
+                 "greenlet", "in_processor", "next_run")
 
-    def __init__(self, job: Job, token: str) -> None:
+    def __init__(self, job: Job, token: str, picked_at: Optional[float] = None) -> None:
         self.job = job
         self.token = token
         self.started = time.monotonic()
+        #: monotonic time of the pick-up that took the job (sent, or for one behind the
+        #: marker wait answered); None: unknown, its lock is checked before it starts
+        #: (:mod:`.lock_check`)
+        self.picked_at = picked_at
+        #: monotonic time the finish that may fetch the next job was first sent
+        self.finish_sent: Optional[float] = None
         #: "running" (processor), "finishing" (result being written), "done"
         self.phase = "running"
         self.lock_lost = False

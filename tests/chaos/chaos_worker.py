@@ -7,7 +7,10 @@ proxy under test) so the test can count how often each job ran.
 
 Jobs' data: ``{"s": seconds}`` sleeps that long (0 or absent: a no-op). ``"record": false``
 skips the recording (the soak), ``"stats_every": s`` prints ``STAT completed failed
-retried`` every s seconds. Prints READY as it starts; exits 0 after SIGTERM.
+retried`` every s seconds. ``"freeze_on_active": true``: a job whose data has ``"freeze": true``
+stops the whole process (SIGSTOP to itself) in the job's ``active`` hook, after recording its
+id in ``<prefix>:chaos:frozen``: frozen between its pick-up and its processor's start, until
+the test sends SIGCONT. Prints READY as it starts; exits 0 after SIGTERM.
 """
 from gevent import monkey
 
@@ -15,12 +18,15 @@ monkey.patch_all()
 
 import json  # noqa: E402
 import logging  # noqa: E402
+import os  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 
 import gevent  # noqa: E402
 import redis  # noqa: E402
 
-from echomq_gevent import ConnectionSettings, Worker  # noqa: E402
+from echomq_gevent import ConnectionSettings, Worker, hookimpl  # noqa: E402
+from echomq_gevent.plugins import PluginHost, make_plugin_manager  # noqa: E402
 
 cfg = json.loads(sys.argv[1])
 logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -41,9 +47,20 @@ def processor(job):
     return None
 
 
+class FreezeOnActive:
+    """Stops the process in the ``active`` hook of a job marked ``"freeze": true``."""
+
+    @hookimpl
+    def echomq_job_active(self, worker, job):
+        if (job.data or {}).get("freeze"):
+            recorder.rpush(f"{cfg['prefix']}:chaos:frozen", job.id)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+
+plugins = PluginHost(make_plugin_manager([FreezeOnActive()])) if cfg.get("freeze_on_active") else None
 settings = ConnectionSettings(**cfg["settings"]) if cfg.get("settings") else None
 worker = Worker(cfg["queue"], processor, connection=cfg["url"], prefix=cfg["prefix"],
-                connection_settings=settings, **cfg.get("options", {}))
+                connection_settings=settings, plugins=plugins, **cfg.get("options", {}))
 
 
 def report(every: float) -> None:

@@ -205,3 +205,26 @@ def test_offloaded_processors_reach_redis_from_their_threads(spawn_worker, redis
         assert r.lrange(f"{prefix}:{qname}:{job.id}:logs", 0, -1) == ["step 0", "step 1", "step 2"]
     child.send_signal(signal.SIGTERM)
     assert child.wait(10) == 0
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_every_idle_wait_carries_the_pickup_in_a_patched_process(spawn_worker, redis_url, prefix, qname, queue, r,
+                                                                 wait_for, concurrency):
+    """The marker wait runs on a greenlet when the process is patched (on a pool thread
+    otherwise, tests/integration/worker/test_worker_marker_pickup.py): with free slots beside
+    a running job the loop's wait has no pick-up behind it, and it may not even be sent when
+    the loop reuses it idle; either way the pick-up goes behind it. As Redis sees the blocked
+    connection: the pick-up in its query buffer after every job."""
+    spawn_worker(concurrency=concurrency, drain_delay=5, name="marker")
+    name = f"{prefix}:"
+
+    def blocked_with_pickup():
+        return any(c.get("name", "").startswith(name) and c.get("name", "").endswith(":w:marker")
+                   and "b" in c.get("flags", "") and int(c["qbuf"]) > 0 for c in r.client_list())
+
+    for i in range(1, 9):
+        queue.add("work", {"kind": "sleep", "s": 0})
+        wait_for(lambda: r.zcard(f"{prefix}:{qname}:completed") == i, what=f"job {i}")
+        if i > 1:  # the first pick-up behind a wait met NOSCRIPT: its script was not loaded yet
+            wait_for(blocked_with_pickup, timeout=3, what=f"the idle wait after job {i} with its pick-up behind",
+                     details=lambda: str([c for c in r.client_list() if c.get("name", "").startswith(name)]))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import gevent
+import pytest
 import gevent.event
 import redis
 
@@ -263,3 +264,34 @@ def test_a_marker_wait_left_on_the_timer_does_not_end_the_next_wait_when_it_time
         assert marker_wait_blocked(w, r)
     assert len(pickups) == 1, pickups
 
+
+
+def _calls(r, command):
+    return int(r.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_every_idle_wait_carries_the_pickup_after_jobs_ran(redis_url, prefix, qname, queue, r, wait_for, concurrency):
+    """With free slots beside a running job (``concurrency`` above 1) the loop waits on the
+    marker with no pick-up behind; idle again, it reuses that wait and writes the pick-up
+    behind it, blocked as it is. Read as Redis sees the blocked connection: the pick-up
+    waits in its query buffer after every job, and each job costs its add, its pick-up and
+    its finish, with one marker wait, as the first one does."""
+    w = make_worker(redis_url, prefix, qname, lambda job: "ok", drain_delay=5, concurrency=concurrency)
+    with running(w):
+        queue.add("warm-up", {})  # loads the pick-up's script
+        wait_for(lambda: w.completed_count == 1, what="the warm-up job")
+        for i in range(2, 7):
+            wait_for(lambda: marker_wait_blocked(w, r) and int(_blocking_entry(w, r)["qbuf"]) > 0, timeout=3,
+                     what=f"the idle wait before job {i} with its pick-up behind",
+                     details=lambda: str(_blocking_entry(w, r)))
+            entry = _blocking_entry(w, r)
+            assert entry["cmd"] == "bzpopmin", entry
+            evalsha, pops = _calls(r, "evalsha"), _calls(r, "bzpopmin")
+            queue.add("job", {})
+            wait_for(lambda: w.completed_count == i, what=f"job {i}")
+            wait_for(lambda: marker_wait_blocked(w, r) and int(_blocking_entry(w, r)["qbuf"]) > 0, timeout=3,
+                     what=f"the idle wait after job {i} with its pick-up behind")
+            # the add, the pick-up behind the wait, the finish; the wait the job's pick-up
+            # ended and the one the worker waits in now
+            assert (_calls(r, "evalsha") - evalsha, _calls(r, "bzpopmin") - pops) == (3, 1), i
