@@ -378,18 +378,28 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
     since the keys of one ``BZPOPMIN`` must share a slot)."""
     from ..connection.clients import make_client
     from ..connection.cluster import is_cluster
+    from ..worker.pool import PoolBudget
     from ..worker.shared_wait import SharedMarkerWait
     from ..worker.worker import Worker
 
     client = make_client(url, settings=cfg.redis.connection)
+    # the pools of the file, over the queues this process runs (a selection may leave some out)
+    budgets: Dict[str, Any] = {}
+    for pool in cfg.pools.values():
+        members = [q for q in pool.queues if q in cfg.queues]
+        if members:
+            budget = PoolBudget(pool.concurrency, pool.order, pool.weights, name=pool.name, queues=pool.queues)
+            budgets.update((q, budget) for q in members)
     marker_wait = None
-    if cfg.marker_wait == "shared":
+    if cfg.marker_wait == "shared" or budgets:
         if is_cluster(client):
             log.info("marker_wait: shared is not used on a Redis Cluster; each queue waits on its own primary")
-        else:
+        else:  # a pool's queues wait in one shared wait, whatever marker_wait says
             marker_wait = SharedMarkerWait(client, cfg.redis.connection)
+    shared_for_all = cfg.marker_wait == "shared"
     workers = [Worker(name, processor=processors.get(name), connection=client, prefix=cfg.prefix,
-                      plugins=host, connection_settings=cfg.redis.connection, marker_wait=marker_wait,
-                      **q.options)
+                      plugins=host, connection_settings=cfg.redis.connection,
+                      marker_wait=marker_wait if shared_for_all or name in budgets else None,
+                      pool=budgets.get(name), **q.options)
                for name, q in cfg.queues.items()]
     return workers, SharedConnections(client, marker_wait)

@@ -288,6 +288,9 @@ class FetchLoop:
         # in a pool: as many as the pool grants now (pool.budget.py), else wait for a grant
         count = member.request(count)
         if not count:
+            # the marker said there is work: keep asking (not back to the marker) until a
+            # slot is granted, or something else comes first
+            hints.drained = False
             self._wait_kick(None)
             return
         try:
