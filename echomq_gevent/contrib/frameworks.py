@@ -283,12 +283,14 @@ class Integration:
                    delayed=delayed, raise_errors=raise_errors, before_poll=relay_waiting() if outbox else None)
 
     def print_status(self, queues: Sequence[str] = (), as_json: bool = False, out: Any = None) -> int:
+        from ..host.pools import describe_pools
         from ..host.process_state import read_states
         from ..host.status import print_status
 
         cfg = self.select(queues)
         code = print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out,
-                            supervisors=read_states(self.cfg.filename))
+                            supervisors=read_states(self.cfg.filename),
+                            pools=describe_pools(self.cfg, list(cfg.queues)))
         if self.outbox is not None and not as_json:
             import sys
 

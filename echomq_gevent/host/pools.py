@@ -19,7 +19,7 @@ the runner makes one :class:`~echomq_gevent.worker.pool.PoolBudget` per pool.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from .located import suggest
 from ..worker.options import OptionError, validate_worker_options
@@ -28,7 +28,7 @@ from ..worker.pool.budget import POOL_ORDERS, check_pool
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
 
-__all__ = ["PoolConfig", "POOL_KEYS", "parse_pools"]
+__all__ = ["PoolConfig", "POOL_KEYS", "parse_pools", "describe_pools", "pool_usage"]
 
 #: The keys of one pool.
 POOL_KEYS = ("concurrency", "queues", "order", "weights")
@@ -109,3 +109,32 @@ def _cap_queues(cfg: "Config", pool: PoolConfig) -> None:
                             f"queue {queue!r} has no concurrency of its own, so it may use all "
                             f"{pool.concurrency} slots of the pool, and then: {str(exc).split(': ', 1)[-1]}; "
                             f"give the queue a concurrency (its cap in the pool)") from None
+
+
+def describe_pools(cfg: "Config", names: Optional[List[str]] = None) -> List[Dict[str, Any]]:
+    """The file's pools as plain values for ``status`` and the dashboard: ``{name, order,
+    concurrency, processes, budget, queues: [{queue, weight, cap}]}``; ``budget`` is the
+    slots of all the worker processes the file runs (``concurrency`` a process). With
+    ``names``, only the pools that serve one of those queues."""
+    out = []
+    for pool in cfg.pools.values():
+        if names is not None and not any(q in names for q in pool.queues):
+            continue
+        out.append({"name": pool.name, "order": pool.order, "concurrency": pool.concurrency,
+                    "processes": cfg.processes, "budget": pool.concurrency * cfg.processes,
+                    "queues": [{"queue": q, "weight": pool.weights.get(q, 1) if pool.order == "weighted" else None,
+                                "cap": cfg.queues[q].options["concurrency"] if q in cfg.queues else None}
+                               for q in pool.queues]})
+    return out
+
+
+def pool_usage(pool: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]]) -> Dict[str, Any]:
+    """``pool`` (one of :func:`describe_pools`) with what each queue uses, from its job
+    counts in Redis (``counts[queue]``): ``active`` (jobs running, by any worker of the
+    queue) and ``ready`` (waiting and prioritized), and ``in_use``, the pool's active sum."""
+    queues = []
+    for row in pool["queues"]:
+        c = counts.get(row["queue"]) or {}
+        queues.append(dict(row, active=int(c.get("active", 0)),
+                           ready=int(c.get("waiting", 0)) + int(c.get("prioritized", 0))))
+    return dict(pool, queues=queues, in_use=sum(q["active"] for q in queues))

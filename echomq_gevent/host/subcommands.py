@@ -89,8 +89,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     try:
         from .process_state import read_states
 
+        from .pools import describe_pools
+
         supervisors = read_states(cfg.filename) if cfg is not None else []
-        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors)
+        pools = describe_pools(cfg, names) if cfg else []
+        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors, pools=pools)
     finally:
         conn.close()
 
@@ -154,8 +157,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
             def processes() -> List[Dict[str, Any]]:
                 return read_states(cfg.filename)
+        from .pools import describe_pools
+
         app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth,
-                        known_queues=list(cfg.queues) if cfg else (), processes=processes)
+                        known_queues=list(cfg.queues) if cfg else (), processes=processes,
+                        pools=describe_pools(cfg) if cfg else ())
         server = serve(app, host, port, log=None)
         stop = gevent.event.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

@@ -74,7 +74,8 @@ pools:
                 q.close()
         wait_for(lambda: len(counting.runs) == len(added), timeout=60, what="every job run")
         assert set(counting.runs.values()) == {1}
-        assert all(w.counters["completed"] == 2 for w in runner.workers)
+        wait_for(lambda: all(w.counters["completed"] == 2 for w in runner.workers), timeout=10,
+                 what="every finish written")
         # every queue's locks were renewed, all on one thread and connection
         renewals = {w._ctx.locks.shared for w in runner.workers}
         assert len(renewals) == 1 and None not in renewals and renewals.pop().alive()
