@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from .located import suggest
 from ..worker.options import OptionError, validate_worker_options
-from ..worker.pool.budget import POOL_ORDERS, check_pool
+from ..worker.pool.budget import check_pool
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config

@@ -12,31 +12,12 @@ import pytest
 from echomq_gevent import Queue
 from echomq_gevent.host.config import parse_config
 from echomq_gevent.host.runner import Runner
-from echomq_gevent.plugins.hookspecs import hookimpl
-from echomq_gevent.worker.remote_cancel import SUBSCRIBER_NAME
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
+from integration.runner_helpers import Counting, opened_since
 
 
-class Counting:
-    def __init__(self, names):
-        self.__name__ = "test-runner-pools"
-        self.names = names
-        self.runs = collections.Counter()
-
-    def run(self, job):
-        gevent.sleep(0.6)  # over two lock-renewal ticks (lock_duration 1000: a tick every 250 ms)
-        self.runs[(job.queue_name, job.id)] += 1
-
-    @hookimpl
-    def echomq_register_processors(self, registry):
-        for q in self.names:
-            registry.add(q, "j", self.run)
-
-
-def _ours(r, before):
-    me = r.client_id()
-    return [c for c in r.client_list()
-            if int(c["id"]) not in before and int(c["id"]) != me and c.get("name") != SUBSCRIBER_NAME]
+def _hold():
+    gevent.sleep(0.6)  # over two lock-renewal ticks (lock_duration 1000: a tick every 250 ms)
 
 
 def _serve_pool(redis_url, prefix, qname, r, wait_for, queues):
@@ -56,14 +37,14 @@ pools:
     order: round_robin
     queues: [{", ".join(names)}]
 """)
-    counting = Counting(names)
+    counting = Counting(names, work=_hold)
     before = {int(c["id"]) for c in r.client_list()}
     runner = Runner(cfg, redis_url, extra_plugins=[counting])
     assert len({id(w.pool) for w in runner.workers}) == 1 and runner.workers[0].pool.concurrency == 40
     runner.start()
     try:
         wait_for(lambda: all(w._fetch.marker is not None and w._fetch.marker.waiting for w in runner.workers)
-                 and any(c.get("name") == SHARED_WAIT_NAME and "b" in c["flags"] for c in _ours(r, before)),
+                 and any(c.get("name") == SHARED_WAIT_NAME and "b" in c["flags"] for c in opened_since(r, before)),
                  timeout=30, what="every queue in the shared wait")
         added = []
         for i, name in enumerate(names):
@@ -81,11 +62,11 @@ pools:
         assert len(renewals) == 1 and None not in renewals and renewals.pop().alive()
         assert all(w._ctx.locks.renewals > 0 for w in runner.workers), [(w.queue_name, w._ctx.locks.renewals, w._ctx.locks.errors, w._ctx.locks.interval_s) for w in runner.workers]
         gevent.sleep(0.5)
-        return [(c.get("name") or "", c["cmd"]) for c in _ours(r, before)]
+        return [(c.get("name") or "", c["cmd"]) for c in opened_since(r, before)]
     finally:
         runner.drain(5).join()
         assert runner.state == "stopped"
-        wait_for(lambda: not _ours(r, before), timeout=10, what="the runner's connections closed")
+        wait_for(lambda: not opened_since(r, before), timeout=10, what="the runner's connections closed")
 
 
 def test_a_pools_connections_stay_flat_in_the_number_of_queues(redis_url, prefix, qname, r, wait_for):

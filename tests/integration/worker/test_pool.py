@@ -10,6 +10,7 @@ import gevent
 import pytest
 
 from echomq_gevent import Pool, Queue
+from waiting import wait_until
 
 BACKLOG = 300
 
@@ -56,38 +57,36 @@ def make_pool(redis_url, prefix, names, rec, **kwargs):
     return Pool(names, connection=redis_url, prefix=prefix, processor=rec, **kwargs)
 
 
-def test_weighted_shares_follow_the_weights(redis_url, prefix, qname, wait_for):
-    names = [f"{qname}-a", f"{qname}-b", f"{qname}-c"]
+def shares_of(redis_url, prefix, names, jobs, **kwargs):
+    """Run a pool over backlogs on ``names`` until ``jobs`` jobs ran; the share of each
+    queue among them (while every queue still had a backlog) and the recorder."""
     backlogs(redis_url, prefix, names)
     rec = Recorder()
-    pool = make_pool(redis_url, prefix, names, rec, concurrency=8, order="weighted",
-                     weights={names[0]: 5, names[1]: 1, names[2]: 2})
+    pool = make_pool(redis_url, prefix, names, rec, **kwargs)
     pool.start()
     try:
-        # while all three have a backlog (the first queue's 300 last about 480 jobs)
-        wait_for(lambda: len(rec.order) >= 400, timeout=60, what="400 jobs run")
+        wait_until(lambda: len(rec.order) >= jobs, timeout=60, what=f"{jobs} jobs run")
     finally:
         pool.close(5)
-    shares = collections.Counter(rec.order[:400])
-    assert abs(shares[names[0]] / 400 - 5 / 8) < 0.05, shares
-    assert abs(shares[names[1]] / 400 - 1 / 8) < 0.05, shares
-    assert abs(shares[names[2]] / 400 - 2 / 8) < 0.05, shares
+    counts = collections.Counter(rec.order[:jobs])
+    return {name: counts[name] / jobs for name in names}, rec
+
+
+def test_weighted_shares_follow_the_weights(redis_url, prefix, qname):
+    names = [f"{qname}-a", f"{qname}-b", f"{qname}-c"]
+    # 400 jobs: all three queues keep a backlog (the first queue's 300 last about 480 jobs)
+    shares, rec = shares_of(redis_url, prefix, names, 400, concurrency=8, order="weighted",
+                            weights={names[0]: 5, names[1]: 1, names[2]: 2})
+    for name, expected in zip(names, (5 / 8, 1 / 8, 2 / 8)):
+        assert abs(shares[name] - expected) < 0.05, shares
     assert rec.peak_total <= 8
 
 
-def test_round_robin_gives_equal_shares(redis_url, prefix, qname, wait_for):
+def test_round_robin_gives_equal_shares(redis_url, prefix, qname):
     names = [f"{qname}-{i}" for i in range(3)]
-    backlogs(redis_url, prefix, names)
-    rec = Recorder()
-    pool = make_pool(redis_url, prefix, names, rec, concurrency=6, order="round_robin")
-    pool.start()
-    try:
-        wait_for(lambda: len(rec.order) >= 600, timeout=60, what="600 jobs run")
-    finally:
-        pool.close(5)
-    shares = collections.Counter(rec.order[:600])
+    shares, rec = shares_of(redis_url, prefix, names, 600, concurrency=6, order="round_robin")
     for name in names:
-        assert abs(shares[name] / 600 - 1 / 3) < 0.05, shares
+        assert abs(shares[name] - 1 / 3) < 0.05, shares
     assert rec.peak_total <= 6
 
 
@@ -102,7 +101,6 @@ def test_strict_drains_the_first_queue_first(redis_url, prefix, qname, wait_for)
     finally:
         pool.close(5)
     first = [i for i, q in enumerate(rec.order) if q == names[0]]
-    second = [i for i, q in enumerate(rec.order) if q == names[1]]
     assert len(first) == BACKLOG
     # the first queue's jobs all ran before the second's (bar the few slots the second
     # took while the first queue's worker was still starting), and the second's before the third's
