@@ -18,6 +18,7 @@ the runner makes one :class:`~echomq_gevent.worker.pool.PoolBudget` per pool.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
@@ -28,10 +29,20 @@ from ..worker.pool.budget import check_pool
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
 
-__all__ = ["PoolConfig", "POOL_KEYS", "parse_pools", "describe_pools", "pool_usage"]
+__all__ = ["PoolConfig", "POOL_KEYS", "FAMILY_KEYS", "parse_pools", "describe_pools", "pool_usage", "is_pattern"]
 
 #: The keys of one pool.
-POOL_KEYS = ("concurrency", "queues", "order", "weights")
+POOL_KEYS = ("concurrency", "queues", "order", "weights", "max_per_queue", "processor", "discover_every")
+#: The keys that only a pool with a pattern in ``queues`` takes (a queue family).
+FAMILY_KEYS = ("max_per_queue", "processor", "discover_every")
+#: Seconds between two looks for the queues a pattern matches, by default.
+DISCOVER_EVERY_S = 5.0
+_GLOB = re.compile(r"[*?\[]")
+
+
+def is_pattern(name: str) -> bool:
+    """Whether a pool's ``queues`` entry is a pattern (``tenant-*``) rather than a name."""
+    return bool(_GLOB.search(name))
 
 
 @dataclass
@@ -44,6 +55,14 @@ class PoolConfig:
     order: str = "weighted"
     weights: Dict[str, int] = field(default_factory=dict)
     line: Optional[int] = None
+    #: the patterns of ``queues`` (``tenant-*``): the queues they find join the pool
+    patterns: List[str] = field(default_factory=list)
+    #: the worker options of a queue a pattern finds (``defaults:``, its cap ``max_per_queue``)
+    family_options: Dict[str, Any] = field(default_factory=dict)
+    #: ``processor:`` of those queues (``module:function``), or None (the plugins decide)
+    processor: Optional[str] = None
+    #: seconds between two looks for them
+    discover_every: float = DISCOVER_EVERY_S
 
 
 def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
@@ -67,16 +86,22 @@ def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
         for key in ("concurrency", "queues"):
             if key not in spec:
                 raise cfg.error(path, f"needs {key}: e.g. concurrency: 50 and queues: [emails, reports]")
-        queues = spec["queues"]
-        if not isinstance(queues, list) or not queues:
-            raise cfg.error(path + ("queues",), f"must be a non-empty list of queue names, got {queues!r}")
-        for i, queue in enumerate(queues):
+        entries = spec["queues"]
+        if not isinstance(entries, list) or not entries:
+            raise cfg.error(path + ("queues",), f"must be a non-empty list of queue names, got {entries!r}")
+        queues: List[str] = []
+        patterns: List[str] = []
+        for i, queue in enumerate(entries):
             at = path + ("queues", i)
+            if isinstance(queue, str) and is_pattern(queue) and ":" not in queue:
+                if queue in patterns:
+                    raise cfg.error(at, f"pattern {queue!r} is listed twice")
+                patterns.append(queue)
+                continue
             if not isinstance(queue, str) or queue not in cfg.queues:
-                hint = (" (queue families, names with *, are not supported yet: list the queues)"
-                        if isinstance(queue, str) and "*" in queue else "")
-                raise cfg.error(at, f"{queue!r} is not a declared queue{hint}; declare it under queues: "
-                                    f"(declared: {', '.join(cfg.queues)})")
+                raise cfg.error(at, f"{queue!r} is not a declared queue; declare it under queues: (declared: "
+                                    f"{', '.join(cfg.queues)}), or give a pattern such as tenant-*")
+            queues.append(queue)
             if queue in pooled:
                 raise cfg.error(at, f"queue {queue!r} is in pool {pooled[queue]!r} already; a queue is in one "
                                     f"pool at most")
@@ -87,10 +112,39 @@ def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
         if problem is not None:
             key, message = problem
             raise cfg.error(path + (key if isinstance(key, tuple) else (key,)), message)
-        pools[name] = PoolConfig(name=name, concurrency=spec["concurrency"], queues=list(queues), order=order,
-                                 weights=dict(weights or {}), line=cfg.marks.line(path))
-        _cap_queues(cfg, pools[name])
+        pool = pools[name] = PoolConfig(name=name, concurrency=spec["concurrency"], queues=queues, order=order,
+                                        weights=dict(weights or {}), line=cfg.marks.line(path), patterns=patterns)
+        _cap_queues(cfg, pool)
+        _parse_family(cfg, pool, spec, path)
     return pools
+
+
+def _parse_family(cfg: "Config", pool: PoolConfig, spec: Mapping[str, Any], path: tuple) -> None:
+    """The keys of a queue family (a pattern in ``queues``): the cap of each queue found,
+    its processor, how often to look; refused on a pool without a pattern."""
+    if not pool.patterns:
+        for key in FAMILY_KEYS:
+            if key in spec:
+                raise cfg.error(path + (key,), f"{key} is for the queues a pattern finds; this pool's queues "
+                                               f"hold no pattern (such as tenant-*)")
+        return
+    cap = spec.get("max_per_queue", pool.concurrency)
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+        raise cfg.error(path + ("max_per_queue",), f"must be a whole number of slots, at least 1, got {cap!r}")
+    processor = spec.get("processor")
+    if processor is not None and (not isinstance(processor, str)
+                                  or not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*", processor)):
+        raise cfg.error(path + ("processor",), f"must be 'module:function', got {processor!r}")
+    every = spec.get("discover_every", DISCOVER_EVERY_S)
+    if isinstance(every, bool) or not isinstance(every, (int, float)) or not 0.1 <= every <= 3600:
+        raise cfg.error(path + ("discover_every",), f"must be a number of seconds from 0.1 to 3600, got {every!r}")
+    try:
+        pool.family_options = validate_worker_options(dict(cfg.defaults, concurrency=cap),
+                                                      where=f"the queues of pool {pool.name!r}")
+    except OptionError as exc:
+        raise cfg.error(path + ("max_per_queue",), str(exc).split(": ", 1)[-1]) from None
+    pool.processor = processor
+    pool.discover_every = float(every)
 
 
 def _cap_queues(cfg: "Config", pool: PoolConfig) -> None:

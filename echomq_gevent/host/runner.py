@@ -61,6 +61,8 @@ class Runner:
         self.processors: Mapping[str, Optional[Callable[..., Any]]] = processors or {}
         self.workers: List[Any]
         self.workers, self.shared = build_shared_workers(cfg, host, self.processors, url)
+        #: the watchers of the pools whose queues hold a pattern (host/families.py)
+        self.families = build_families(cfg, host, self.shared, self._add_worker, self._drop_worker)
         self.state = "built"
         #: True once a worker stopped with an error (the command exits 1)
         self.failed = False
@@ -82,11 +84,27 @@ class Runner:
         if self.state != "built":
             raise WorkerStateError(f"Runner.start: the workers were started already (state {self.state!r})")
         self._runs = [gevent.spawn(self._run_one, w) for w in self.workers]
+        for family in self.families:
+            self._side.append(gevent.spawn(family.run, self.stopping_event))
         specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
         if specs:  # the file's job schedulers, upserted unless stored as declared
             self._side.append(gevent.spawn(sync_schedulers, self.url, self.cfg.prefix, specs,
                                            self.stopping_event))
         self.state = "running"
+
+    def _add_worker(self, worker: Any) -> None:
+        """A queue a pool's pattern found: run its worker beside the others (not once the
+        workers are stopping)."""
+        if self.stopping or self.state != "running":
+            return
+        self.workers.append(worker)
+        self._runs.append(gevent.spawn(self._run_one, worker))
+
+    def _drop_worker(self, worker: Any) -> None:
+        """A found queue is gone: close its worker (nothing else stops)."""
+        if worker in self.workers:
+            self.workers.remove(worker)
+        gevent.spawn(self._close_one, worker, 0, "queue gone")
 
     def _run_one(self, worker: Any) -> None:
         try:
@@ -349,12 +367,14 @@ def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Call
 
 class SharedConnections:
     """What the workers of one process share on their Redis: one command client (its
-    script connection pipelined for all of them) and, with ``marker_wait: shared``, one
-    marker wait. The runner owns them and closes them once every worker has closed."""
+    script connection pipelined for all of them) and, with ``marker_wait: shared`` or
+    pools, one marker wait; ``budgets``: each pool's budget by pool name. The runner owns
+    them and closes them once every worker has closed."""
 
-    def __init__(self, client: Any, marker_wait: Any = None) -> None:
+    def __init__(self, client: Any, marker_wait: Any = None, budgets: Optional[Dict[str, Any]] = None) -> None:
         self.client = client
         self.marker_wait = marker_wait
+        self.budgets: Dict[str, Any] = dict(budgets or {})
 
     def close(self) -> None:
         from ..connection.clients import close_client
@@ -385,10 +405,12 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
     client = make_client(url, settings=cfg.redis.connection)
     # the pools of the file, over the queues this process runs (a selection may leave some out)
     budgets: Dict[str, Any] = {}
+    by_pool: Dict[str, Any] = {}
     for pool in cfg.pools.values():
         members = [q for q in pool.queues if q in cfg.queues]
-        if members:
-            budget = PoolBudget(pool.concurrency, pool.order, pool.weights, name=pool.name, queues=pool.queues)
+        if members or pool.patterns:
+            budget = by_pool[pool.name] = PoolBudget(pool.concurrency, pool.order, pool.weights, name=pool.name,
+                                                     queues=pool.queues)
             budgets.update((q, budget) for q in members)
     marker_wait = None
     if cfg.marker_wait == "shared" or budgets:
@@ -402,4 +424,34 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
                       marker_wait=marker_wait if shared_for_all or name in budgets else None,
                       pool=budgets.get(name), **q.options)
                for name, q in cfg.queues.items()]
-    return workers, SharedConnections(client, marker_wait)
+    return workers, SharedConnections(client, marker_wait, by_pool)
+
+
+def build_families(cfg: Config, host: Any, shared: SharedConnections, add: Callable[[Any], None],
+                   drop: Callable[[Any], None]) -> List[Any]:
+    """A :class:`~.families.FamilyWatcher` for each pool whose ``queues`` hold a pattern:
+    the queues it finds get a Worker of the pool, built here. Raises ConfigError at the
+    pool's ``processor`` when it cannot be imported."""
+    from ..worker.worker import Worker
+    from .families import FamilyWatcher
+
+    watchers: List[Any] = []
+    claimed: set = set()
+    for pool in cfg.pools.values():
+        if not pool.patterns:
+            continue
+        processor = None
+        if pool.processor:
+            try:
+                processor = resolve_processor(pool.processor)
+            except (ImportError, AttributeError, TypeError) as exc:
+                raise cfg.error(("pools", pool.name, "processor"), str(exc)) from None
+        budget = shared.budgets[pool.name]
+
+        def make(name: str, pool: Any = pool, processor: Any = processor, budget: Any = budget) -> Any:
+            return Worker(name, processor=processor, connection=shared.client, prefix=cfg.prefix, plugins=host,
+                          connection_settings=cfg.redis.connection, marker_wait=shared.marker_wait, pool=budget,
+                          **pool.family_options)
+
+        watchers.append(FamilyWatcher(pool, shared.client, cfg.prefix, make, add, drop, cfg.queues, claimed))
+    return watchers

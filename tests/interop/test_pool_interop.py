@@ -46,3 +46,39 @@ def test_node_producer_feeds_a_pool(node, redis_url, prefix, qname, wait_for):
         job = node.run("getJob", queue=name, jobId=added[name][-2])
         assert job["returnvalue"] == {"queue": name, "i": "prio"}
         assert job["finishedOn"] and job["processedOn"]
+
+
+def test_node_producers_make_tenant_queues_a_pattern_pool_finds(node, redis_url, prefix, qname, wait_for):
+    """Each tenant's queue is made by a Node ``Queue`` (its meta key) or a Node add (its id
+    key): the pool's pattern finds both and runs their jobs; Node reads them completed."""
+    from echomq_gevent.host.config import parse_config
+    from echomq_gevent.host.runner import Runner
+
+    cfg = parse_config(f"""
+redis: {{url: "{redis_url}"}}
+prefix: {prefix}
+entry_points: false
+queues:
+  {qname}-unused: {{processor: "interop_pool_helpers:echo"}}
+pools:
+  tenants:
+    concurrency: 4
+    queues: ["{qname}-tenant-*"]
+    order: round_robin
+    processor: "interop_pool_helpers:echo"
+    discover_every: 0.2
+""")
+    tenants = [f"{qname}-tenant-{i}" for i in range(3)]
+    runner = Runner(cfg, redis_url)
+    runner.start()
+    try:
+        added = {t: [j["id"] for j in node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}}] * 5)]
+                 for t in tenants}
+        family = runner.families[0]
+        wait_for(lambda: set(family.members) == set(tenants), timeout=10, what="every tenant queue found")
+        wait_for(lambda: all(node.run("counts", queue=t)["completed"] == 5 for t in tenants), timeout=30,
+                 what="every tenant's jobs completed")
+        for t in tenants:
+            assert node.run("getJob", queue=t, jobId=added[t][0])["returnvalue"] == {"t": t}
+    finally:
+        runner.drain(5).join()

@@ -47,6 +47,26 @@ def test_defaults_concurrency_is_the_cap_too_and_order_defaults_to_weighted():
     assert cfg.queues["reports"].options["concurrency"] == 3
 
 
+def test_a_pattern_makes_a_queue_family_with_its_own_keys():
+    cfg = parse("""
+pools:
+  tenants:
+    concurrency: 20
+    queues: [emails, "tenant-*"]
+    order: round_robin
+    max_per_queue: 3
+    processor: "myapp.jobs:handle"
+    discover_every: 2
+""", defaults="defaults: {lock_duration: 5000}\n")
+    pool = cfg.pools["tenants"]
+    assert pool.queues == ["emails"] and pool.patterns == ["tenant-*"]
+    assert pool.family_options["concurrency"] == 3 and pool.family_options["lock_duration"] == 5000
+    assert (pool.processor, pool.discover_every) == ("myapp.jobs:handle", 2.0)
+    # without max_per_queue a found queue may use the whole pool
+    cfg = parse("pools: {p: {concurrency: 9, queues: ['t-*']}}\n")
+    assert cfg.pools["p"].family_options["concurrency"] == 9 and cfg.pools["p"].processor is None
+
+
 def test_no_pools_is_the_old_behaviour():
     assert parse("").pools == {}
 
@@ -69,6 +89,15 @@ def test_no_pools_is_the_old_behaviour():
     ("pools:\n  p:\n    concurency: 5\n    queues: [emails]\n", 9, "pools.p.concurency",
      "did you mean 'concurrency'"),
     ("pools:\n  p:\n    concurrency: 5\n    queues: []\n", 10, "pools.p.queues", "must be a non-empty list"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: [emails]\n    max_per_queue: 2\n", 11, "pools.p.max_per_queue",
+     "is for the queues a pattern finds"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: ['t-*']\n    max_per_queue: 0\n", 11, "pools.p.max_per_queue",
+     "must be a whole number of slots, at least 1"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: ['t-*']\n    processor: handle\n", 11, "pools.p.processor",
+     "must be 'module:function'"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: ['t-*']\n    discover_every: 0\n", 11,
+     "pools.p.discover_every", "must be a number of seconds from 0.1 to 3600"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: ['t-*', 't-*']\n", 10, "pools.p.queues[1]", "listed twice"),
     ("pools:\n  p:\n    concurrency: 5\n    order: strict\n    queues: [emails]\n    weights: {emails: 2}\n",
      12, "pools.p.weights", "order: weighted only"),
 ])
