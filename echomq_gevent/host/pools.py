@@ -169,17 +169,43 @@ def describe_pools(cfg: "Config", names: Optional[List[str]] = None) -> List[Dic
     """The file's pools as plain values for ``status`` and the dashboard: ``{name, order,
     concurrency, processes, budget, queues: [{queue, weight, cap}]}``; ``budget`` is the
     slots of all the worker processes the file runs (``concurrency`` a process). With
-    ``names``, only the pools that serve one of those queues."""
+    ``names``, only the pools that serve one of those queues (and those with patterns,
+    which also carry ``patterns``, ``max_per_queue`` and the ``declared`` queues, which a
+    pattern never takes)."""
     out = []
     for pool in cfg.pools.values():
-        if names is not None and not any(q in names for q in pool.queues):
+        if names is not None and not pool.patterns and not any(q in names for q in pool.queues):
             continue
         out.append({"name": pool.name, "order": pool.order, "concurrency": pool.concurrency,
                     "processes": cfg.processes, "budget": pool.concurrency * cfg.processes,
                     "queues": [{"queue": q, "weight": pool.weights.get(q, 1) if pool.order == "weighted" else None,
                                 "cap": cfg.queues[q].options["concurrency"] if q in cfg.queues else None}
-                               for q in pool.queues]})
+                               for q in pool.queues],
+                    "patterns": list(pool.patterns),
+                    "max_per_queue": pool.family_options.get("concurrency") if pool.patterns else None})
+        if pool.patterns:  # a declared queue is never one a pattern finds
+            out[-1]["declared"] = list(cfg.queues)
     return out
+
+
+def add_found_queues(pools: List[Dict[str, Any]], client: Any, prefix: str, exclude: Any = ()) -> List[str]:
+    """Add to each pool of :func:`describe_pools` the queues its patterns find now (as the
+    running pool finds them; not the ``exclude`` names, the declared queues); returns their
+    names, for the caller to read their counts too."""
+    from ..queue.discovery import find_queues
+
+    added: List[str] = []
+    taken = set(exclude)
+    for pool in pools:
+        found: set = set()
+        for pattern in pool.get("patterns") or ():
+            found |= find_queues(client, prefix, pattern)
+        for name in sorted(found - taken):
+            taken.add(name)
+            added.append(name)
+            pool["queues"].append({"queue": name, "weight": 1 if pool["order"] == "weighted" else None,
+                                   "cap": pool.get("max_per_queue"), "found": True})
+    return added
 
 
 def pool_usage(pool: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]]) -> Dict[str, Any]:

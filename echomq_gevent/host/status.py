@@ -57,6 +57,8 @@ def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = Fa
     from .pools import pool_usage
 
     out = out or sys.stdout
+    if any(pool.get("patterns") for pool in pools):  # the queues of the pools' patterns, found now
+        names = list(names) + _found_queues(url, prefix, pools, names)
     report = status_report(url, names, prefix)
     counts = {name: info["counts"] for name, info in report.items()}
     used = [pool_usage(pool, counts) for pool in pools]
@@ -89,6 +91,17 @@ def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = Fa
     return 0
 
 
+def _found_queues(url: str, prefix: str, pools: Sequence[Dict[str, Any]], names: Sequence[str]) -> List[str]:
+    from ..connection.clients import close_client, make_client
+    from .pools import add_found_queues
+
+    client = make_client(url)
+    try:
+        return add_found_queues(list(pools), client, prefix, exclude=names)
+    finally:
+        close_client(client)
+
+
 def describe_pool(pool: Dict[str, Any]) -> List[str]:
     """The lines of one pool (:func:`echomq_gevent.host.pools.pool_usage`): its order and
     budget, then each queue with its weight, cap, jobs active and ready. ``active`` counts
@@ -97,6 +110,10 @@ def describe_pool(pool: Dict[str, Any]) -> List[str]:
     processes = pool.get("processes") or 1
     per = f"{pool['concurrency']} slots" + (f" x {processes} processes" if processes > 1 else "")
     lines = [f"pool {pool['name']}: {pool['order']}, {per}; {pool['in_use']} of {pool['budget']} in use"]
+    if pool.get("patterns"):
+        found = sum(1 for q in pool["queues"] if q.get("found"))
+        lines.append(f"  patterns {', '.join(pool['patterns'])}: {found} queue(s) found, at most "
+                     f"{pool.get('max_per_queue')} slots each")
     width = max([len(q["queue"]) for q in pool["queues"]] + [5])
     for q in pool["queues"]:
         weight = f"weight {q['weight']}  " if q.get("weight") is not None else ""

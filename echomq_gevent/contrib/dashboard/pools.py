@@ -6,6 +6,7 @@ file's). ``active`` counts every worker of the queue: Redis does not say whose a
 Runs on the request's greenlet."""
 from __future__ import annotations
 
+import fnmatch
 from typing import Any, Dict, List, Mapping
 
 from .render import h
@@ -23,16 +24,27 @@ def pools_section(ui: Any, req: Any, counts: Mapping[str, Mapping[str, int]]) ->
         return ""
     known: Dict[str, Mapping[str, int]] = dict(counts)
     parts: List[str] = ['<h2 id="pools">Pools</h2>']
+    declared = {row["queue"] for pool in pools for row in pool["queues"] if not row.get("found")}
     for pool in pools:
+        patterns = pool.get("patterns") or ()
+        if patterns:  # the queues its patterns find, among those the overview lists
+            pool = dict(pool, queues=list(pool["queues"]) + [
+                {"queue": name, "weight": 1 if pool["order"] == "weighted" else None,
+                 "cap": pool.get("max_per_queue"), "found": True}
+                for name in sorted(counts) if name not in declared and name not in (pool.get("declared") or ())
+                and any(fnmatch.fnmatchcase(name, p) for p in patterns)])
         for row in pool["queues"]:
             if row["queue"] not in known:
                 known[row["queue"]] = ui.reads.counts(ui.reads.queue(row["queue"]))
         used = pool_usage(pool, known)
         processes = used.get("processes") or 1
         per = f"{used['concurrency']} slots" + (f" &times; {int(processes)} processes" if processes > 1 else "")
+        found = (f'; patterns {h(", ".join(patterns))}: {sum(1 for q in used["queues"] if q.get("found"))} '
+                 f'queue(s) found' if patterns else "")
         parts.append(
             f'<p data-pool="{h(used["name"])}"><b>{h(used["name"])}</b>: {h(used["order"])}, {per}; '
-            f'<span data-in-use="{h(used["in_use"])}">{h(used["in_use"])}</span> of {h(used["budget"])} in use</p>'
+            f'<span data-in-use="{h(used["in_use"])}">{h(used["in_use"])}</span> of {h(used["budget"])} in use'
+            f'{found}</p>'
             '<table class="pools"><tr><th>queue</th><th>weight</th><th>cap</th><th>active</th><th>ready</th>'
             '<th>share of the budget</th></tr>')
         budget = max(1, int(used["budget"]))

@@ -32,7 +32,8 @@ pools:
 """, filename="worker.yaml")
     pools = describe_pools(cfg)
     assert pools == [{"name": "shared", "order": "weighted", "concurrency": 4, "processes": 1, "budget": 4,
-                      "queues": [{"queue": a, "weight": 3, "cap": 2}, {"queue": b, "weight": 1, "cap": 4}]}]
+                      "queues": [{"queue": a, "weight": 3, "cap": 2}, {"queue": b, "weight": 1, "cap": 4}],
+                      "patterns": [], "max_per_queue": None}]
     release = gevent.event.Event()
     pool = Pool({a: {"concurrency": 2}, b: None}, concurrency=4, weights={a: 3}, connection=redis_url,
                 prefix=prefix, processor=lambda job: release.wait(10), drain_delay=0.5)

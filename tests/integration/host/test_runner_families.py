@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import collections
 import importlib
+import io
 import logging
 
 import gevent
 
 from echomq_gevent import Queue
 from echomq_gevent.host.config import parse_config
+from echomq_gevent.contrib.dashboard import Dashboard
+from echomq_gevent.host.pools import describe_pools
 from echomq_gevent.host.runner import Runner
+from echomq_gevent.host.status import print_status
+
+from integration.contrib.test_dashboard_metrics import _get
 
 FLOOD = 300
 SMALL = 10
@@ -89,6 +95,19 @@ pools:
             assert set(family.members) == {big, small1, small2}  # the declared one runs as declared
             wait_for(lambda: recorder.order.count(declared) == 1, timeout=10, what="the declared queue's job")
             assert sum(1 for w in runner.workers if w.queue_name == declared) == 1
+
+            # status and the dashboard show the queues the pattern found, in the pool
+            out = io.StringIO()
+            print_status(redis_url, [declared], prefix, out=out, pools=describe_pools(cfg, [declared]))
+            text = out.getvalue()
+            assert f"patterns {qname}-t-*: 3 queue(s) found, at most 2 slots each" in text, text
+            assert f"  {small1}   cap 2  active 0  ready 0" in text, text
+            ui = Dashboard(redis_url, prefix=prefix, queues=[declared, big, small1, small2], pools=describe_pools(cfg))
+            try:
+                _status, body = _get(ui, "/")
+                assert "3 queue(s) found" in body and f'<tr data-pool-queue="{big}">' in body
+            finally:
+                ui.close()
 
             # small2 obliterated: dropped with a log line; the flood goes on to its end
             producers[small2].obliterate(force=True)
