@@ -51,7 +51,7 @@ import yaml
 from .redis_section import (DEFAULT_REDIS_URL, EMBEDDED, EMBEDDED_KEYS, REDIS_KEYS, SENTINEL_KEYS,
                            RedisSettings, parse_redis)
 from .located import Builder, Marks, Path, format_error, suggest
-from .pools import parse_pools
+from .pools import has_patterns, parse_pools
 from ..connection.urls import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, redact_url
 from ..errors import ConfigError
 from ..protocol.keys import DEFAULT_PREFIX, ClusterHashTagError, require_hash_tag, validate_prefix, validate_queue_name
@@ -406,6 +406,8 @@ def _named_key(path: Path, value: Any, message: str, prefix: str) -> Path:
 
 def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
     queues = data.get("queues")
+    if queues is None and has_patterns(data.get("pools")):
+        return  # the queues are those the pools' patterns find
     if queues is None:
         raise cfg.error(("queues",), "the file declares no queues; add queues: {name: {options}}")
     if not isinstance(queues, dict) or not queues:

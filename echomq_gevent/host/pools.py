@@ -29,7 +29,7 @@ from ..worker.pool.budget import check_pool
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
 
-__all__ = ["PoolConfig", "POOL_KEYS", "FAMILY_KEYS", "parse_pools", "describe_pools", "pool_usage", "is_pattern"]
+__all__ = ["PoolConfig", "POOL_KEYS", "FAMILY_KEYS", "parse_pools", "describe_pools", "pool_usage", "is_pattern", "has_patterns"]
 
 #: The keys of one pool.
 POOL_KEYS = ("concurrency", "queues", "order", "weights", "max_per_queue", "processor", "discover_every")
@@ -43,6 +43,14 @@ _GLOB = re.compile(r"[*?\[]")
 def is_pattern(name: str) -> bool:
     """Whether a pool's ``queues`` entry is a pattern (``tenant-*``) rather than a name."""
     return bool(_GLOB.search(name))
+
+
+def has_patterns(pools: Any) -> bool:
+    """Whether a (not yet checked) ``pools:`` value holds a pattern: then the file may
+    declare no ``queues:`` of its own."""
+    return isinstance(pools, dict) and any(
+        isinstance(spec, dict) and isinstance(spec.get("queues"), list)
+        and any(isinstance(q, str) and is_pattern(q) for q in spec["queues"]) for spec in pools.values())
 
 
 @dataclass

@@ -119,7 +119,10 @@ class Runner:
         """Block until every worker has stopped and every close begun has ended (or
         ``timeout`` s); True when they have."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        done = gevent.joinall(self._runs, timeout=timeout)
+        if self.families and not self.stopping_event.wait(timeout):
+            return False  # workers come and go with the queues found: it runs until stopped
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done = gevent.joinall(self._runs, timeout=left)
         if len(done) != len(self._runs):
             return False
         closers = list(self._closers)

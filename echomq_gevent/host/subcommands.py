@@ -82,7 +82,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     cfg = load_command_config(args, required=False)
     prefix = args.prefix or (cfg.prefix if cfg else "bull")
     names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
-    if not names:
+    if not names and not (cfg and any(p.patterns for p in cfg.pools.values())):
         print("echomq-gevent status: name the queues, or give -c FILE", file=sys.stderr)
         return EXIT_CONFIG
     conn = CommandRedis(cfg, args.redis)
