@@ -416,7 +416,7 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
                                                      queues=pool.queues)
             budgets.update((q, budget) for q in members)
     marker_wait = None
-    if cfg.marker_wait == "shared" or budgets:
+    if cfg.marker_wait == "shared" or by_pool:
         if is_cluster(client):
             log.info("marker_wait: shared is not used on a Redis Cluster; each queue waits on its own primary")
         else:  # a pool's queues wait in one shared wait, whatever marker_wait says

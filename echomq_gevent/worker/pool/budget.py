@@ -17,17 +17,22 @@ A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the Y
   Each free slot goes to one of the asking queues by the pool's order:
 
   - ``strict``: the first queue of the list that asks;
-  - ``round_robin``: the next asking queue after the one served last;
-  - ``weighted``: smooth weighted round robin over the asking queues (each turn every
-    asking queue earns its weight, the one with most credit is served and pays the sum
-    of the weights): over any stretch where queues ask, each gets its weight's share,
-    interleaved, and none is starved.
+  - ``weighted``: the asking queue that holds the fewest slots for its weight (slots in use
+    or granted, divided by its weight); between equals, the one served longest ago. So
+    while several queues have work, the slots they hold follow their weights (5:1:2 of 8
+    slots: 5, 1 and 2), and each one's share of the jobs run with them; a queue that
+    holds none is served before any that holds one, and none is starved;
+  - ``round_robin``: the same with every weight 1: equal shares, and with more queues
+    asking than slots, turns in the order they were last served.
 
 * **Fetch-next.** A finishing job may fetch the next job of its queue in the same call
-  only when the order would give the slot to that queue again (:meth:`PoolMember.keep`);
-  otherwise the slot is freed when the finish is written and goes to the queue the order
-  names. So a queue that got the slots while the others were idle gives them back, by
-  the order, as soon as the others have work.
+  when, the order applied to its queue (counted without the slot it is about to free) and
+  the asking queues, the slot would go to its queue again (:meth:`PoolMember.keep`):
+  while the shares are as the order wants them, a busy slot stays with its queue and is
+  refilled in the same round trip, as without a pool; otherwise the slot is freed when
+  the finish is written and goes to the queue the order names. So a queue that got the
+  slots while the others were idle gives them back, by the order, as its jobs finish.
+
 * A queue's own rate limit and the queue's global concurrency are honoured by its own
   pick-up script: a pick-up that brings fewer jobs than granted gives the rest back.
 
@@ -81,7 +86,7 @@ class PoolMember:
     ``cap``: the queue's own concurrency; ``weight``: its weight (``weighted``).
     """
 
-    __slots__ = ("budget", "name", "cap", "weight", "index", "held", "granted", "want", "credit", "wake",
+    __slots__ = ("budget", "name", "cap", "weight", "index", "held", "granted", "want", "last", "wake",
                  "served", "left")
 
     def __init__(self, budget: "PoolBudget", name: str, cap: int, weight: int, index: int,
@@ -94,8 +99,8 @@ class PoolMember:
         self.held = 0
         self.granted = 0
         self.want = 0
-        #: smooth weighted round robin's running credit
-        self.credit = 0
+        #: when it was last served (the budget's count of grants then): the older, the sooner
+        self.last = -1
         #: wakes the queue's fetch loop (a grant came)
         self.wake = wake
         #: slots granted to this queue since it joined (status, tests)
@@ -175,10 +180,10 @@ class PoolMember:
             return True
         if budget.used > budget.concurrency:  # the budget was lowered: give the slot up
             return False
-        chosen = budget._choose(self, commit=False)
-        if chosen is not self:
+        if budget._choose(self) is not self:
             return False
-        budget._choose(self, commit=True)
+        budget._seq += 1
+        self.last = budget._seq
         self.served += 1
         return True
 
@@ -222,8 +227,8 @@ class PoolBudget:
         self.peak = 0
         #: the members asking for slots, in the order they asked
         self._ready: Dict[PoolMember, None] = {}
-        #: round robin: the index of the member served last
-        self._last = -1
+        #: grants so far (each member's ``last`` is a value of it)
+        self._seq = 0
         self._next_index = 0
         #: the pool's shared lock renewal (:mod:`.shared_locks`), made by its first worker
         self.lock_renewal: Any = None
@@ -271,9 +276,11 @@ class PoolBudget:
         woken: List[PoolMember] = []
         ready = self._ready
         while self.used < self.concurrency and ready:
-            member = self._choose(None, commit=True)
+            member = self._choose(None)
             if member is None:
                 break
+            self._seq += 1
+            member.last = self._seq
             member.granted += 1
             member.served += 1
             self.used += 1
@@ -289,41 +296,23 @@ class PoolBudget:
     def _eligible(self, member: PoolMember) -> bool:
         return member.held + member.granted < member.cap
 
-    def _choose(self, keeper: Optional[PoolMember], commit: bool) -> Optional[PoolMember]:
+    def _choose(self, keeper: Optional[PoolMember]) -> Optional[PoolMember]:
         """The member the next slot goes to, among the asking ones under their cap and
-        ``keeper`` (a member whose finishing job holds the slot already). ``commit``:
-        record the choice (round robin's position, weighted credits)."""
-        candidates = [m for m in self._ready if m is not keeper and self._eligible(m)]
-        if keeper is not None and keeper.held <= keeper.cap:
-            candidates.append(keeper)
-        if not candidates:
-            return None
-        order = self.order
-        if order == "strict":
-            return min(candidates, key=_index)
-        if order == "round_robin":
-            last = self._last
-            after = [m for m in candidates if m.index > last]
-            chosen = min(after or candidates, key=_index)
-            if commit:
-                self._last = chosen.index
-            return chosen
-        # smooth weighted round robin
-        total = 0
+        ``keeper`` (a member whose finishing job holds the slot already, counted without
+        it). ``strict``: the first in pool order; otherwise the fewest slots for its weight,
+        then the one served longest ago."""
+        strict = self.order == "strict"
         best: Optional[PoolMember] = None
-        best_credit = 0
-        for m in candidates:
-            credit = m.credit + m.weight
-            total += m.weight
-            if best is None or credit > best_credit or (credit == best_credit and m.index < best.index):
-                best, best_credit = m, credit
-        if commit:
-            for m in candidates:
-                m.credit += m.weight
-            assert best is not None
-            best.credit -= total
+        best_key: Any = None
+        for m in self._ready:
+            if m is keeper or m.held + m.granted >= m.cap:
+                continue
+            key = m.index if strict else ((m.held + m.granted) / m.weight, m.last)
+            if best is None or key < best_key:
+                best, best_key = m, key
+        if keeper is not None and keeper.held <= keeper.cap:
+            key = keeper.index if strict else ((keeper.held - 1 + keeper.granted) / keeper.weight, keeper.last)
+            if best is None or key < best_key:
+                best = keeper
         return best
 
-
-def _index(member: PoolMember) -> int:
-    return member.index

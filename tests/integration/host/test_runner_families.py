@@ -93,6 +93,9 @@ pools:
             assert recorder.order.count(big) < FLOOD - 3 * SMALL, recorder.order.count(big)
             assert max(recorder.peak[n] for n in (big, small1, small2)) <= 2  # max_per_queue
             assert set(family.members) == {big, small1, small2}  # the declared one runs as declared
+            # the found queues wait in the pool's one marker wait (the declared one on its own)
+            assert {w._fetch.shared_wait for w in family.members.values()} == {runner.shared.marker_wait}
+            assert runner.shared.marker_wait is not None
             wait_for(lambda: recorder.order.count(declared) == 1, timeout=10, what="the declared queue's job")
             assert sum(1 for w in runner.workers if w.queue_name == declared) == 1
 
