@@ -178,10 +178,29 @@ def _last_finish_ms(bench: Bench, queues: List[str]) -> float:
     return last
 
 
-def scale_case(bench: Bench, n: int, concurrency: int, log: Any) -> List[Dict[str, Any]]:
+SCALE_LAYOUTS = (("one queue, no pool", "worker", 1), ("pool over 1 queue", "pool", 1),
+                 ("pool over 10 queues", "pool", 10), ("pool over 100 queues", "pool", 100))
+
+
+def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1) -> List[Dict[str, Any]]:
+    """Every layout ``rounds`` times, their order rotated each round; the median round of each."""
+    runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _l, _c in SCALE_LAYOUTS}
+    for r in range(rounds):
+        order = SCALE_LAYOUTS[r % len(SCALE_LAYOUTS):] + SCALE_LAYOUTS[:r % len(SCALE_LAYOUTS)]
+        for row in _scale_round(bench, n, concurrency, log, order):
+            runs[row["case"]].append(row)
+    out = []
+    for label, _l, _c in SCALE_LAYOUTS:
+        ordered = sorted(runs[label], key=lambda row: row["jobs_per_s"])
+        median = dict(ordered[len(ordered) // 2])
+        median["rounds"] = [row["jobs_per_s"] for row in runs[label]]
+        out.append(median)
+    return out
+
+
+def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any) -> List[Dict[str, Any]]:
     rows = []
-    for label, layout, count in (("one queue, no pool", "worker", 1), ("pool over 1 queue", "pool", 1),
-                                 ("pool over 10 queues", "pool", 10), ("pool over 100 queues", "pool", 100)):
+    for label, layout, count in layouts:
         bench.flush()
         queues = [f"s{count}-{i}" for i in range(count)]
         for q in queues:
@@ -323,11 +342,12 @@ def markdown(res: Dict[str, Any]) -> str:
            f"{m['load_before']} before and {m['load_after']} after. `python -m bench.pools`"
            + (" --quick" if m.get("quick") else "") + ".", "",
            "## Scale: one budget of 100 slots over 1, 10, 100 queues", "",
-           "| layout | jobs | jobs/s | × one queue | worker µs/job | Redis µs/job | connections |",
-           "|---|---|---|---|---|---|---|"]
+           "| layout | jobs | jobs/s (median) | × one queue | rounds | worker µs/job | Redis µs/job | connections |",
+           "|---|---|---|---|---|---|---|---|"]
     base = res["scale"][0]["jobs_per_s"] if res["scale"] else 1
     for r in res["scale"]:
-        out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {r['jobs_per_s'] / base:.2f} | "
+        rounds = ", ".join(f"{x:,}" for x in r.get("rounds", []))
+        out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {r['jobs_per_s'] / base:.2f} | {rounds} | "
                    f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {r['connections']} |")
     out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
                 "concurrency 50)", "",
@@ -337,6 +357,8 @@ def markdown(res: Dict[str, Any]) -> str:
         out.append(f"| {r['case']} | {r['flood']:,} | {r['small_wait_ms_p50']} | {r['small_wait_ms_p99']} | "
                    f"{r['small_wait_ms_max']} | {r['small_run_ms_p50']} | {r['flood_done_s']} |")
     i = res["idle"]
+    if i is None:
+        return "\n".join(out)
     out += ["", "## Idle tenants", "",
             f"{i['tenants']:,} tenant queues that exist and hold nothing, a pool over `idle-*`: the worker "
             f"process used {i['worker_cpu_pct']} % of a core and Redis {i['redis_cpu_pct']} % over "
@@ -352,6 +374,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--jobs", type=int, default=None, help="the scale case's jobs (default 20000)")
     p.add_argument("--flood", type=int, default=None, help="the fairness case's flood (default 50000)")
     p.add_argument("--tenants", type=int, default=None, help="the idle case's tenant queues (default 1000)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of the scale case (default 3; --quick 1)")
+    p.add_argument("--only", default="scale,fairness,idle", help="which cases (default all three)")
     args = p.parse_args(argv)
     if args.driver:
         _driver(json.loads(args.driver))
@@ -362,9 +386,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     idle_s = 3.0 if args.quick else 10.0
     load_before = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     with Bench() as bench:
-        res: Dict[str, Any] = {"scale": scale_case(bench, n, 100, bench.log),
-                               "fairness": fairness_case(bench, flood, bench.log),
-                               "idle": idle_case(bench, tenants, idle_s, bench.log)}
+        only = set(args.only.split(","))
+        rounds = args.rounds or (1 if args.quick else 3)
+        res: Dict[str, Any] = {
+            "scale": scale_case(bench, n, 100, bench.log, rounds) if "scale" in only else [],
+            "fairness": fairness_case(bench, flood, bench.log) if "fairness" in only else [],
+            "idle": idle_case(bench, tenants, idle_s, bench.log) if "idle" in only else None}
         meta = _machine()
         meta.update(redis=bench.redis_version, quick=args.quick, load_before=load_before,
                     load_after=", ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -374,7 +401,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         json.dump(res, fh, indent=2, sort_keys=True)
     with open(os.path.join(args.out, "pools.md"), "w", encoding="utf-8") as fh:
         fh.write(markdown(res))
-    if not args.quick:
+    if not args.quick and res["scale"] and res["fairness"] and res["idle"]:
         _history(os.path.join(args.out, "history.md"), res)
     print(markdown(res))
     return 0

@@ -27,7 +27,8 @@ A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the Y
 
 * **Fetch-next.** A finishing job may fetch the next job of its queue in the same call
   when, the order applied to its queue (counted without the slot it is about to free) and
-  the asking queues, the slot would go to its queue again (:meth:`PoolMember.keep`):
+  the asking queues, the slot would go to its queue again, or its queue ties with one that
+  holds slots already (:meth:`PoolMember.keep`):
   while the shares are as the order wants them, a busy slot stays with its queue and is
   refilled in the same round trip, as without a pool; otherwise the slot is freed when
   the finish is written and goes to the queue the order names. So a queue that got the
@@ -122,6 +123,7 @@ class PoolMember:
             self.want = max(0, want)
             if self.want:
                 budget._ready[self] = None
+                budget._floor = None
             budget._dispatch()
         if self.granted:
             self.want = 0
@@ -133,6 +135,7 @@ class PoolMember:
         if self.granted:
             self.budget._give_back(self.granted)
             self.granted = 0
+            self.budget._floor = None
             self.budget._dispatch()
 
     def withdraw(self) -> None:
@@ -146,6 +149,7 @@ class PoolMember:
         if self.granted:
             budget._give_back(self.granted)
             self.granted = 0
+            budget._floor = None
             budget._dispatch()
 
     def start_slot(self) -> None:
@@ -168,6 +172,7 @@ class PoolMember:
         self.held -= 1
         if self.left:
             return
+        self.budget._floor = None
         self.budget._give_back(1)
         self.budget._dispatch()
 
@@ -178,6 +183,19 @@ class PoolMember:
         budget = self.budget
         if not budget._ready or self.left:
             return True
+        if budget.order != "strict" and budget.used <= budget.concurrency:
+            # the fast answer: every asking queue holds at least ``floor`` slots for its
+            # weight (a bound kept between the changes that can lower it), and this one,
+            # without the slot it frees, holds fewer, or as many when all hold some
+            floor = budget._floor
+            if floor is None:
+                floor = budget._floor = budget._min_share()
+            share = (self.held - 1 + self.granted) / self.weight
+            if share < floor or (share == floor and floor > 0):
+                budget._seq += 1
+                self.last = budget._seq
+                self.served += 1
+                return True
         if budget.used > budget.concurrency:  # the budget was lowered: give the slot up
             return False
         if budget._choose(self) is not self:
@@ -229,6 +247,9 @@ class PoolBudget:
         self._ready: Dict[PoolMember, None] = {}
         #: grants so far (each member's ``last`` is a value of it)
         self._seq = 0
+        #: at most the fewest slots for its weight any asking queue holds (None: to count
+        #: again); kept by the changes that can lower it, read by :meth:`PoolMember.keep`
+        self._floor: Optional[float] = None
         self._next_index = 0
         #: the pool's shared lock renewal (:mod:`.shared_locks`), made by its first worker
         self.lock_renewal: Any = None
@@ -296,6 +317,10 @@ class PoolBudget:
     def _eligible(self, member: PoolMember) -> bool:
         return member.held + member.granted < member.cap
 
+    def _min_share(self) -> float:
+        """The fewest slots for its weight that an asking queue holds now."""
+        return min(((m.held + m.granted) / m.weight for m in self._ready), default=float("inf"))
+
     def _choose(self, keeper: Optional[PoolMember]) -> Optional[PoolMember]:
         """The member the next slot goes to, among the asking ones under their cap and
         ``keeper`` (a member whose finishing job holds the slot already, counted without
@@ -311,8 +336,14 @@ class PoolBudget:
             if best is None or key < best_key:
                 best, best_key = m, key
         if keeper is not None and keeper.held <= keeper.cap:
-            key = keeper.index if strict else ((keeper.held - 1 + keeper.granted) / keeper.weight, keeper.last)
-            if best is None or key < best_key:
-                best = keeper
+            if strict:
+                if best is None or keeper.index < best_key:
+                    best = keeper
+            else:
+                share = (keeper.held - 1 + keeper.granted) / keeper.weight
+                # between equals the slot stays where it is (no pick-up more for nothing),
+                # unless the other queue holds no slot at all: then it takes its turn
+                if best is None or share < best_key[0] or (share == best_key[0] and best.held + best.granted > 0):
+                    best = keeper
         return best
 
