@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .harness import ROOT, Bench, BenchError, ProcWatch, RedisSnapshot, percentile
+from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, percentile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "bpool"
@@ -220,9 +220,12 @@ def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any)
             _stop(proc)
         row = {"case": label, "queues": count, "jobs": n, "concurrency": concurrency,
                "jobs_per_s": round(n / elapsed), "worker_us_per_job": round((cpu1 - cpu0) / n * 1e6, 1),
-               "redis_us_per_job": round((snap1.cpu_s - snap0.cpu_s) / n * 1e6, 1), "connections": conns}
+               "redis_us_per_job": round((snap1.cpu_s - snap0.cpu_s) / n * 1e6, 1), "connections": conns,
+               "script_calls_per_job": round(sum(snap1.calls.get(c, 0) - snap0.calls.get(c, 0)
+                                                 for c in SCRIPT_COMMANDS) / n, 2)}
         log(f"scale: {label}: {row['jobs_per_s']} jobs/s, worker {row['worker_us_per_job']} µs/job, "
-            f"Redis {row['redis_us_per_job']} µs/job, {conns} connections")
+            f"Redis {row['redis_us_per_job']} µs/job, {row['script_calls_per_job']} script calls/job, "
+            f"{conns} connections")
         rows.append(row)
     return rows
 
@@ -342,13 +345,15 @@ def markdown(res: Dict[str, Any]) -> str:
            f"{m['load_before']} before and {m['load_after']} after. `python -m bench.pools`"
            + (" --quick" if m.get("quick") else "") + ".", "",
            "## Scale: one budget of 100 slots over 1, 10, 100 queues", "",
-           "| layout | jobs | jobs/s (median) | × one queue | rounds | worker µs/job | Redis µs/job | connections |",
-           "|---|---|---|---|---|---|---|---|"]
+           "| layout | jobs | jobs/s (median) | × one queue | rounds | worker µs/job | Redis µs/job | script calls/job "
+           "| connections |",
+           "|---|---|---|---|---|---|---|---|---|"]
     base = res["scale"][0]["jobs_per_s"] if res["scale"] else 1
     for r in res["scale"]:
         rounds = ", ".join(f"{x:,}" for x in r.get("rounds", []))
         out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {r['jobs_per_s'] / base:.2f} | {rounds} | "
-                   f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {r['connections']} |")
+                   f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {r.get('script_calls_per_job')} | "
+                   f"{r['connections']} |")
     out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
                 "concurrency 50)", "",
             "| layout | flood | small tenants' wait p50 ms | p99 ms | max ms | a job runs (p50 ms) | flood done (s) |",

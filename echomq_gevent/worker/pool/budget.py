@@ -27,8 +27,9 @@ A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the Y
 
 * **Fetch-next.** A finishing job may fetch the next job of its queue in the same call
   when, the order applied to its queue (counted without the slot it is about to free) and
-  the asking queues, the slot would go to its queue again, or its queue ties with one that
-  holds slots already (:meth:`PoolMember.keep`):
+  the asking queues, the slot would go to its queue again, or its queue holds less than
+  one slot more than the least served one, when that one holds slots already
+  (:meth:`PoolMember.keep`):
   while the shares are as the order wants them, a busy slot stays with its queue and is
   refilled in the same round trip, as without a pool; otherwise the slot is freed when
   the finish is written and goes to the queue the order names. So a queue that got the
@@ -88,7 +89,7 @@ class PoolMember:
     """
 
     __slots__ = ("budget", "name", "cap", "weight", "index", "held", "granted", "want", "last", "wake",
-                 "served", "left")
+                 "served", "left", "early")
 
     def __init__(self, budget: "PoolBudget", name: str, cap: int, weight: int, index: int,
                  wake: Callable[[], None]) -> None:
@@ -108,6 +109,8 @@ class PoolMember:
         self.served = 0
         #: the queue left the pool (:meth:`leave`): its slots were given back then
         self.left = False
+        #: slots given back by :meth:`keep` whose greenlets have not ended yet
+        self.early = 0
 
     def __repr__(self) -> str:
         return f"<PoolMember {self.name!r} held={self.held} granted={self.granted} want={self.want} cap={self.cap}>"
@@ -168,7 +171,10 @@ class PoolMember:
 
     def end_slot(self) -> None:
         """A slot of this queue ended (its greenlet ran its last job): the slot is free
-        and goes to the next queue by the order."""
+        and goes to the next queue by the order (unless :meth:`keep` gave it already)."""
+        if self.early:
+            self.early -= 1
+            return
         self.held -= 1
         if self.left:
             return
@@ -179,26 +185,37 @@ class PoolMember:
     def keep(self) -> bool:
         """A job of this queue is finishing: True when its slot should fetch the next job
         of this queue in the same call (the order gives the slot to this queue again);
-        False lets the slot end, and the pool gives it to the queue the order names."""
+        False gives the slot to the queue the order names at once, and the slot's greenlet
+        ends once the finish is written."""
         budget = self.budget
-        if not budget._ready or self.left:
+        if self.left:
+            return True
+        if not budget._ready and budget.used <= budget.concurrency:
             return True
         if budget.order != "strict" and budget.used <= budget.concurrency:
             # the fast answer: every asking queue holds at least ``floor`` slots for its
             # weight (a bound kept between the changes that can lower it), and this one,
-            # without the slot it frees, holds fewer, or as many when all hold some
+            # without the slot it frees, holds fewer, or less than one slot more when all
+            # hold some (a slot moved for less would cost a pick-up for no fairness)
             floor = budget._floor
             if floor is None:
                 floor = budget._floor = budget._min_share()
             share = (self.held - 1 + self.granted) / self.weight
-            if share < floor or (share == floor and floor > 0):
+            if share < floor or (floor > 0 and share < floor + 1 / self.weight):
                 budget._seq += 1
                 self.last = budget._seq
                 self.served += 1
                 return True
-        if budget.used > budget.concurrency:  # the budget was lowered: give the slot up
-            return False
-        if budget._choose(self) is not self:
+        if budget.used > budget.concurrency or budget._choose(self) is not self:
+            # the slot goes (or, the budget lowered, is given up) now, not when the finish
+            # is written: the next finishing job sees it gone, and the queue it goes to
+            # picks up meanwhile (the job that frees it has left its processor already)
+            if not self.left:
+                self.held -= 1
+                self.early += 1
+                budget._floor = None
+                budget._give_back(1)
+                budget._dispatch()
             return False
         budget._seq += 1
         self.last = budget._seq
@@ -341,9 +358,10 @@ class PoolBudget:
                     best = keeper
             else:
                 share = (keeper.held - 1 + keeper.granted) / keeper.weight
-                # between equals the slot stays where it is (no pick-up more for nothing),
-                # unless the other queue holds no slot at all: then it takes its turn
-                if best is None or share < best_key[0] or (share == best_key[0] and best.held + best.granted > 0):
+                # within one slot of the least served the slot stays where it is (no pick-up
+                # more for nothing), unless that queue holds no slot at all: it takes its turn
+                if best is None or share < best_key[0] or (
+                        best.held + best.granted > 0 and share < best_key[0] + 1 / keeper.weight):
                     best = keeper
         return best
 
