@@ -412,6 +412,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 0
 
 
+def from_run(args: argparse.Namespace, only: List[str]) -> Optional[int]:
+    """``python -m bench.run --only pools[,...]``: run this bench (``--quick`` and ``--out``
+    carried over) and take ``pools`` out of ``only``; its exit code when nothing else was
+    asked, else None (the other groups run)."""
+    if "pools" not in only:
+        return None
+    only.remove("pools")
+    rc = main((["--quick"] if args.quick else []) + ["--out", args.out])
+    return rc if not only else None
+
+
 def _history(path: str, res: Dict[str, Any]) -> None:
     m = res["meta"]
     scale = {r["queues"]: r["jobs_per_s"] for r in res["scale"] if r["case"].startswith("pool")}
