@@ -428,7 +428,8 @@ def _history(path: str, res: Dict[str, Any]) -> None:
     scale = {r["queues"]: r["jobs_per_s"] for r in res["scale"] if r["case"].startswith("pool")}
     base = res["scale"][0]["jobs_per_s"]
     fair = {r["case"]: r["small_wait_ms_p99"] for r in res["fairness"]}
-    text = (f"| {m['when']} | {m['commit']} | {platform.machine()}, {m['cpus']} CPUs, {m['cpu']} | {m['redis']} | 1 | "
+    text = (f"| {m['when']} | {m['commit']} | {platform.machine()}, {m['cpus']} CPUs, {m['cpu']} | {m['redis']} | "
+            f"{len(res['scale'][0].get('rounds', [1]))} | "
             f"{m['load_before']} | pools: jobs/s over 1, 10, 100 queues {scale.get(1)}, {scale.get(10)}, "
             f"{scale.get(100)} (one queue without a pool {base}); small tenants' wait p99 ms "
             + ", ".join(f"{k} {v}" for k, v in fair.items())
