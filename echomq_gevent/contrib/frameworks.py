@@ -214,12 +214,14 @@ class Integration:
 
     # -- running ---------------------------------------------------------------------------
     def select(self, names: Sequence[str]) -> Config:
-        """The config with only the queues ``names`` (all when empty)."""
+        """The config with only the queues ``names`` (all when empty): a pool keeps those
+        of its queues, and serves no queue its patterns find (none was named)."""
         if not names:
             return self.cfg
         for n in names:
             self.check_queue(n)
-        return dataclasses.replace(self.cfg, queues={n: self.cfg.queues[n] for n in names})
+        pools = {name: dataclasses.replace(pool, patterns=[]) for name, pool in self.cfg.pools.items()}
+        return dataclasses.replace(self.cfg, queues={n: self.cfg.queues[n] for n in names}, pools=pools)
 
     def run_worker(self, queues: Sequence[str] = (), check: bool = False,
                    log_level: Optional[str] = None, progress: bool = False,
