@@ -82,3 +82,59 @@ pools:
             assert node.run("getJob", queue=t, jobId=added[t][0])["returnvalue"] == {"t": t}
     finally:
         runner.drain(5).join()
+
+
+def test_bull_board_shows_the_tenant_queues_a_pool_serves(node, redis_url, prefix, qname, wait_for):
+    """bull-board (Node) over two tenant queues: its Queues make them (their meta), the
+    pool's pattern finds them, runs the jobs Node adds, and bull-board counts them completed."""
+    import json
+    import os
+    import subprocess
+    import urllib.request
+
+    from echomq_gevent.host.config import parse_config
+    from echomq_gevent.host.runner import Runner
+    from interop_node import _node_binary
+
+    tenants = [f"{qname}-tenant-a", f"{qname}-tenant-b"]
+    board = subprocess.Popen([_node_binary(), os.path.join(os.path.dirname(__file__), "node", "bull_board.js")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    board.stdin.write(json.dumps({"redis": redis_url, "prefix": prefix, "queues": tenants}) + "\n")
+    board.stdin.flush()
+    line = board.stdout.readline()
+    assert line, board.stderr.read()[-2000:]
+    base = f"http://127.0.0.1:{json.loads(line)['port']}/ui"
+
+    def counts(name):
+        with urllib.request.urlopen(f"{base}/api/queues?activeQueue={name}&status=completed&page=1",
+                                    timeout=15) as resp:
+            return next(q for q in json.load(resp)["queues"] if q["name"] == name)["counts"]
+
+    cfg = parse_config(f"""
+redis: {{url: "{redis_url}"}}
+prefix: {prefix}
+entry_points: false
+pools:
+  tenants:
+    concurrency: 2
+    queues: ["{qname}-tenant-*"]
+    processor: "interop_pool_helpers:echo"
+    discover_every: 0.2
+""")
+    runner = Runner(cfg, redis_url)
+    runner.start()
+    try:
+        family = runner.families[0]
+        # bull-board's Queues wrote the queues' meta: found before any job
+        wait_for(lambda: set(family.members) == set(tenants), timeout=10, what="the tenant queues found")
+        for t in tenants:
+            node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}}] * 3)
+        wait_for(lambda: all(counts(t).get("completed") == 3 for t in tenants), timeout=30,
+                 what="bull-board counting the jobs completed")
+    finally:
+        runner.drain(5).join()
+        board.stdin.close()
+        try:
+            board.wait(15)
+        except subprocess.TimeoutExpired:
+            board.kill()
