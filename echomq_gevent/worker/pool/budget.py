@@ -26,14 +26,14 @@ A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the Y
     asking than slots, turns in the order they were last served.
 
 * **Fetch-next.** A finishing job may fetch the next job of its queue in the same call
-  when, the order applied to its queue (counted without the slot it is about to free) and
-  the asking queues, the slot would go to its queue again, or its queue holds less than
-  one slot more than the least served one, when that one holds slots already
-  (:meth:`PoolMember.keep`):
-  while the shares are as the order wants them, a busy slot stays with its queue and is
-  refilled in the same round trip, as without a pool; otherwise the slot is freed when
-  the finish is written and goes to the queue the order names. So a queue that got the
-  slots while the others were idle gives them back, by the order, as its jobs finish.
+  (:meth:`PoolMember.keep`) when the order, counting its queue without the slot it is
+  about to free, gives the slot to its queue again, or when its queue would hold less
+  than one slot more than the least served asking queue and that one holds slots
+  already: while the shares are as the order wants them, a busy slot stays with its
+  queue and is refilled in the same round trip, as without a pool. Otherwise the slot
+  goes at once to the queue the order names (which picks up while the finish is
+  written), and its greenlet ends with the finish. So a queue that got the slots while
+  the others were idle gives them back, by the order, as its jobs finish.
 
 * A queue's own rate limit and the queue's global concurrency are honoured by its own
   pick-up script: a pick-up that brings fewer jobs than granted gives the rest back.
