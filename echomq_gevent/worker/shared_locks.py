@@ -40,6 +40,9 @@ class SharedLockRenewal:
         self._client: Any = None
         self._thread_running = False
         self._stop = False
+        #: released to end the thread's wait at once (the last detach)
+        self._wake = native_lock()
+        self._wake.acquire()
         #: monotonic time of the last completed tick
         self.last_tick: Optional[float] = None
         self.errors = 0
@@ -72,6 +75,14 @@ class SharedLockRenewal:
                 self._renewers.remove(renewer)
             if not self._renewers:
                 self._stop = True
+                stopping = self._thread_running
+            else:
+                stopping = False
+        if stopping:
+            try:
+                self._wake.release()  # the thread ends now, not after its interval
+            except RuntimeError:  # released already
+                pass
 
     def alive(self) -> bool:
         return self._thread_running and self.last_tick is not None
@@ -83,12 +94,10 @@ class SharedLockRenewal:
         return min((r.interval_s for r in renewers), default=0.5)
 
     def _run(self) -> None:
-        sleeper = native_lock()
-        sleeper.acquire()
         client = None
         try:
             while True:
-                sleeper.acquire(True, self._interval())
+                self._wake.acquire(True, self._interval())
                 with self._lock:
                     if self._stop:
                         client, self._client = self._client, None
