@@ -334,6 +334,12 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
             raise cfg.error(("queues", name),
                             f"queue {name!r} has no processor: set processor: 'module:function' or "
                             f"load a plugin (plugins: [...]) that registers one for it")
+    for pool in cfg.pools.values():  # the processor of the queues a pool's pattern finds
+        if pool.processor:
+            try:
+                resolve_processor(pool.processor)
+            except (ImportError, AttributeError, TypeError) as exc:
+                raise cfg.error(("pools", pool.name, "processor"), str(exc)) from None
     return host, processors
 
 

@@ -43,3 +43,25 @@ def test_a_pattern_only_file_serves_tenants_made_later_and_shows_in_status(tmp_p
     finally:
         run.kill()
         tenant.close()
+
+
+def test_check_lists_the_pools_and_refuses_a_pattern_processor_that_does_not_import(tmp_path, redis_url, prefix,
+                                                                                      qname):
+    (tmp_path / "tenantjobs.py").write_text("def handle(job):\n    return 1\n")
+    good = command_file(tmp_path, redis_url, prefix, f"""
+        queues:
+          {qname}: {{processor: "tenantjobs:handle", concurrency: 3}}
+        pools:
+          p: {{concurrency: 8, queues: [{qname}, "{qname}-t-*"], order: round_robin, processor: "tenantjobs:handle"}}
+        """)
+    out = cli("-c", str(good), "--check", cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (f"pool p: round_robin, 8 slots, queues {qname}; patterns {qname}-t-*, processor tenantjobs:handle, "
+            f"8 slots each at most") in out.stdout
+    bad = command_file(tmp_path, redis_url, prefix, f"""
+        pools:
+          p: {{concurrency: 8, queues: ["{qname}-t-*"], processor: "tenantjobs:nosuch"}}
+        """)
+    out = cli("-c", str(bad), "--check", cwd=str(tmp_path))
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "key pools.p.processor" in out.stderr and "has no 'nosuch'" in out.stderr
