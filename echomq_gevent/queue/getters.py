@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from ..protocol.admin import METRICS_TYPES
 from .dependencies import queue_dependencies
+from .discovery import glob_escape
 from ..connection.cluster import client_list_all, is_cluster
 from ..errors import close_matches
 from ..protocol.clock import now_ms
@@ -69,9 +70,6 @@ def _label(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _glob_escape(text: str) -> str:
-    """``text`` as a literal in a SCAN MATCH pattern."""
-    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
 
 
 def _int_or_zero(value: Any) -> int:
@@ -383,7 +381,7 @@ class QueueGetters:
         removed = 0
         cursor = 0
         while True:
-            cursor, found = self.client.scan(cursor, match=_glob_escape(base) + "*", count=count)
+            cursor, found = self.client.scan(cursor, match=glob_escape(base) + "*", count=count)
             candidates: List[str] = []
             for key in found:
                 suffix = key[len(base):]

@@ -80,8 +80,14 @@ class FetchLoop:
     """
 
     def __init__(self, ctx: WorkerContext, settler: Settler, processor: Optional[Callable[[Job], Any]],
-                 concurrency: int, connection_settings: Any, shared_wait: Any = None) -> None:
+                 concurrency: int, connection_settings: Any, shared_wait: Any = None,
+                 pool: Any = None) -> None:
         self.ctx = ctx
+        #: the :class:`~.pool.budget.PoolMember` of the pool this queue runs in (None: no
+        #: pool; its own ``concurrency`` is then its only bound)
+        self.member: Any = None
+        if pool is not None:
+            self.member = pool.join(ctx.queue_name, concurrency, ctx.hints.kick.set)
         #: a :class:`~.shared_wait.SharedMarkerWait` to wait in instead of a wait of its own
         self.shared_wait = shared_wait
         self.settler = settler
@@ -113,6 +119,7 @@ class FetchLoop:
         self.next_runs = NextRuns(ctx.scripts)
         #: runs the jobs, one greenlet a slot (:mod:`.slot_runner`)
         self.runner = SlotRunner(ctx, settler, processor, self.next_runs, self._can_fetch_next, self._next_from)
+        self.runner.member = self.member
         #: what each slot's greenlet runs (bound once: :meth:`_start` spawns it per job)
         self._run_slot = self.runner.run_slot
         #: wakes the loop at a delayed job's due time to a fraction of a millisecond
@@ -194,7 +201,10 @@ class FetchLoop:
                 log.debug("%s: the cancelled marker wait failed: %s", self.ctx.label, exc)
 
     def teardown(self) -> None:
-        """After the close: drop the blocking connection (or leave the shared wait)."""
+        """After the close: drop the blocking connection (or leave the shared wait), and
+        leave the pool."""
+        if self.member is not None:
+            self.member.leave()
         if self.due_timer is not None:
             self.due_timer.close()
         if self.shared_wait is not None:
@@ -238,10 +248,13 @@ class FetchLoop:
     def _loop_once(self) -> None:
         marker = self.marker
         hints = self.hints
+        member = self.member
         if marker is not None and marker.answered:  # a pick-up behind a wait the loop left
             self._take_fetched(marker.take())
             return
         if self.paused or len(self.active) >= self.concurrency:
+            if member is not None:
+                member.withdraw()
             if self.paused and marker is not None and marker.pending:
                 # a marker wait left pending would pop a wake-up meant for other workers
                 fetched = marker.cancel(self.unblock_client())
@@ -254,17 +267,37 @@ class FetchLoop:
             return
         now = now_ms()
         if hints.limit_until > now:
+            if member is not None:
+                member.withdraw()
             wait_ms = min(hints.limit_until - now, self.options["max_rate_limit_delay"])
             self._wait_kick(wait_ms / 1000.0)
             return
         if hints.unknown_pickups:
             self._claim_unknown_pickups()
             return
-        if hints.drained and not self._wait_for_work():
-            return
+        if hints.drained:
+            if member is not None:
+                member.withdraw()
+            if not self._wait_for_work():
+                return
         if self.paused or self.ctx.closing:  # paused or closed while blocked on the marker
             return
-        self._fetch(min(self._next_burst(), self.concurrency - len(self.active)))
+        count = min(self._next_burst(), self.concurrency - len(self.active))
+        if member is None:
+            self._fetch(count)
+            return
+        # in a pool: as many as the pool grants now (pool.budget.py), else wait for a grant
+        count = member.request(count)
+        if not count:
+            # the marker said there is work: keep asking (not back to the marker) until a
+            # slot is granted, or something else comes first
+            hints.drained = False
+            self._wait_kick(None)
+            return
+        try:
+            self._fetch(count)
+        finally:
+            member.fetched()
 
     def _fetch(self, count: int) -> None:
         """Up to ``count`` pick-ups: one ``moveToActive``, or when ``count`` is more than one,
@@ -343,13 +376,14 @@ class FetchLoop:
         kick = self.hints.kick
         kick.clear()
         fetch = None
-        if not self.active and marker.can_fetch and not self._block_until:
+        if not self.active and marker.can_fetch and not self._block_until and self.member is None:
             # nothing in flight: the pick-up goes behind the wait and runs as it ends
             # (marker.py); a pick-up never waits there while jobs of this worker run.
             # Not when waiting for a delayed job's due time: Redis ends a blocked command
             # only at its next clock tick (100 ms apart at the default hz 10), so a pick-up
             # behind it would start the job up to 100 ms late; this loop's own timer wakes
-            # on time and picks up the ordinary way
+            # on time and picks up the ordinary way. Not in a pool either: a slot is
+            # granted by the pool before a pick-up
             token = f"{ctx.id}:{next(self._tokens)}"
             fetch = (token, self.scripts.move_to_active_command(token, ctx.lock_duration, ctx.limiter, ctx.name))
         outcome, score = marker.wait(timeout, kick, fetch)
@@ -444,6 +478,8 @@ class FetchLoop:
         ctx = self.ctx
         assert ctx.locks is not None and self.pool is not None
         ctx.locks.track(job.id, token)
+        if self.member is not None:
+            self.member.start_slot()
         if ctx.closing or self.paused:  # fetched as a close or a pause began: give it straight back
             self.settler.hand_back(slot)
             self._release(slot)
@@ -463,7 +499,7 @@ class FetchLoop:
         # (which may have been lowered while it ran)
         ctx = self.ctx
         return (ctx.running and not ctx.closing and not self.paused
-                and len(self.active) <= self.concurrency)
+                and len(self.active) <= self.concurrency and (self.member is None or self.member.keep()))
 
     def _release(self, slot: Slot) -> None:
         slot.phase = "done"
@@ -472,3 +508,5 @@ class FetchLoop:
         locks = self.ctx.locks
         if locks is not None:
             locks.untrack(slot.job.id, slot.token)
+        if self.member is not None:
+            self.member.end_slot()

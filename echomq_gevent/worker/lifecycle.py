@@ -32,6 +32,7 @@ from .context import WorkerContext
 from .fetch import FetchLoop
 from .hub import HubMonitor
 from .locks import LockRenewer
+from .shared_locks import SharedLockRenewal
 from .remote_cancel import RemoteCancels
 from .runtime import make_runtime
 from ..protocol.scripts import Scripts
@@ -139,14 +140,19 @@ class Lifecycle:
         # a renewal must never wait on a dead connection longer than a lock can spare
         settings = self._connection_settings
         lock_timeout = min(settings.socket_timeout, max(1.0, ctx.lock_duration / 4000.0))
-        lock_client = clone_client(ctx.client, max_connections=2, settings=settings, socket_timeout=lock_timeout)
-        if is_cluster(lock_client):
+        shared = self._shared_locks()
+        if shared is not None:  # a pool's: one thread and one connection for its queues
+            lock_client = shared.client(ctx.client, settings, lock_timeout)
+        else:
+            lock_client = clone_client(ctx.client, max_connections=2, settings=settings, socket_timeout=lock_timeout)
+        if shared is None and is_cluster(lock_client):
             # a cluster client connects to its nodes as it is made, here on the hub's thread; the
             # renewal thread must use sockets of its own (a gevent socket is tied to its thread's hub)
             disconnect(lock_client)
         lock_scripts = Scripts(lock_client, ctx.keys, ctx.scripts.lib)
         ctx.locks = LockRenewer(lock_scripts, ctx.lock_duration, lock_renew_interval(opts),
-                                self.on_locks_lost, label=ctx.label, on_marked=self.on_marked_cancelled)
+                                self.on_locks_lost, label=ctx.label, on_marked=self.on_marked_cancelled,
+                                shared=shared)
         ctx.locks.start()
 
         self.remote = RemoteCancels(ctx, self.canceller)
@@ -161,6 +167,17 @@ class Lifecycle:
             self.stalled = StalledChecker(ctx.scripts, opts["max_stalled_count"], opts["stalled_interval"],
                                           self.on_stalled, label=ctx.label)
             self.stalled.start(check_now=True)
+
+    def _shared_locks(self) -> Any:
+        """The lock renewal of the pool this queue runs in (made by its first worker), or
+        None: no pool, or a Redis Cluster (each queue renews on its own primary there)."""
+        member = self.fetch.member
+        if member is None or is_cluster(self.ctx.client):
+            return None
+        budget = member.budget
+        if budget.lock_renewal is None:
+            budget.lock_renewal = SharedLockRenewal()
+        return budget.lock_renewal
 
     def offload_specs(self) -> List[str]:
         """With ``offload: process``: the names of the processors known at start (the

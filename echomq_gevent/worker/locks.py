@@ -48,11 +48,15 @@ class LockRenewer:
     ``duration_ms`` is the lock's new TTL, ``interval_s`` the tick. ``on_lost`` is
     called on the hub with ``[(job_id, token), ...]`` of locks that could not be renewed;
     ``on_marked`` (optional) with ``[(job_id, reason), ...]`` of the jobs found marked
-    cancelled, each once while it is tracked.
+    cancelled, each once while it is tracked. ``shared``: a
+    :class:`~.shared_locks.SharedLockRenewal` whose thread ticks for this renewer (the
+    workers of a pool), instead of a thread of its own; ``scripts`` is then built on its
+    client.
     """
 
     def __init__(self, scripts: Scripts, duration_ms: int, interval_s: float,
-                 on_lost: LostCallback, label: str = "", on_marked: Optional[MarkedCallback] = None) -> None:
+                 on_lost: LostCallback, label: str = "", on_marked: Optional[MarkedCallback] = None,
+                 shared: Any = None) -> None:
         self.scripts = scripts
         self.duration_ms = int(duration_ms)
         self.interval_s = max(0.01, float(interval_s))
@@ -76,6 +80,8 @@ class LockRenewer:
         self.errors = 0
         #: the marked jobs the last tick found first (set by renew_once)
         self.newly_marked: List[Tuple[str, str]] = []
+        self.shared = shared
+        self._failures = 0
 
     # -- called on the hub (worker greenlets) --------------------------------------------
     def track(self, job_id: str, token: str) -> None:
@@ -102,10 +108,18 @@ class LockRenewer:
         self._running = True
         self._loop = gevent.get_hub().loop
         self.last_tick = time.monotonic()
+        if self.shared is not None:
+            self.shared.attach(self)
+            return
         start_native_thread(self._run)
 
     def stop(self) -> None:
         """Ask the thread to exit after its current tick (does not wait)."""
+        if self.shared is not None:
+            if self._started:
+                self._running = False
+                self.shared.detach(self)
+            return
         if self._started:
             try:
                 self._stop.release()
@@ -155,37 +169,41 @@ class LockRenewer:
                     self.newly_marked.append((job_id, reason))
         return lost
 
+    def tick(self) -> None:
+        """One tick on the renewal thread (its own, or a pool's shared one): renew, log a
+        failure, report lost locks and newly marked jobs to the hub. Never raises."""
+        try:
+            lost = self.renew_once()
+            if self._failures:
+                log.info("%s: lock renewal works again after %d failed tick(s)", self.label, self._failures)
+            self._failures = 0
+        except Exception as exc:
+            self._failures += 1
+            self.errors += 1
+            if self._failures == 1 or self._failures % 20 == 0:
+                log.warning("%s: lock renewal failed (%s); retrying every %.2f s, locks expire "
+                            "after %d ms without renewal", self.label, exc, self.interval_s,
+                            self.duration_ms)
+            lost = []
+            self.newly_marked = []
+        self.last_tick = time.monotonic()
+        if lost:
+            try:
+                # on the hub, spawn a greenlet: telemetry hooks may do I/O, which the
+                # hub greenlet itself must never do
+                self._loop.run_callback_threadsafe(gevent.spawn, self.on_lost, lost)
+            except Exception:  # the hub is gone (process exiting)
+                log.error("%s: could not report lost locks %s", self.label, lost)
+        if self.newly_marked and self.on_marked is not None:
+            try:
+                self._loop.run_callback_threadsafe(gevent.spawn, self.on_marked, self.newly_marked)
+            except Exception:  # the hub is gone (process exiting)
+                pass
+
     def _run(self) -> None:
-        failures = 0
         try:
             while not self._stop.acquire(True, self.interval_s):
-                try:
-                    lost = self.renew_once()
-                    if failures:
-                        log.info("%s: lock renewal works again after %d failed tick(s)", self.label, failures)
-                    failures = 0
-                except Exception as exc:
-                    failures += 1
-                    self.errors += 1
-                    if failures == 1 or failures % 20 == 0:
-                        log.warning("%s: lock renewal failed (%s); retrying every %.2f s, locks expire "
-                                    "after %d ms without renewal", self.label, exc, self.interval_s,
-                                    self.duration_ms)
-                    lost = []
-                    self.newly_marked = []
-                self.last_tick = time.monotonic()
-                if lost:
-                    try:
-                        # on the hub, spawn a greenlet: telemetry hooks may do I/O, which the
-                        # hub greenlet itself must never do
-                        self._loop.run_callback_threadsafe(gevent.spawn, self.on_lost, lost)
-                    except Exception:  # the hub is gone (process exiting)
-                        log.error("%s: could not report lost locks %s", self.label, lost)
-                if self.newly_marked and self.on_marked is not None:
-                    try:
-                        self._loop.run_callback_threadsafe(gevent.spawn, self.on_marked, self.newly_marked)
-                    except Exception:  # the hub is gone (process exiting)
-                        pass
+                self.tick()
         finally:
             self._running = False
             self._cleanup_thread()

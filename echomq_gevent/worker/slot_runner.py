@@ -68,6 +68,8 @@ class SlotRunner:
         self._next_from = next_from
         #: the lock check before an old pick-up starts (:mod:`.lock_check`)
         self.start_check = StartCheck(ctx.scripts, ctx.lock_duration)
+        #: the queue's :class:`~.pool.budget.PoolMember` when it runs in a pool (set by the loop)
+        self.member: Any = None
 
     def run_slot(self, first: List[Slot]) -> None:
         """A job greenlet: run the job, write its result, and go on with the job that
@@ -111,6 +113,8 @@ class SlotRunner:
         finally:
             if monitor is not None:
                 monitor.unregister(me)
+            if self.member is not None:  # the slot goes back to the pool
+                self.member.end_slot()
             self.hints.kick.set()
 
     def _describe(self, slot: Slot) -> str:

@@ -96,6 +96,9 @@ class Worker:
     ``marker_wait``: a :class:`~echomq_gevent.worker.shared_wait.SharedMarkerWait` on the
     same Redis, for the idle worker to wait in (one blocking connection for many queues)
     instead of on a blocking connection of its own.
+    ``pool``: a :class:`~echomq_gevent.worker.pool.budget.PoolBudget` whose slots this
+    worker shares with the other queues of the pool; its ``concurrency`` is then its cap
+    inside the pool (:class:`~echomq_gevent.worker.pool.Pool` builds such workers).
 
     ``processor(job)`` is a plain function; its JSON-serialisable return value becomes the
     job's ``returnvalue``. Without one, ``plugins.get_processor(queue, job.name)`` is asked
@@ -111,7 +114,7 @@ class Worker:
                  connection: ConnectionLike = None, prefix: str = "bull",
                  plugins: Optional[PluginHost] = None,
                  connection_settings: Optional[ConnectionSettings] = None, marker_wait: Any = None,
-                 **options: Any) -> None:
+                 pool: Any = None, **options: Any) -> None:
         self.options = validate_worker_options(options, where=f"Worker for queue {queue_name!r}")
         if processor is not None and not callable(processor):
             raise TypeError(f"Worker for queue {queue_name!r}: processor must be callable, got {processor!r}")
@@ -133,7 +136,7 @@ class Worker:
                                         self.plugins, self.options, self.id)
         self._settler = Settler(ctx, concurrency)
         self._fetch = FetchLoop(ctx, self._settler, processor, concurrency, self.connection_settings,
-                                shared_wait=marker_wait)
+                                shared_wait=marker_wait, pool=pool)
         self._canceller = Canceller(ctx)
         self._manual = ManualProcessing(ctx, self._settler)
         self._lifecycle = Lifecycle(ctx, self._fetch, self._settler, self._canceller, self.connection_settings,
@@ -160,6 +163,8 @@ class Worker:
     def concurrency(self, value: int) -> None:
         validate_worker_options(dict(self.options, concurrency=value), where=f"Worker for queue {self.queue_name!r}")
         self._fetch.concurrency = value
+        if self._fetch.member is not None:  # its cap inside the pool
+            self._fetch.member.cap = value
         self.options["concurrency"] = value
         self._settler.concurrency_changed(value)
         runtime_pool = getattr(self._ctx.runtime, "pool", None)
@@ -235,6 +240,13 @@ class Worker:
     @property
     def failed_count(self) -> int:
         return self.counters["failed"]
+
+    @property
+    def pool(self) -> Any:
+        """The :class:`~echomq_gevent.worker.pool.budget.PoolBudget` this worker shares
+        slots in, or None."""
+        member = self._fetch.member
+        return None if member is None else member.budget
 
     @property
     def paused(self) -> bool:

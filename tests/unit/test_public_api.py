@@ -17,7 +17,7 @@ import echomq_gevent
 TOP_LEVEL = [
     "Queue", "Job", "Worker", "ConnectionSettings", "FlowProducer", "JobTimeoutError", "QueueEvents",
     "QueueEventsProducer", "JobFailedError", "JobScheduler", "CronError", "hookimpl", "FailureDecision",
-    "QueueKeys", "EchoMQError", "ScriptError", "JobNotExist", "JobLockNotExist", "JobNotInState",
+    "QueueKeys", "Pool", "EchoMQError", "ScriptError", "JobNotExist", "JobLockNotExist", "JobNotInState",
     "JobLockMismatch", "JobLockedError", "InvalidOptionError", "JobCancelled", "InvalidJobIdError",
     "InvalidJobDataError", "UnrecoverableError", "DelayedError", "RateLimitError", "WaitingChildrenError",
     "ConfigError", "WorkerStateError", "__version__",

@@ -39,7 +39,9 @@ class Dashboard:
     the address may look (and act, with ``actions=True``). ``processes``, when given, is
     called for each overview page and returns the state of each supervisor of worker
     processes to show (what :func:`echomq_gevent.host.process_state.read_states` reads;
-    ``echomq-gevent -c FILE dashboard`` passes the file's).
+    ``echomq-gevent -c FILE dashboard`` passes the file's). ``pools``: the pools to show
+    with their budget and what each queue uses (what
+    :func:`echomq_gevent.host.pools.describe_pools` gives; the command passes the file's).
     """
 
     def __init__(self, connection: Any = "redis://localhost:6379/0", prefix: str = "bull",
@@ -47,7 +49,8 @@ class Dashboard:
                  auth: Optional[Callable[[Environ], bool]] = None, page_size: int = 20,
                  title: str = "echomq", discover_every_s: float = 10.0,
                  known_queues: Sequence[str] = (), sample_every_s: float = SAMPLE_EVERY_S,
-                 processes: Optional[Callable[[], Sequence[Dict[str, Any]]]] = None) -> None:
+                 processes: Optional[Callable[[], Sequence[Dict[str, Any]]]] = None,
+                 pools: Sequence[Dict[str, Any]] = ()) -> None:
         from ...connection.clients import make_client
         from ...protocol.keys import validate_prefix, validate_queue_name
 
@@ -58,6 +61,7 @@ class Dashboard:
         if processes is not None and not callable(processes):
             raise TypeError(f"processes must be a callable returning the supervisors' states, got {processes!r}")
         self.processes = processes
+        self.pools = list(pools)
         self.prefix = validate_prefix(prefix)
         self.client = make_client(connection)
         self.actions = bool(actions)

@@ -32,9 +32,10 @@ def _age_title(age: Any) -> str:
 def overview(ui: Any, req: Request) -> Response:
     """``/``: every queue with its counts, workers and a small chart."""
     rows = []
+    seen = {}
     for name in ui.reads.queue_names():
         q = ui.reads.queue(name)
-        counts = ui.reads.counts(q)
+        counts = seen[name] = ui.reads.counts(q)
         age = q.get_queue_age()
         paused = age.paused
         workers = len(q.get_workers())
@@ -57,9 +58,11 @@ def overview(ui: Any, req: Request) -> Response:
                f'<th>throughput</th></tr>'
                + "".join(rows) + "</table>"))
     from .outbox import outbox_section
+    from .pools import pools_section
     from .processes import processes_section
 
-    status, headers, text = ui.page(req, "Queues", body + processes_section(ui) + outbox_section(ui, req))
+    status, headers, text = ui.page(req, "Queues", body + pools_section(ui, req, seen) + processes_section(ui)
+                                    + outbox_section(ui, req))
     if discovering:
         headers = headers + [("Refresh", "1")]
     return status, headers, text

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from ...connection.cluster import scan_keys
+from ...queue.discovery import find_queues
 from .web import Refused
 
 log = logging.getLogger("echomq_gevent.dashboard")
@@ -85,16 +85,8 @@ class Reads:
 
     def _discover(self) -> None:
         started = time.monotonic()
-        found = set(self.known_queues)
-        head = self.prefix + ":"
-        # one pass over the keyspace for both suffixes ("meta" and "id": [mi][ed]*), the
-        # exact suffix checked here; 5,000 keys a SCAN call keep each call to a few ms
-        for key in scan_keys(self.client, _glob_escape(head) + "*:[mi][ed]*", count=5000):
-            for suffix in (":meta", ":id"):
-                if key.endswith(suffix):
-                    name = key[len(head):-len(suffix)]
-                    if name and ":" not in name:
-                        found.add(name)
+        # one pass over the keyspace for the queues' meta and id keys (queue/discovery.py)
+        found = set(self.known_queues) | find_queues(self.client, self.prefix)
         self._known = sorted(found)
         self._known_at = started
         self._discovered = True
@@ -208,7 +200,3 @@ def _num(x: Any) -> float:
         return float(x)
     except (TypeError, ValueError):
         return 0.0
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)

@@ -8,6 +8,7 @@ import io
 
 from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.contrib.dashboard import reads as dashboard_reads
+from echomq_gevent.queue import discovery
 
 
 def _get(app, path, query="", answer=None):
@@ -27,13 +28,13 @@ def _get(app, path, query="", answer=None):
 
 def _counting_scans(monkeypatch):
     scans = []
-    real = dashboard_reads.scan_keys
+    real = discovery.scan_keys
 
     def counted(*args, **kwargs):
         scans.append(args[1] if len(args) > 1 else kwargs.get("match"))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dashboard_reads, "scan_keys", counted)
+    monkeypatch.setattr(discovery, "scan_keys", counted)
     return scans
 
 
@@ -83,7 +84,7 @@ def test_a_stale_list_of_queues_is_served_while_a_discovery_refreshes_it_behind(
     import threading
 
     queue.add("one", {})
-    real = dashboard_reads.scan_keys
+    real = discovery.scan_keys
     release = threading.Event()
     scanning = threading.Event()
     blocked = {"on": False}
@@ -94,7 +95,7 @@ def test_a_stale_list_of_queues_is_served_while_a_discovery_refreshes_it_behind(
             assert release.wait(10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dashboard_reads, "scan_keys", slow_scan)
+    monkeypatch.setattr(discovery, "scan_keys", slow_scan)
     ui = Dashboard(redis_url, prefix=prefix, discover_every_s=0)  # every list is stale at once
     try:
         assert ui.queue_names() == [qname]  # the first discovery: waited for
@@ -118,14 +119,14 @@ def test_the_first_discovery_is_waited_for_briefly_then_the_page_says_it_is_look
     import threading
 
     queue.add("one", {})
-    real = dashboard_reads.scan_keys
+    real = discovery.scan_keys
     release = threading.Event()
 
     def held_scan(*args, **kwargs):
         assert release.wait(10)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(dashboard_reads, "scan_keys", held_scan)
+    monkeypatch.setattr(discovery, "scan_keys", held_scan)
     monkeypatch.setattr(dashboard_reads, "FIRST_DISCOVERY_WAIT_S", 0.05)
     ui = Dashboard(redis_url, prefix=prefix, known_queues=["announced"])
     try:
@@ -150,7 +151,7 @@ def test_a_first_discovery_that_fails_is_reported_by_the_page(redis_url, prefix,
     def broken_scan(*args, **kwargs):
         raise dashboard_reads.Refused("503 Service Unavailable", "scan refused for the test")
 
-    monkeypatch.setattr(dashboard_reads, "scan_keys", broken_scan)
+    monkeypatch.setattr(discovery, "scan_keys", broken_scan)
     ui = Dashboard(redis_url, prefix=prefix)
     try:
         status, body = _get(ui, "/")

@@ -12,35 +12,11 @@ import pytest
 from echomq_gevent import Queue
 from echomq_gevent.host.config import parse_config
 from echomq_gevent.host.runner import Runner
-from echomq_gevent.plugins.hookspecs import hookimpl
 from echomq_gevent.worker.remote_cancel import SUBSCRIBER_NAME
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
+from integration.runner_helpers import Counting, opened_since
 
 QUEUES = 50
-
-
-class Counting:
-    def __init__(self, names):
-        self.__name__ = "test-runner-connections"
-        self.names = names
-        self.runs = collections.Counter()
-
-    def run(self, job):
-        self.runs[(job.queue_name, job.id)] += 1
-
-    @hookimpl
-    def echomq_register_processors(self, registry):
-        for q in self.names:
-            registry.add(q, "j", self.run)
-
-
-def _ours(r, before):
-    """The clients opened since ``before`` (ids), the test's own and the process's
-    cancellation subscription excluded (that one is counted on its own: a test run just
-    before on the same server may have left it to us)."""
-    me = r.client_id()
-    return [c for c in r.client_list()
-            if int(c["id"]) not in before and int(c["id"]) != me and c.get("name") != SUBSCRIBER_NAME]
 
 
 def _subscriptions(r):
@@ -70,19 +46,19 @@ queues:
     try:
         if mode == "per_queue":
             # one blocking connection per queue, named as BullMQ names its workers ...
-            wait_for(lambda: sum(1 for c in _ours(r, before) if c["cmd"] == "bzpopmin") == QUEUES,
+            wait_for(lambda: sum(1 for c in opened_since(r, before) if c["cmd"] == "bzpopmin") == QUEUES,
                      timeout=30, what="every queue blocked on its marker")
             expected = QUEUES + 1
-            named = {c["name"] for c in _ours(r, before) if c["cmd"] == "bzpopmin"}
+            named = {c["name"] for c in opened_since(r, before) if c["cmd"] == "bzpopmin"}
             assert named == {w._fetch.blocking_client_name() for w in runner.workers}
         else:
             wait_for(lambda: all(w._fetch.marker is not None and w._fetch.marker.waiting for w in runner.workers)
-                     and any(c.get("name") == SHARED_WAIT_NAME and "b" in c["flags"] for c in _ours(r, before)),
+                     and any(c.get("name") == SHARED_WAIT_NAME and "b" in c["flags"] for c in opened_since(r, before)),
                      timeout=30, what="every queue in the shared wait")
             expected = 2
         # ... and one command connection for all of them (their stalled checks ran on it)
         gevent.sleep(0.5)
-        conns = _ours(r, before)
+        conns = opened_since(r, before)
         assert len(conns) == expected, [(c["name"], c["cmd"]) for c in conns]
         # ... and one subscription to the cancellation channels of all of them
         wait_for(lambda: len(_subscriptions(r)) == 1, timeout=10, what="one cancellation subscription")
@@ -105,5 +81,5 @@ queues:
         runner.drain(5).join()
     assert runner.state == "stopped"
     # the shared client and wait were closed with the last worker
-    wait_for(lambda: not [c for c in _ours(r, before) if c["cmd"] in ("bzpopmin", "evalsha")],
+    wait_for(lambda: not [c for c in opened_since(r, before) if c["cmd"] in ("bzpopmin", "evalsha")],
              what="the runner's connections closed")

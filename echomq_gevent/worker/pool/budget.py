@@ -1,0 +1,367 @@
+"""One concurrency budget shared by the workers of several queues: the pool's slots and
+who gets each.
+
+A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the YAML file,
+:class:`~echomq_gevent.worker.pool.Pool` in Python). Each queue keeps its own
+:class:`~echomq_gevent.worker.Worker` (its processor, limiter, offload, options); its own
+``concurrency`` is its cap inside the pool. What the workers share is a
+:class:`PoolBudget`, and each holds a :class:`PoolMember` of it:
+
+* **The slot math stays the seed's**: ``free = pool concurrency - slots in use``. A slot is
+  in use from the moment it is granted to a queue until the greenlet that ran its jobs
+  ends (a busy slot refilled by fetch-next stays in use).
+* **Who gets a free slot.** A queue's fetch loop that has work to take (its marker fired,
+  or its last pick-up said more jobs are ready) asks for slots (:meth:`PoolMember.request`)
+  and, when none is free, waits to be woken with a grant. A queue whose loop waits on its
+  marker, is rate limited, paused or at its cap does not ask, so idle queues cost nothing.
+  Each free slot goes to one of the asking queues by the pool's order:
+
+  - ``strict``: the first queue of the list that asks;
+  - ``weighted``: the asking queue that holds the fewest slots for its weight (slots in use
+    or granted, divided by its weight); between equals, the one served longest ago. So
+    while several queues have work, the slots they hold follow their weights (5:1:2 of 8
+    slots: 5, 1 and 2), and each one's share of the jobs run with them; a queue that
+    holds none is served before any that holds one, and none is starved;
+  - ``round_robin``: the same with every weight 1: equal shares, and with more queues
+    asking than slots, turns in the order they were last served.
+
+* **Fetch-next.** A finishing job may fetch the next job of its queue in the same call
+  (:meth:`PoolMember.keep`) when the order, counting its queue without the slot it is
+  about to free, gives the slot to its queue again, or when its queue would hold less
+  than one slot more than the least served asking queue and that one holds slots
+  already: while the shares are as the order wants them, a busy slot stays with its
+  queue and is refilled in the same round trip, as without a pool. Otherwise the slot
+  goes at once to the queue the order names (which picks up while the finish is
+  written), and its greenlet ends with the finish. So a queue that got the slots while
+  the others were idle gives them back, by the order, as its jobs finish.
+
+* A queue's own rate limit and the queue's global concurrency are honoured by its own
+  pick-up script: a pick-up that brings fewer jobs than granted gives the rest back.
+
+Everything runs on the hub of the pool's workers: no locks.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = ["PoolBudget", "PoolMember", "POOL_ORDERS", "check_pool"]
+
+#: The orders a pool hands its free slots out in.
+POOL_ORDERS = ("strict", "weighted", "round_robin")
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]], queues: Any) -> Optional[tuple]:
+    """Check a pool's settings. None when valid, else ``(key, message)``: the key of the
+    setting that is wrong (``concurrency``, ``order``, ``weights``, ``("weights", queue)``
+    or ``queues``) and what to do. Used by :class:`PoolBudget` and the YAML checks."""
+    if not _positive_int(concurrency):
+        return "concurrency", f"must be a whole number of slots, at least 1, got {concurrency!r}"
+    if order not in POOL_ORDERS:
+        return "order", f"must be one of {', '.join(POOL_ORDERS)}, got {order!r}"
+    names = list(queues) if queues is not None else []
+    if weights is not None:
+        if not isinstance(weights, Mapping):
+            return "weights", f"must be a mapping from queue name to a whole number, got {weights!r}"
+        for name, weight in weights.items():
+            if name not in names:
+                return ("weights", name), (f"queue {name!r} is not in this pool's queues ({', '.join(map(str, names))});"
+                                           f" add it to queues or remove its weight")
+            if not _positive_int(weight):
+                return ("weights", name), f"must be a whole number, at least 1, got {weight!r}"
+        if weights and order != "weighted":
+            return "weights", f"weights are read with order: weighted only (this pool's order is {order})"
+    return None
+
+
+class PoolMember:
+    """One queue's part of a :class:`PoolBudget`, held by its fetch loop.
+
+    ``held``: slots of this queue in use (job greenlets); ``granted``: slots granted and not
+    yet taken by a pick-up; ``want``: slots the fetch loop asks for (0: not asking).
+    ``cap``: the queue's own concurrency; ``weight``: its weight (``weighted``).
+    """
+
+    __slots__ = ("budget", "name", "cap", "weight", "index", "held", "granted", "want", "last", "wake",
+                 "served", "left", "early")
+
+    def __init__(self, budget: "PoolBudget", name: str, cap: int, weight: int, index: int,
+                 wake: Callable[[], None]) -> None:
+        self.budget = budget
+        self.name = name
+        self.cap = cap
+        self.weight = weight
+        self.index = index
+        self.held = 0
+        self.granted = 0
+        self.want = 0
+        #: when it was last served (the budget's count of grants then): the older, the sooner
+        self.last = -1
+        #: wakes the queue's fetch loop (a grant came)
+        self.wake = wake
+        #: slots granted to this queue since it joined (status, tests)
+        self.served = 0
+        #: the queue left the pool (:meth:`leave`): its slots were given back then
+        self.left = False
+        #: slots given back by :meth:`keep` whose greenlets have not ended yet
+        self.early = 0
+
+    def __repr__(self) -> str:
+        return f"<PoolMember {self.name!r} held={self.held} granted={self.granted} want={self.want} cap={self.cap}>"
+
+    # -- the fetch loop ----------------------------------------------------------------
+    def request(self, want: int) -> int:
+        """The fetch loop has work and room for ``want`` jobs: the slots granted to it now
+        (0: none is free; the loop waits, and is woken when one is granted). The slots
+        returned are taken by the pick-up (:meth:`start_slot`) and the rest given back
+        with :meth:`fetched`."""
+        budget = self.budget
+        if self.granted == 0:
+            self.want = max(0, want)
+            if self.want:
+                budget._ready[self] = None
+                budget._floor = None
+            budget._dispatch()
+        if self.granted:
+            self.want = 0
+            budget._ready.pop(self, None)
+        return self.granted
+
+    def fetched(self) -> None:
+        """After a pick-up: the grants it did not use go back to the pool."""
+        if self.granted:
+            self.budget._give_back(self.granted)
+            self.granted = 0
+            self.budget._floor = None
+            self.budget._dispatch()
+
+    def withdraw(self) -> None:
+        """The fetch loop does something else than wait for a grant (it waits on its
+        marker, is rate limited, paused, closing or full): it asks for nothing, and a
+        grant that came meanwhile goes to the next queue."""
+        budget = self.budget
+        if self.want:
+            self.want = 0
+            budget._ready.pop(self, None)
+        if self.granted:
+            budget._give_back(self.granted)
+            self.granted = 0
+            budget._floor = None
+            budget._dispatch()
+
+    def start_slot(self) -> None:
+        """A job starts in a new slot of this queue: a grant becomes a slot in use (a job
+        taken without a grant, e.g. one found after a lost answer, is counted too)."""
+        self.held += 1
+        if self.left:
+            return
+        if self.granted:
+            self.granted -= 1
+        else:
+            self.budget.used += 1
+        budget = self.budget
+        if budget.used > budget.peak:
+            budget.peak = budget.used
+
+    def end_slot(self) -> None:
+        """A slot of this queue ended (its greenlet ran its last job): the slot is free
+        and goes to the next queue by the order (unless :meth:`keep` gave it already)."""
+        if self.early:
+            self.early -= 1
+            return
+        self.held -= 1
+        if self.left:
+            return
+        self.budget._floor = None
+        self.budget._give_back(1)
+        self.budget._dispatch()
+
+    def keep(self) -> bool:
+        """A job of this queue is finishing: True when its slot should fetch the next job
+        of this queue in the same call (the order gives the slot to this queue again);
+        False gives the slot to the queue the order names at once, and the slot's greenlet
+        ends once the finish is written."""
+        budget = self.budget
+        if self.left:
+            return True
+        if not budget._ready and budget.used <= budget.concurrency:
+            return True
+        if budget.order != "strict" and budget.used <= budget.concurrency:
+            # the fast answer: every asking queue holds at least ``floor`` slots for its
+            # weight (a bound kept between the changes that can lower it), and this one,
+            # without the slot it frees, holds fewer, or less than one slot more when all
+            # hold some (a slot moved for less would cost a pick-up for no fairness)
+            floor = budget._floor
+            if floor is None:
+                floor = budget._floor = budget._min_share()
+            share = (self.held - 1 + self.granted) / self.weight
+            if share < floor or (floor > 0 and share < floor + 1 / self.weight):
+                budget._seq += 1
+                self.last = budget._seq
+                self.served += 1
+                return True
+        if budget.used > budget.concurrency or budget._choose(self) is not self:
+            # the slot goes (or, the budget lowered, is given up) now, not when the finish
+            # is written: the next finishing job sees it gone, and the queue it goes to
+            # picks up meanwhile (the job that frees it has left its processor already)
+            if not self.left:
+                self.held -= 1
+                self.early += 1
+                budget._floor = None
+                budget._give_back(1)
+                budget._dispatch()
+            return False
+        budget._seq += 1
+        self.last = budget._seq
+        self.served += 1
+        return True
+
+    def leave(self) -> None:
+        """The queue's worker closed (or its queue is gone): it leaves the pool."""
+        if self.left:
+            return
+        self.withdraw()
+        self.left = True
+        budget = self.budget
+        budget._give_back(max(0, self.held))  # slots whose greenlets never ended (killed at the close)
+        budget._leave(self)
+        budget._dispatch()
+
+
+class PoolBudget:
+    """The shared slots of one pool (see the module's docstring).
+
+    ``concurrency``: the slots of the pool; ``order``: one of :data:`POOL_ORDERS`;
+    ``weights``: queue name -> weight (``weighted``; 1 for a queue not named). Workers
+    join with :meth:`join` (the :class:`~echomq_gevent.worker.Worker` does it when made
+    with ``pool=``), in the pool's queue order. ``shared``: what else the pool's workers
+    share (its lock renewal), kept here for them.
+    """
+
+    def __init__(self, concurrency: int, order: str = "weighted", weights: Optional[Mapping[str, int]] = None,
+                 name: str = "default", queues: Optional[List[str]] = None) -> None:
+        problem = check_pool(concurrency, order, weights, queues if queues is not None else list(weights or ()))
+        if problem is not None:
+            key, message = problem
+            key = ".".join(key) if isinstance(key, tuple) else key
+            raise ValueError(f"pool {name!r}: {key} {message}")
+        self.name = name
+        self.concurrency = concurrency
+        self.order = order
+        self.weights: Dict[str, int] = dict(weights or {})
+        self.members: List[PoolMember] = []
+        #: slots in use or granted
+        self.used = 0
+        #: the most slots in use or granted at once (status, tests)
+        self.peak = 0
+        #: the members asking for slots, in the order they asked
+        self._ready: Dict[PoolMember, None] = {}
+        #: grants so far (each member's ``last`` is a value of it)
+        self._seq = 0
+        #: at most the fewest slots for its weight any asking queue holds (None: to count
+        #: again); kept by the changes that can lower it, read by :meth:`PoolMember.keep`
+        self._floor: Optional[float] = None
+        self._next_index = 0
+        #: the pool's shared lock renewal (:mod:`.shared_locks`), made by its first worker
+        self.lock_renewal: Any = None
+
+    def __repr__(self) -> str:
+        return (f"<PoolBudget {self.name!r} {self.order} used={self.used}/{self.concurrency} "
+                f"queues={len(self.members)}>")
+
+    @property
+    def free(self) -> int:
+        return max(0, self.concurrency - self.used)
+
+    def join(self, name: str, cap: int, wake: Callable[[], None]) -> PoolMember:
+        """A worker of queue ``name`` joins; ``cap`` is its own concurrency, ``wake`` wakes
+        its fetch loop. Members are served in the order they joined (``strict``)."""
+        member = PoolMember(self, name, cap, int(self.weights.get(name, 1)), self._next_index, wake)
+        self._next_index += 1
+        self.members.append(member)
+        return member
+
+    def set_concurrency(self, value: int) -> None:
+        """Change the pool's slots while it runs: more are handed out at once; with fewer,
+        running jobs finish and their slots are not refilled until the pool is below it."""
+        if not _positive_int(value):
+            raise ValueError(f"pool {self.name!r}: concurrency must be a whole number, at least 1, got {value!r}")
+        self.concurrency = value
+        self._dispatch()
+
+    def usage(self) -> List[Dict[str, Any]]:
+        """What each queue uses now: ``{queue, in_use, cap, weight, served}``, in pool order."""
+        return [{"queue": m.name, "in_use": m.held, "cap": m.cap, "weight": m.weight, "served": m.served}
+                for m in self.members]
+
+    # -- the hand-out --------------------------------------------------------------------
+    def _give_back(self, n: int) -> None:
+        self.used -= n
+
+    def _leave(self, member: PoolMember) -> None:
+        if member in self.members:
+            self.members.remove(member)
+        self._ready.pop(member, None)
+
+    def _dispatch(self) -> None:
+        """Hand the free slots to the asking queues by the order; wake those served."""
+        woken: List[PoolMember] = []
+        ready = self._ready
+        while self.used < self.concurrency and ready:
+            member = self._choose(None)
+            if member is None:
+                break
+            self._seq += 1
+            member.last = self._seq
+            member.granted += 1
+            member.served += 1
+            self.used += 1
+            member.want -= 1
+            if member.want <= 0 or member.held + member.granted >= member.cap:
+                member.want = 0
+                ready.pop(member, None)
+            if member not in woken:
+                woken.append(member)
+        for member in woken:
+            member.wake()
+
+    def _eligible(self, member: PoolMember) -> bool:
+        return member.held + member.granted < member.cap
+
+    def _min_share(self) -> float:
+        """The fewest slots for its weight that an asking queue holds now."""
+        return min(((m.held + m.granted) / m.weight for m in self._ready), default=float("inf"))
+
+    def _choose(self, keeper: Optional[PoolMember]) -> Optional[PoolMember]:
+        """The member the next slot goes to, among the asking ones under their cap and
+        ``keeper`` (a member whose finishing job holds the slot already, counted without
+        it). ``strict``: the first in pool order; otherwise the fewest slots for its weight,
+        then the one served longest ago."""
+        strict = self.order == "strict"
+        best: Optional[PoolMember] = None
+        best_key: Any = None
+        for m in self._ready:
+            if m is keeper or m.held + m.granted >= m.cap:
+                continue
+            key = m.index if strict else ((m.held + m.granted) / m.weight, m.last)
+            if best is None or key < best_key:
+                best, best_key = m, key
+        if keeper is not None and keeper.held <= keeper.cap:
+            if strict:
+                if best is None or keeper.index < best_key:
+                    best = keeper
+            else:
+                share = (keeper.held - 1 + keeper.granted) / keeper.weight
+                # within one slot of the least served the slot stays where it is (no pick-up
+                # more for nothing), unless that queue holds no slot at all: it takes its turn
+                if best is None or share < best_key[0] or (
+                        best.held + best.granted > 0 and share < best_key[0] + 1 / keeper.weight):
+                    best = keeper
+        return best
+

@@ -1,0 +1,170 @@
+"""A pool: several queues served by one process from one concurrency budget.
+
+:class:`Pool` is the Python face of ``pools:`` in the YAML file. It is a set of
+:class:`~echomq_gevent.worker.Worker` objects, one per queue, that share:
+
+* one :class:`~.budget.PoolBudget`: ``concurrency`` slots handed to the queues that
+  have work, in the pool's ``order`` (``strict``, ``weighted``, ``round_robin``); a queue's
+  own ``concurrency`` is its cap inside the pool;
+* one command client (its pipelined script connection), one marker wait
+  (:mod:`..shared_wait`) and one lock-renewal thread and connection (:mod:`..shared_locks`),
+  so the connections do not grow with the number of queues.
+
+Each queue keeps its own options: processor, limiter, offload, ``job_timeout``,
+``remove_on_*``... A Pool is a set of workers rather than one worker over several queues
+because that is what a queue's options already are: every per-queue part (the limiter,
+the offload runtime, the stalled check, the retry rules, a worker's name in
+``getWorkers()``) stays as it was, and the pool adds only the decision of which queue a
+free slot goes to.
+
+Everything runs on the hub :meth:`Pool.run` or :meth:`Pool.start` is called on.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
+
+import gevent
+
+from ...connection.clients import ConnectionLike, ConnectionSettings, close_client, make_client
+from ...connection.cluster import is_cluster
+from ...errors import WorkerStateError
+from .budget import PoolBudget
+from ..shared_wait import SharedMarkerWait
+from ..worker import Worker
+
+log = logging.getLogger("echomq_gevent.worker")
+
+__all__ = ["Pool"]
+
+
+class Pool:
+    """Serve several queues from one budget of ``concurrency`` slots.
+
+    ``queues``: the queue names in pool order, or a mapping from name to that queue's
+    worker options (``processor`` among them; ``concurrency`` is its cap in the pool,
+    default the pool's ``concurrency``). ``order``: ``strict`` (the first queue of the
+    list with work wins), ``weighted`` (shares by ``weights``, a whole number per queue,
+    1 when not named) or ``round_robin`` (equal turns). ``processor``: for the queues
+    that name none (None: the plugins find one per job name); ``defaults``: worker options
+    for every queue. More queues: :meth:`add`. ``connection``, ``prefix``, ``plugins``,
+    ``connection_settings``: as for a :class:`~echomq_gevent.worker.Worker`.
+
+    >>> pool = Pool({"emails": {"processor": send}, "reports": {"processor": build, "concurrency": 5}},
+    ...             concurrency=20, order="weighted", weights={"emails": 3}, connection=url)
+    >>> pool.run()   # or pool.start(); ... pool.close()
+    """
+
+    def __init__(self, queues: Union[Iterable[str], Mapping[str, Optional[Mapping[str, Any]]]] = (),
+                 concurrency: int = 10, order: str = "weighted", weights: Optional[Mapping[str, int]] = None,
+                 connection: ConnectionLike = None, prefix: str = "bull", plugins: Any = None,
+                 connection_settings: Optional[ConnectionSettings] = None, name: str = "default",
+                 processor: Optional[Callable[..., Any]] = None, **defaults: Any) -> None:
+        specs = dict(queues) if isinstance(queues, Mapping) else {q: None for q in queues}
+        self.budget = PoolBudget(concurrency, order, weights, name=name,
+                                 queues=list(specs) if weights else None)
+        self.name = name
+        self.prefix = prefix
+        self.plugins = plugins
+        self.connection_settings = connection_settings
+        self.processor = processor
+        self.defaults = defaults
+        self.client = make_client(connection, settings=connection_settings, reuse=True)
+        self._owns_client = self.client is not connection
+        # one BZPOPMIN for every queue of the pool (on a cluster, each queue waits on its primary)
+        self.marker_wait = None if is_cluster(self.client) else SharedMarkerWait(self.client, connection_settings)
+        #: queue name -> its Worker, in pool order
+        self.workers: Dict[str, Worker] = {}
+        self._runs: List[gevent.Greenlet] = []
+        self._started = False
+        self._closed = False
+        for queue_name, options in specs.items():
+            self.add(queue_name, **dict(options or {}))
+
+    def __repr__(self) -> str:
+        return f"<Pool {self.name!r} {self.budget.order} concurrency={self.budget.concurrency} queues={list(self.workers)}>"
+
+    @property
+    def concurrency(self) -> int:
+        """The pool's slots; assignable while it runs."""
+        return self.budget.concurrency
+
+    @concurrency.setter
+    def concurrency(self, value: int) -> None:
+        self.budget.set_concurrency(value)
+
+    def add(self, queue_name: str, processor: Optional[Callable[..., Any]] = None, weight: Optional[int] = None,
+            **options: Any) -> Worker:
+        """Add a queue (after the others, for ``strict``) with its own worker options;
+        ``weight`` for ``weighted``. Returns its Worker (started at once when the pool
+        runs). Raises ``ValueError`` for a queue already in the pool or a bad weight."""
+        if queue_name in self.workers:
+            raise ValueError(f"pool {self.name!r}: queue {queue_name!r} is in the pool already")
+        if self._closed:
+            raise WorkerStateError(f"pool {self.name!r} is closed")
+        if weight is not None:
+            if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
+                raise ValueError(f"pool {self.name!r}: the weight of {queue_name!r} must be a whole number, "
+                                 f"at least 1, got {weight!r}")
+            self.budget.weights[queue_name] = weight
+        merged = dict(self.defaults)
+        merged.update(options)
+        merged.setdefault("concurrency", self.budget.concurrency)
+        worker = Worker(queue_name, processor or merged.pop("processor", None) or self.processor,
+                        connection=self.client, prefix=self.prefix, plugins=self.plugins,
+                        connection_settings=self.connection_settings, marker_wait=self.marker_wait,
+                        pool=self.budget, **merged)
+        self.workers[queue_name] = worker
+        if self._started:
+            self._runs.append(worker.start())
+        return worker
+
+    # -- running ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start every queue's worker on a greenlet of the current hub; returns at once."""
+        if self._started:
+            raise WorkerStateError(f"pool {self.name!r} was started already")
+        self._started = True
+        self._runs = [w.start() for w in self.workers.values()]
+
+    def run(self) -> None:
+        """Start and block until the pool is closed (from another greenlet, or a signal:
+        SIGTERM/SIGINT close it when it runs on the main greenlet)."""
+        from ..signals import ShutdownSignals
+
+        signals = ShutdownSignals(lambda _name: self.close(), lambda _name: self.close(0))
+        signals.install()  # only on the main greenlet of the main thread
+        try:
+            if not self._started:
+                self.start()
+            gevent.joinall(self._runs)
+        finally:
+            signals.cancel()
+
+    def close(self, timeout: Optional[float] = None) -> None:
+        """Close every queue's worker together (each hands back what it could not finish
+        within ``timeout`` s, default its ``shutdown_timeout``), then the shared connections."""
+        if self._closed:
+            return
+        self._closed = True
+        closers = [gevent.spawn(w.close, timeout) for w in self.workers.values()]
+        gevent.joinall(closers)
+        if self.marker_wait is not None:
+            self.marker_wait.close()
+        if self._owns_client:
+            try:
+                close_client(self.client)
+            except Exception:  # pragma: no cover - best effort
+                pass
+
+    # -- what it uses ----------------------------------------------------------------------
+    def usage(self) -> Dict[str, Any]:
+        """The pool's budget and what each queue uses now (``echomq-gevent status``, the
+        dashboard): ``{name, order, concurrency, in_use, queues: [...]}``."""
+        return pool_usage(self.budget)
+
+
+def pool_usage(budget: PoolBudget) -> Dict[str, Any]:
+    """A :class:`PoolBudget`'s state as plain values (see :meth:`Pool.usage`)."""
+    return {"name": budget.name, "order": budget.order, "concurrency": budget.concurrency,
+            "in_use": sum(m.held for m in budget.members), "queues": budget.usage()}

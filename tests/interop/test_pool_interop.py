@@ -1,0 +1,140 @@
+"""A pool of our queues fed by Node's ``bullmq@6.7.0``: a Node producer adds to each
+pooled queue (plain, prioritized and delayed jobs), the pool runs them all from its one
+budget, and Node reads every job back as completed with its return value."""
+from __future__ import annotations
+
+import collections
+
+import gevent
+
+from echomq_gevent import Pool
+
+
+def test_node_producer_feeds_a_pool(node, redis_url, prefix, qname, wait_for):
+    names = [f"{qname}-a", f"{qname}-b", f"{qname}-c"]
+    added = {}
+    for name in names:
+        jobs = [{"name": "n", "data": {"i": i}} for i in range(20)]
+        jobs.append({"name": "n", "data": {"i": "prio"}, "opts": {"priority": 3}})
+        jobs.append({"name": "n", "data": {"i": "late"}, "opts": {"delay": 200}})
+        added[name] = [job["id"] for job in node.run("addBulk", queue=name, jobs=jobs)]
+    ran = collections.Counter()
+    in_flight = [0, 0]
+
+    def proc(job):
+        in_flight[0] += 1
+        in_flight[1] = max(in_flight[1], in_flight[0])
+        try:
+            gevent.sleep(0.005)
+        finally:
+            in_flight[0] -= 1
+        ran[job.queue_name] += 1
+        return {"queue": job.queue_name, "i": job.data["i"]}
+
+    pool = Pool(names, concurrency=4, order="weighted", weights={names[0]: 2}, connection=redis_url,
+                prefix=prefix, processor=proc, drain_delay=0.5)
+    pool.start()
+    try:
+        wait_for(lambda: sum(ran.values()) == 66, timeout=30, what="every Node job run by the pool")
+    finally:
+        pool.close(5)
+    assert ran == {name: 22 for name in names}
+    assert in_flight[1] <= 4
+    for name in names:
+        counts = node.run("counts", queue=name)
+        assert counts["completed"] == 22 and counts["waiting"] == 0 and counts["delayed"] == 0, counts
+        job = node.run("getJob", queue=name, jobId=added[name][-2])
+        assert job["returnvalue"] == {"queue": name, "i": "prio"}
+        assert job["finishedOn"] and job["processedOn"]
+
+
+def test_node_producers_make_tenant_queues_a_pattern_pool_finds(node, redis_url, prefix, qname, wait_for):
+    """Each tenant's queue is made by a Node ``Queue`` (its meta key) or a Node add (its id
+    key): the pool's pattern finds both and runs their jobs; Node reads them completed."""
+    from echomq_gevent.host.config import parse_config
+    from echomq_gevent.host.runner import Runner
+
+    cfg = parse_config(f"""
+redis: {{url: "{redis_url}"}}
+prefix: {prefix}
+entry_points: false
+queues:
+  {qname}-unused: {{processor: "interop_pool_helpers:echo"}}
+pools:
+  tenants:
+    concurrency: 4
+    queues: ["{qname}-tenant-*"]
+    order: round_robin
+    processor: "interop_pool_helpers:echo"
+    discover_every: 0.2
+""")
+    tenants = [f"{qname}-tenant-{i}" for i in range(3)]
+    runner = Runner(cfg, redis_url)
+    runner.start()
+    try:
+        added = {t: [j["id"] for j in node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}}] * 5)]
+                 for t in tenants}
+        family = runner.families[0]
+        wait_for(lambda: set(family.members) == set(tenants), timeout=10, what="every tenant queue found")
+        wait_for(lambda: all(node.run("counts", queue=t)["completed"] == 5 for t in tenants), timeout=30,
+                 what="every tenant's jobs completed")
+        for t in tenants:
+            assert node.run("getJob", queue=t, jobId=added[t][0])["returnvalue"] == {"t": t}
+    finally:
+        runner.drain(5).join()
+
+
+def test_bull_board_shows_the_tenant_queues_a_pool_serves(node, redis_url, prefix, qname, wait_for):
+    """bull-board (Node) over two tenant queues: its Queues make them (their meta), the
+    pool's pattern finds them, runs the jobs Node adds, and bull-board counts them completed."""
+    import json
+    import os
+    import subprocess
+    import urllib.request
+
+    from echomq_gevent.host.config import parse_config
+    from echomq_gevent.host.runner import Runner
+    from interop_node import _node_binary
+
+    tenants = [f"{qname}-tenant-a", f"{qname}-tenant-b"]
+    board = subprocess.Popen([_node_binary(), os.path.join(os.path.dirname(__file__), "node", "bull_board.js")],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    board.stdin.write(json.dumps({"redis": redis_url, "prefix": prefix, "queues": tenants}) + "\n")
+    board.stdin.flush()
+    line = board.stdout.readline()
+    assert line, board.stderr.read()[-2000:]
+    base = f"http://127.0.0.1:{json.loads(line)['port']}/ui"
+
+    def counts(name):
+        with urllib.request.urlopen(f"{base}/api/queues?activeQueue={name}&status=completed&page=1",
+                                    timeout=15) as resp:
+            return next(q for q in json.load(resp)["queues"] if q["name"] == name)["counts"]
+
+    cfg = parse_config(f"""
+redis: {{url: "{redis_url}"}}
+prefix: {prefix}
+entry_points: false
+pools:
+  tenants:
+    concurrency: 2
+    queues: ["{qname}-tenant-*"]
+    processor: "interop_pool_helpers:echo"
+    discover_every: 0.2
+""")
+    runner = Runner(cfg, redis_url)
+    runner.start()
+    try:
+        family = runner.families[0]
+        # bull-board's Queues wrote the queues' meta: found before any job
+        wait_for(lambda: set(family.members) == set(tenants), timeout=10, what="the tenant queues found")
+        for t in tenants:
+            node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}}] * 3)
+        wait_for(lambda: all(counts(t).get("completed") == 3 for t in tenants), timeout=30,
+                 what="bull-board counting the jobs completed")
+    finally:
+        runner.drain(5).join()
+        board.stdin.close()
+        try:
+            board.wait(15)
+        except subprocess.TimeoutExpired:
+            board.kill()
