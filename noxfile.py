@@ -64,7 +64,8 @@ def tests(session: nox.Session, deps: str) -> None:
 #: the Tasks backend); ``.ci/run`` runs them on Django 5.2 (the suite), 4.2 and 3.2 too.
 DJANGO_TESTS = ["tests/frameworks/test_django.py", "tests/frameworks/test_django_tasks.py",
                 "tests/frameworks/test_django_testing.py", "tests/frameworks/test_example_tests.py",
-                "tests/frameworks/test_outbox_django.py", "tests/frameworks/test_outbox_drivers.py"]
+                "tests/frameworks/test_outbox_django.py", "tests/frameworks/test_outbox_drivers.py",
+                "tests/frameworks/test_ledger_django.py"]
 
 
 @nox.session(python="3.13", name="django-newest")
