@@ -120,6 +120,44 @@ def test_a_failure_or_a_commit_of_its_own_leaves_nothing(shop, run_workers):
     assert _ledger(module, app) == []
 
 
+@pytest.mark.parametrize("offload", ["thread", "process"])
+def test_under_offload_it_runs_in_an_app_context_of_its_own_and_a_delivery_again_does_not_run_it(
+        shop, run_workers, offload, monkeypatch):
+    """A native thread has no app context of the job's greenlet, a child process no app at
+    all: the processor pushes one there (the child loads the app from ECHOMQ_FLASK_APP,
+    which ``flask echomq worker`` sets)."""
+    import threading
+
+    module, app = shop
+    if offload == "process":
+        if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+            pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
+        monkeypatch.setenv("ECHOMQ_FLASK_APP", "flaskshop:create_app")
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    import ledger_offload_flask as jobs
+
+    module.echomq.processor("orders", "charge")(jobs.charge)
+    app.config["ECHOMQ_QUEUES"]["orders"]["offload"] = offload
+    module.echomq.init_app(app)
+    queue = module.echomq.queue("orders", app)
+    queue.add("charge", {}, {"jobId": "o1"})
+    queue.add("charge", {"fail": True}, {"jobId": "o2"})
+    state = module.echomq.state(app)
+    run_workers(state, lambda: {queue.get_job_state(i) for i in ("o1", "o2")} == {"completed", "failed"})
+    first = queue.get_job("o1").returnvalue
+    assert _orders(module, app, "o1") == [first["run"]]
+    if offload == "thread":
+        assert first["pid"] == os.getpid() and first["thread"] != threading.get_native_id()
+    else:
+        assert first["pid"] != os.getpid()
+    assert "the processor failed after its write" in queue.get_job("o2").failed_reason
+    assert _orders(module, app, "o2") == [] and [r[0] for r in _ledger(module, app)] == ["o1"]
+
+    queue.get_job("o1").retry("completed")
+    run_workers(state, lambda: queue.get_job_state("o1") == "completed")
+    assert queue.get_job("o1").returnvalue == first and _orders(module, app, "o1") == [first["run"]]
+
+
 def test_a_missing_ledger_table_is_refused_at_start_naming_the_processor(shop):
     from echomq_gevent.contrib.ledger.sqlalchemy import ledger_table
     from echomq_gevent.errors import ConfigError

@@ -108,6 +108,53 @@ def test_a_first_pick_up_that_meets_a_row_aborts_its_writes_and_a_failure_leaves
     assert [r[0] for r in _sql(app, "SELECT job_id FROM echomq_ledger")] == ["raced"]
 
 
+@pytest.mark.parametrize("offload", ["thread", "process"])
+def test_under_offload_it_runs_with_a_request_of_its_own_and_a_delivery_again_does_not_run_it(
+        shop, run_workers, offload, pyramid_ini, monkeypatch):
+    """A native thread has no request of the job's greenlet, a child process no app at
+    all: the processor prepares a request there, in its own ``request.tm`` transaction
+    (the child loads the app from ECHOMQ_PYRAMID_INI, which the worker command sets)."""
+    import threading
+
+    from pyramid.paster import get_app
+
+    from echomq_gevent.contrib.pyramid import processor
+
+    _module, app, _atomic = shop
+    url = app.registry["engine"].url.render_as_string(hide_password=False)
+    if offload == "process" and not url.startswith("sqlite"):
+        pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    import ledger_offload_pyramid as jobs
+
+    processor._routes[:] = [r for r in processor._routes if r[2] is not _atomic]
+    processor("orders", "charge")(jobs.charge)
+    extra = f"echomq.queues.orders.offload = {offload}\n"
+    ini = pyramid_ini(url, extra + ("echomq.queues.orders.offload_processes = 1\n" if offload == "process" else ""))
+    monkeypatch.setenv("ECHOMQ_PYRAMID_INI", ini)
+    app = get_app(ini)
+    try:
+        state = _state(app)
+        queue = state.queue("orders")
+        queue.add("charge", {}, {"jobId": "o1"})
+        queue.add("charge", {"fail": True}, {"jobId": "o2"})
+        run_workers(state, lambda: {queue.get_job_state(i) for i in ("o1", "o2")} == {"completed", "failed"})
+        first = queue.get_job("o1").returnvalue
+        assert _orders(app, "o1") == [first["run"]]
+        if offload == "thread":
+            assert first["pid"] == os.getpid() and first["thread"] != threading.get_native_id()
+        else:
+            assert first["pid"] != os.getpid()
+        assert "the processor failed after its write" in queue.get_job("o2").failed_reason
+        assert _orders(app, "o2") == [] and [r[0] for r in _sql(app, "SELECT job_id FROM echomq_ledger")] == ["o1"]
+
+        queue.get_job("o1").retry("completed")
+        run_workers(state, lambda: queue.get_job_state("o1") == "completed")
+        assert queue.get_job("o1").returnvalue == first and _orders(app, "o1") == [first["run"]]
+    finally:
+        app.registry["engine"].dispose()
+
+
 def test_a_missing_ledger_table_is_refused_at_start_naming_the_processor(shop):
     from echomq_gevent.errors import ConfigError
 
