@@ -202,3 +202,37 @@ def test_a_bad_ledger_setting_is_named(shop):
     with pytest.raises(ConfigError) as info:
         module.echomq.init_app(app)
     assert str(info.value).startswith("app.config['ECHOMQ_LEDGER']['keep_days']: must be a number above 0")
+
+
+def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redis_url, monkeypatch):
+    """``processor: module:function`` naming a processor marked atomic, run by
+    ``echomq-gevent -c``: without the app (nor ECHOMQ_FLASK_APP to load it), or without the
+    table, the start is refused at the processor's line."""
+    from echomq_gevent.contrib.ledger.sqlalchemy import ledger_table
+    from echomq_gevent.errors import ConfigError
+    from echomq_gevent.host.config import load_config
+    from echomq_gevent.host.runner import build_plugin_host
+
+    module, app = shop
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    import ledger_offload_flask  # noqa: F401 - what the file names
+
+    path = tmp_path / "worker.yaml"
+    path.write_text(f"redis: {redis_url}\nentry_points: false\nqueues:\n  orders:\n"
+                    f"    processor: ledger_offload_flask:charge\n")
+    line = f"{path}, line 5, key queues.orders.processor"
+    monkeypatch.setattr(module.echomq, "_app", None)  # as in a process that made no app
+    monkeypatch.delenv("ECHOMQ_FLASK_APP", raising=False)
+    monkeypatch.delenv("FLASK_APP", raising=False)
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(load_config(str(path)))
+    assert line in str(info.value) and "neither ECHOMQ_FLASK_APP nor FLASK_APP names it" in str(info.value)
+
+    monkeypatch.setenv("ECHOMQ_FLASK_APP", "flaskshop:create_app")
+    build_plugin_host(load_config(str(path)))  # the app loaded, the table there
+    assert module.echomq._app is not None
+    with app.app_context():
+        ledger_table.drop(module.db.engine)
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(load_config(str(path)))
+    assert line in str(info.value) and "has no echomq_ledger table" in str(info.value)

@@ -178,3 +178,53 @@ def test_the_worker_processes_prune_the_ledger(shop):
               f"VALUES ('p', 'q', 'old', 1, 'x', 'null', {old}), ('p', 'q', 'new', 1, 'x', 'null', {now_ms()})")
     assert pruner.prune_now() == 1
     assert _sql(app, "SELECT job_id FROM echomq_ledger") == [("new",)]
+
+
+def test_a_processor_declared_after_the_app_was_built_is_checked_at_start_too(shop):
+    from echomq_gevent.contrib.pyramid import processor
+    from echomq_gevent.errors import ConfigError
+
+    _module, app, _atomic = shop
+
+    def late(job):
+        return None
+
+    processor("orders", "late", atomic=True)(late)
+    processor._routes[:] = [r for r in processor._routes if r[2] is not _atomic]
+    _sql(app, "DROP TABLE echomq_ledger")
+    with pytest.raises(ConfigError) as info:
+        _state(app).prepare()
+    assert "test_ledger_pyramid.test_a_processor_declared_after_the_app_was_built_is_checked_at_start_too." \
+           "<locals>.late is marked atomic" in str(info.value)
+    assert "has no echomq_ledger table" in str(info.value)
+
+
+def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redis_url, monkeypatch, pyramid_ini):
+    """``processor: module:function`` naming a processor marked atomic, run by
+    ``echomq-gevent -c``: the app comes from ECHOMQ_PYRAMID_INI; without it, or without the
+    table, the start is refused at the processor's line."""
+    from echomq_gevent.errors import ConfigError
+    from echomq_gevent.host.config import load_config
+    from echomq_gevent.host.runner import build_plugin_host
+
+    _module, app, _atomic = shop
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    import ledger_offload_pyramid as jobs
+
+    monkeypatch.setattr(jobs.charge, "registry", None)  # as in a process that built no app
+    path = tmp_path / "worker.yaml"
+    path.write_text(f"redis: {redis_url}\nentry_points: false\nqueues:\n  orders:\n"
+                    f"    processor: ledger_offload_pyramid:charge\n")
+    monkeypatch.delenv("ECHOMQ_PYRAMID_INI", raising=False)
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(load_config(str(path)))
+    assert f"{path}, line 5, key queues.orders.processor" in str(info.value) and "ECHOMQ_PYRAMID_INI is not set" in str(info.value)
+
+    url = app.registry["engine"].url.render_as_string(hide_password=False)
+    monkeypatch.setenv("ECHOMQ_PYRAMID_INI", pyramid_ini(url))
+    build_plugin_host(load_config(str(path)))  # the table is there
+    monkeypatch.setattr(jobs.charge, "registry", None)
+    _sql(app, "DROP TABLE echomq_ledger")
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(load_config(str(path)))
+    assert f"{path}, line 5, key queues.orders.processor" in str(info.value) and "has no echomq_ledger table" in str(info.value)

@@ -117,14 +117,13 @@ class PyramidAtomicProcessor:
 
     def check(self) -> None:
         """At start: ConfigError naming the processor when the app's requests have no
-        ``dbsession`` or its database has no ledger table."""
-        if self.registry is None:
-            return
+        ``dbsession`` or its database has no ledger table, or when no app is there to
+        run it with (no integration built in this process and no ``INI_ENV``)."""
         from pyramid.scripting import prepare
 
         from ..ledger.sqlalchemy import check_table
 
-        env = prepare(registry=self.registry)
+        env = prepare(registry=self._app_registry())
         try:
             session = getattr(env["request"], SESSION_ATTR, None)
             if session is None:
