@@ -14,14 +14,20 @@ from echomq_gevent.contrib.pyramid import job_request
 from echomq_gevent.contrib.pyramid.ledger import PyramidAtomicProcessor
 
 
-def charge(job):
+def write_order(job):
+    """The Order row of ``job`` through the job's request.dbsession; returns the run id
+    it names (``fail``: raises after the write)."""
     run = uuid.uuid4().hex
     request = job_request()
     request.dbsession.add(pyramidshop.Order(email=f"{job.id}@ledger", confirmed_by=run))
     request.dbsession.flush()
     if job.data.get("fail"):
         raise RuntimeError("the processor failed after its write")
-    return {"run": run, "pid": os.getpid(), "thread": threading.get_native_id()}
+    return run
+
+
+def charge(job):
+    return {"run": write_order(job), "pid": os.getpid(), "thread": threading.get_native_id()}
 
 
 charge = PyramidAtomicProcessor(charge)

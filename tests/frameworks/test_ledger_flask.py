@@ -133,7 +133,6 @@ def test_under_offload_it_runs_in_an_app_context_of_its_own_and_a_delivery_again
         if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
             pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
         monkeypatch.setenv("ECHOMQ_FLASK_APP", "flaskshop:create_app")
-    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
     import ledger_offload_flask as jobs
 
     module.echomq.processor("orders", "charge")(jobs.charge)
@@ -214,7 +213,6 @@ def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redi
     from echomq_gevent.host.runner import build_plugin_host
 
     module, app = shop
-    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
     import ledger_offload_flask  # noqa: F401 - what the file names
 
     path = tmp_path / "worker.yaml"

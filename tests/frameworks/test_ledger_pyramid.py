@@ -22,19 +22,9 @@ _dbs = itertools.count()
 def charge(job):
     """Writes one Order row through the job's request.dbsession (its email names the job)
     and returns which run wrote it; ``fail`` raises after the write."""
-    import uuid
+    from ledger_offload_pyramid import write_order
 
-    import pyramidshop
-
-    from echomq_gevent.contrib.pyramid import job_request
-
-    run = uuid.uuid4().hex
-    request = job_request()
-    request.dbsession.add(pyramidshop.Order(email=f"{job.id}@ledger", confirmed_by=run))
-    request.dbsession.flush()
-    if job.data.get("fail"):
-        raise RuntimeError("the processor failed after its write")
-    return {"run": run}
+    return {"run": write_order(job)}
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -124,7 +114,6 @@ def test_under_offload_it_runs_with_a_request_of_its_own_and_a_delivery_again_do
     url = app.registry["engine"].url.render_as_string(hide_password=False)
     if offload == "process" and not url.startswith("sqlite"):
         pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
-    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
     import ledger_offload_pyramid as jobs
 
     processor._routes[:] = [r for r in processor._routes if r[2] is not _atomic]
@@ -208,7 +197,6 @@ def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redi
     from echomq_gevent.host.runner import build_plugin_host
 
     _module, app, _atomic = shop
-    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
     import ledger_offload_pyramid as jobs
 
     monkeypatch.setattr(jobs.charge, "registry", None)  # as in a process that built no app
