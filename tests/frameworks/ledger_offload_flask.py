@@ -19,3 +19,14 @@ def charge(job):
 
 
 charge = flaskshop.echomq._atomic(charge, True)
+
+
+def create_app():
+    """The example shop with :func:`charge` routed for the ``orders`` queue's ``charge``
+    jobs, run in one child of ``offload: process`` (what the worker command test runs)."""
+    app = flaskshop.create_app()
+    app.config["ECHOMQ_QUEUES"]["orders"].update(offload="process", offload_processes=1, concurrency=1,
+                                                 drain_delay=0.5)
+    flaskshop.echomq.init_app(app)
+    flaskshop.echomq.processor("orders", "charge")(charge)
+    return app

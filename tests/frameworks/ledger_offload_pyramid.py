@@ -31,3 +31,12 @@ def charge(job):
 
 
 charge = PyramidAtomicProcessor(charge)
+
+
+def main(global_config, **settings):
+    """The example shop's app with :func:`charge` routed for the ``orders`` queue's
+    ``charge`` jobs (what the worker command test runs)."""
+    from echomq_gevent.contrib.pyramid import processor
+
+    processor("orders", "charge")(charge)
+    return pyramidshop.main(global_config, **settings)

@@ -234,3 +234,29 @@ def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redi
     with pytest.raises(ConfigError) as info:
         build_plugin_host(load_config(str(path)))
     assert line in str(info.value) and "has no echomq_ledger table" in str(info.value)
+
+
+def test_the_worker_command_has_its_children_load_the_app_under_offload_process(shop, command, wait_for):
+    """``flask --app ... echomq worker`` tells its children of ``offload: process`` where
+    the app is (ECHOMQ_FLASK_APP): the child runs the processor marked atomic in an app
+    context of the app it loaded."""
+    import signal
+    import sys
+
+    module, app = shop
+    if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
+    queue = module.echomq.queue("orders", app)
+    queue.add("charge", {}, {"jobId": "c1"})
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {"PYTHONPATH": os.pathsep.join([here, APP_DIR, os.environ.get("PYTHONPATH", "")])}
+    worker = command([sys.executable, "-m", "flask", "--app", "ledger_offload_flask:create_app", "echomq", "worker"],
+                     here, env)
+    wait_for(lambda: queue.get_job_state("c1") == "completed", what="the job to complete in a child",
+             details=worker.output, timeout=60,
+             give_up=lambda: worker.exited() or ("the job failed" if queue.get_job_state("c1") == "failed" else None))
+    value = queue.get_job("c1").returnvalue
+    assert value["pid"] not in (os.getpid(), worker.proc.pid)
+    assert _orders(module, app, "c1") == [value["run"]]
+    assert [r[0] for r in _ledger(module, app)] == ["c1"]
+    assert worker.stop(signal.SIGTERM) == 0, worker.output()

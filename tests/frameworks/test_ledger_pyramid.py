@@ -216,3 +216,34 @@ def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redi
     with pytest.raises(ConfigError) as info:
         build_plugin_host(load_config(str(path)))
     assert f"{path}, line 5, key queues.orders.processor" in str(info.value) and "has no echomq_ledger table" in str(info.value)
+
+
+def test_the_worker_command_has_its_children_load_the_app_under_offload_process(shop, pyramid_ini, command, wait_for):
+    """``python -m echomq_gevent.contrib.pyramid INI`` tells its children of ``offload:
+    process`` where the app is (ECHOMQ_PYRAMID_INI): the child runs the processor marked
+    atomic with a request of the app it loaded."""
+    import signal
+    import sys
+
+    _module, app, _atomic = shop
+    url = app.registry["engine"].url.render_as_string(hide_password=False)
+    if not url.startswith("sqlite"):
+        pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
+    ini = pyramid_ini(url, "echomq.queues.orders.offload = process\nechomq.queues.orders.offload_processes = 1\n")
+    with open(ini, encoding="utf-8") as fh:
+        text = fh.read().replace("call:pyramidshop:main", "call:ledger_offload_pyramid:main")
+    with open(ini, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    queue = _state(app).queue("orders")
+    queue.add("charge", {}, {"jobId": "c1"})
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {"PYTHONPATH": os.pathsep.join([here, APP_DIR, os.environ.get("PYTHONPATH", "")])}
+    worker = command([sys.executable, "-m", "echomq_gevent.contrib.pyramid", ini], here, env)
+    wait_for(lambda: queue.get_job_state("c1") == "completed", what="the job to complete in a child",
+             details=worker.output, timeout=60,
+             give_up=lambda: worker.exited() or ("the job failed" if queue.get_job_state("c1") == "failed" else None))
+    value = queue.get_job("c1").returnvalue
+    assert value["pid"] not in (os.getpid(), worker.proc.pid)
+    assert _orders(app, "c1") == [value["run"]]
+    assert [r[0] for r in _sql(app, "SELECT job_id FROM echomq_ledger")] == ["c1"]
+    assert worker.stop(signal.SIGTERM) == 0, worker.output()
