@@ -62,6 +62,9 @@ CONFIG_KEYS: Dict[str, str] = {
 _YAML_TO_KEY = {v: k for k, v in CONFIG_KEYS.items()}
 #: app.config keys of the integration itself (not YAML keys)
 OWN_KEYS = ("ECHOMQ_CONFIG", "ECHOMQ_OUTBOX", "ECHOMQ_LEDGER")
+#: the environment variable a child of ``offload: process`` loads the app from (the
+#: ``--app`` of ``flask echomq worker``, as ``FLASK_APP`` names it)
+APP_ENV = "ECHOMQ_FLASK_APP"
 EXTENSION = "echomq"
 
 
@@ -179,15 +182,51 @@ class EchoMQ:
         from .ledger.sqlalchemy import SessionAtomicProcessor
 
         return SessionAtomicProcessor(fn, self._session, "EchoMQ(app, session=...) or Flask-SQLAlchemy's db.session",
-                                      context=self._check_context)
+                                      context=self._own_context)
 
-    def _check_context(self) -> Any:
-        """An app context for the start check, unless one is pushed."""
+    def _own_context(self) -> Any:
+        """Where an atomic processor runs and is checked: nothing more on the job's greenlet
+        (its app context is pushed), else an app context of its own (a native thread of
+        ``offload: thread``; a child of ``offload: process``, which loads the app first),
+        whose session is removed after."""
         from flask import has_app_context
 
-        if has_app_context() or self._app is None:
+        if has_app_context():
             return contextlib.nullcontext()
-        return self._app.app_context()
+        return self._pushed(self._app if self._app is not None else self._load_app())
+
+    @contextlib.contextmanager
+    def _pushed(self, app: Any) -> Iterator[None]:
+        with app.app_context():
+            try:
+                yield
+            finally:
+                if self.session is not None:
+                    self.session.remove()
+
+    def _load_app(self) -> Any:
+        """The app, in a process that has not made it (a child of ``offload: process``):
+        loaded as ``flask`` loads it, from ``ECHOMQ_FLASK_APP`` (which ``flask echomq
+        worker`` sets for its children), else ``FLASK_APP``; ConfigError when neither
+        finds an app that calls ``init_app`` on this extension."""
+        import os
+
+        from flask.cli import NoAppException, ScriptInfo
+
+        path = os.environ.get(APP_ENV) or os.environ.get("FLASK_APP")
+        if not path:
+            raise ConfigError(f"a processor marked atomic runs in a process without the Flask app (a child of "
+                              f"offload: process, or a worker not started by flask echomq worker), and neither "
+                              f"{APP_ENV} nor FLASK_APP names it: run the worker with flask echomq worker, or set "
+                              f"{APP_ENV}=module:create_app in its environment")
+        try:
+            ScriptInfo(app_import_path=path).load_app()
+        except NoAppException as exc:
+            raise ConfigError(f"{APP_ENV} / FLASK_APP {path!r}: no Flask app there ({exc})") from None
+        if self._app is None:
+            raise ConfigError(f"{APP_ENV} / FLASK_APP {path!r} loads an app that does not call init_app on the "
+                              f"EchoMQ extension of the processors marked atomic")
+        return self._app
 
     # -- per app --------------------------------------------------------------------------
     def state(self, app: Any = None) -> Integration:
@@ -291,6 +330,19 @@ def _child_argv(index: int) -> List[str]:
             *child_command_line(sys.argv[1:], index)]
 
 
+def _name_the_app(app: Any) -> None:
+    """Tell the children of ``offload: process`` where the app comes from
+    (:data:`APP_ENV`: the command's ``--app``, else the app's module), unless it is set."""
+    import os
+
+    import click
+    from flask.cli import ScriptInfo
+
+    ctx = click.get_current_context(silent=True)
+    info = ctx.find_object(ScriptInfo) if ctx is not None else None
+    os.environ.setdefault(APP_ENV, (info.app_import_path if info is not None else None) or app.import_name)
+
+
 def _command_group(ext: EchoMQ) -> Any:
     import click
     from flask import current_app
@@ -317,7 +369,9 @@ def _command_group(ext: EchoMQ) -> Any:
             from .patched import restart_patched
 
             restart_patched(sys.argv[1:], module="flask")
-        state = ext.state(current_app._get_current_object())
+        app = current_app._get_current_object()
+        state = ext.state(app)
+        _name_the_app(app)
         try:
             code = state.run_worker(list(queues), check=check, log_level=log_level, processes=processes,
                                     supervised_child=supervised_child, child_argv=_child_argv)

@@ -116,10 +116,14 @@ class Processors:
         """The routes whose processor runs through the ledger."""
         return [r for r in self._routes if getattr(r[2], "echomq_ledgered", False)]
 
-    def check_ledgers(self, queues: Sequence[str]) -> None:
+    def check_ledgers(self, queues: Sequence[str], bind: Optional[Callable[[Any], None]] = None) -> None:
         """Refuse at start a processor of ``queues`` marked atomic whose database is not
-        configured (ConfigError naming the processor and the setting)."""
+        configured (ConfigError naming the processor and the setting). ``bind`` (the
+        integration's ``bind_atomic``) is first given every atomic processor, those
+        declared after the integration was built too."""
         for queue, _job_name, fn in self.atomic_routes():
+            if bind is not None:
+                bind(fn)
             if queue in queues:
                 fn.check()
 
@@ -146,6 +150,9 @@ class Integration:
         self.outbox: Any = None
         #: the app's ledger settings (:class:`~echomq_gevent.contrib.ledger.LedgerSettings`)
         self.ledger: Any = None
+        #: given each processor marked atomic before the start checks (Pyramid: binds the
+        #: app's registry to those declared after the integration was built), or None
+        self.bind_atomic: Optional[Callable[[Any], None]] = None
 
     # -- building ------------------------------------------------------------------------
     @staticmethod
@@ -293,7 +300,7 @@ class Integration:
         for plugin in plugins:
             if isinstance(plugin, Processors):
                 plugin.check_queues(self.cfg, self.queues_setting)
-                plugin.check_ledgers(list(cfg.queues))
+                plugin.check_ledgers(list(cfg.queues), self.bind_atomic)
         build_plugin_host(cfg, tuple(plugins))
         return cfg, plugins
 

@@ -31,7 +31,7 @@ import gevent
 import gevent.event
 
 from .config import Config
-from ..errors import WorkerStateError
+from ..errors import ConfigError, WorkerStateError
 from ..worker.signals import ShutdownSignals
 
 log = logging.getLogger("echomq_gevent.runner")
@@ -328,6 +328,8 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
                 processors[name] = resolve_processor(q.processor)
             except (ImportError, AttributeError, TypeError) as exc:
                 raise cfg.error(("queues", name, "processor"), str(exc)) from None
+            if check_processors:
+                _check_ledger(cfg, name, processors[name])
             continue
         processors[name] = None
         if check_processors and name not in routed and not dynamic:
@@ -341,6 +343,19 @@ def build_plugin_host(cfg: Config, extra: Tuple[Any, ...] = (), check_processors
             except (ImportError, AttributeError, TypeError) as exc:
                 raise cfg.error(("pools", pool.name, "processor"), str(exc)) from None
     return host, processors
+
+
+def _check_ledger(cfg: Config, queue: str, fn: Any) -> None:
+    """A processor named by ``processor:`` and marked atomic (an integration's effect
+    ledger: it has ``echomq_ledgered`` and a ``check()``) is checked as the integration
+    checks its declared ones: its database configured, the ledger's table there.
+    ConfigError at the line of ``processor:``."""
+    if not getattr(fn, "echomq_ledgered", False) or not callable(getattr(fn, "check", None)):
+        return
+    try:
+        fn.check()
+    except ConfigError as exc:
+        raise cfg.error(("queues", queue, "processor"), str(exc)) from None
 
 
 def _invalid_plugin(cfg: Config, objects: Sequence[Any], exc: Exception) -> Exception:

@@ -119,6 +119,17 @@ class Scripts:
             pipe.script_load(self.lib.sources[name])
         pipe.execute()
 
+    def load(self, names: Sequence[str]) -> None:
+        """SCRIPT LOAD the scripts ``names``, one command each, in one round trip on the
+        connection script calls take. Nothing on a cluster (a call there loads its script on
+        the node that answers NOSCRIPT). Raises the first Redis error, or a connection error."""
+        if self._cluster is not None or not names:
+            return
+        answers = self.send([("SCRIPT", "LOAD", self.lib.sources[name]) for name in names], True)
+        for answer in answers:
+            if isinstance(answer, Exception):
+                raise answer
+
     @property
     def kept_connection(self) -> Optional[KeptConnection]:
         """The connection kept for script calls (``None`` when the client cannot lend one)."""
@@ -349,6 +360,7 @@ class Scripts:
     fetch_opts = staticmethod(worker_calls.fetch_opts)
     move_to_active = worker_calls.move_to_active
     move_to_active_command = worker_calls.move_to_active_command
+    load_wait_scripts = worker_calls.load_wait_scripts
     move_to_active_many = worker_calls.move_to_active_many
     move_to_finished_args = worker_calls.move_to_finished_args
     move_to_finished_call = worker_calls.move_to_finished_call

@@ -24,7 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .scripts import Scripts
 
-__all__ = ["FINISH_MANY_MAX", "fetch_opts", "move_to_active", "move_to_active_command", "move_to_active_many", "move_to_finished_args", "move_to_finished_call", "move_to_finished_many", "move_to_finished", "move_to_delayed", "retry_job", "extend_lock", "extend_locks", "extend_locks_reading_marks", "move_stalled_jobs_to_wait", "move_job_from_active_to_wait"]
+__all__ = ["FINISH_MANY_MAX", "BEHIND_WAIT_SCRIPTS", "load_wait_scripts", "fetch_opts", "move_to_active", "move_to_active_command", "move_to_active_many", "move_to_finished_args", "move_to_finished_call", "move_to_finished_many", "move_to_finished", "move_to_delayed", "retry_job", "extend_lock", "extend_locks", "extend_locks_reading_marks", "move_stalled_jobs_to_wait", "move_job_from_active_to_wait"]
 
 #: Most jobs one ``moveToFinishedMany-11`` call finishes (about 0.2 ms of Redis time at
 #: no-op jobs): larger calls save Redis little more, and the jobs of a call all wait for
@@ -72,6 +72,19 @@ def move_to_active_command(self: "Scripts", token: str, lock_duration: int, limi
     (:mod:`echomq_gevent.worker.marker`), which Redis runs only when the wait ends."""
     return self._evalsha(ScriptCall("moveToActive-11", _fetch_keys(self),
                                     [self.keys.base, "", pack(fetch_opts(token, lock_duration, limiter, name))]))
+
+
+#: The scripts a worker writes behind its marker wait (:func:`move_to_active_command`),
+#: where a NOSCRIPT costs the wake-up a round trip more (the pick-up goes again through the
+#: script connection, which loads it): loaded when the worker starts.
+BEHIND_WAIT_SCRIPTS = ("moveToActive-11",)
+
+
+def load_wait_scripts(self: "Scripts") -> None:
+    """SCRIPT LOAD the scripts of :data:`BEHIND_WAIT_SCRIPTS`, one round trip (the worker's
+    set-up, on its run greenlet). A later SCRIPT FLUSH is still met by the reload on
+    NOSCRIPT."""
+    self.load(BEHIND_WAIT_SCRIPTS)
 
 
 def move_to_active_many(self: "Scripts", token_prefix: str, first: int, most: int, lock_duration: int, now_ms: int,

@@ -172,6 +172,8 @@ class FetchLoop:
         self.blocking = self.marker.client
         try:  # connect now: the worker shows up in getWorkers() from the start
             self.blocking.ping()
+            if self.marker.fetch_behind:  # what goes behind the wait finds its script from the first wait
+                ctx.scripts.load_wait_scripts()
             self._preload_cron()
         except CONNECTION_ERRORS as exc:
             log.warning("%s: Redis is not reachable yet (%s); the worker keeps trying", ctx.label, exc)

@@ -1,6 +1,6 @@
-"""The effect ledger's faults, with Django worker processes (``ledger_worker_proc.py``) and
-Flask ones (``ledger_flask_proc.py``, the SIGKILL case) on SQLite and PostgreSQL and a real
-Redis: the worker SIGKILLed right after the processor's
+"""The effect ledger's faults, with Django worker processes (``ledger_worker_proc.py``),
+Flask and Pyramid ones (``ledger_flask_proc.py``, ``ledger_pyramid_proc.py``: the SIGKILL
+case) on SQLite and PostgreSQL and a real Redis: the worker SIGKILLed right after the processor's
 transaction committed and before the finish reached Redis; Redis restarted at that moment;
 PostgreSQL restarted while the processor's transaction is open. Every effect row is
 counted: exactly one per job, and the job completes with the value of the run that
@@ -20,6 +20,7 @@ pytest.importorskip("django")
 HERE = os.path.dirname(os.path.abspath(__file__))
 PROC = os.path.join(HERE, "ledger_worker_proc.py")
 FLASK_PROC = os.path.join(HERE, "ledger_flask_proc.py")
+PYRAMID_PROC = os.path.join(HERE, "ledger_pyramid_proc.py")
 FAST = {"concurrency": 1, "lock_duration": 1000, "stalled_interval": 1000, "drain_delay": 0.5,
         "shutdown_timeout": 5}
 
@@ -124,22 +125,30 @@ def test_killed_after_the_commit_the_job_completes_with_the_first_runs_value_and
     assert second.stop() == 0
 
 
-def test_flask_killed_after_the_commit_the_job_completes_with_the_first_runs_value_and_one_effect(
-        database, redis_url, prefix, qname, queue, command, wait_for):
-    pytest.importorskip("flask_sqlalchemy")
-    queue.add("charge", {"n": 1}, {"jobId": "fk1"})
-    argv = [sys.executable, FLASK_PROC, database.url, redis_url, prefix, qname]
+@pytest.mark.parametrize("framework", ["flask", "pyramid"])
+def test_flask_and_pyramid_killed_after_the_commit_the_job_completes_with_the_first_runs_value_and_one_effect(
+        database, redis_url, prefix, qname, queue, command, wait_for, framework):
+    if framework == "flask":
+        pytest.importorskip("flask_sqlalchemy")
+    else:
+        pytest.importorskip("pyramid_tm")
+        pytest.importorskip("zope.sqlalchemy")
+    job_id = f"{framework[0]}k1"
+    queue.add("charge", {"n": 1}, {"jobId": job_id})
+    argv = [sys.executable, FLASK_PROC if framework == "flask" else PYRAMID_PROC, database.url, redis_url, prefix,
+            qname]
     first = command(argv, HERE, {"LEDGER_KILL_AFTER_COMMIT": "1"})
-    wait_for(lambda: first.exited(), what="the first Flask worker to be killed after its commit",
-             details=first.output, give_up=lambda: "the job failed" if queue.get_job_state("fk1") == "failed" else None,
+    wait_for(lambda: first.exited(), what=f"the first {framework} worker to be killed after its commit",
+             details=first.output, give_up=lambda: "the job failed" if queue.get_job_state(job_id) == "failed" else None,
              timeout=60)
-    assert first.saw("committed fk1"), first.output()
-    assert queue.get_job_state("fk1") == "active"
-    first_pid = json.loads(database.ledger("fk1")[0])["pid"]
+    assert first.saw(f"committed {job_id}"), first.output()
+    assert queue.get_job_state(job_id) == "active"
+    assert len(database.effects(job_id)) == 1 and len(database.ledger(job_id)) == 1  # committed before the kill
+    first_pid = json.loads(database.ledger(job_id)[0])["pid"]
     second = command(argv, HERE, {})
-    wait_for(lambda: queue.get_job_state("fk1") == "completed", what="the stalled job to complete on the second "
-             "Flask worker", details=second.output, give_up=second.exited, timeout=60)
-    _completed_once(database, queue, "fk1", first_pid)
+    wait_for(lambda: queue.get_job_state(job_id) == "completed", what=f"the stalled job to complete on the second "
+             f"{framework} worker", details=second.output, give_up=second.exited, timeout=60)
+    _completed_once(database, queue, job_id, first_pid)
     assert second.stop() == 0
 
 

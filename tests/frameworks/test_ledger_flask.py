@@ -120,6 +120,43 @@ def test_a_failure_or_a_commit_of_its_own_leaves_nothing(shop, run_workers):
     assert _ledger(module, app) == []
 
 
+@pytest.mark.parametrize("offload", ["thread", "process"])
+def test_under_offload_it_runs_in_an_app_context_of_its_own_and_a_delivery_again_does_not_run_it(
+        shop, run_workers, offload, monkeypatch):
+    """A native thread has no app context of the job's greenlet, a child process no app at
+    all: the processor pushes one there (the child loads the app from ECHOMQ_FLASK_APP,
+    which ``flask echomq worker`` sets)."""
+    import threading
+
+    module, app = shop
+    if offload == "process":
+        if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+            pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
+        monkeypatch.setenv("ECHOMQ_FLASK_APP", "flaskshop:create_app")
+    import ledger_offload_flask as jobs
+
+    module.echomq.processor("orders", "charge")(jobs.charge)
+    app.config["ECHOMQ_QUEUES"]["orders"]["offload"] = offload
+    module.echomq.init_app(app)
+    queue = module.echomq.queue("orders", app)
+    queue.add("charge", {}, {"jobId": "o1"})
+    queue.add("charge", {"fail": True}, {"jobId": "o2"})
+    state = module.echomq.state(app)
+    run_workers(state, lambda: {queue.get_job_state(i) for i in ("o1", "o2")} == {"completed", "failed"})
+    first = queue.get_job("o1").returnvalue
+    assert _orders(module, app, "o1") == [first["run"]]
+    if offload == "thread":
+        assert first["pid"] == os.getpid() and first["thread"] != threading.get_native_id()
+    else:
+        assert first["pid"] != os.getpid()
+    assert "the processor failed after its write" in queue.get_job("o2").failed_reason
+    assert _orders(module, app, "o2") == [] and [r[0] for r in _ledger(module, app)] == ["o1"]
+
+    queue.get_job("o1").retry("completed")
+    run_workers(state, lambda: queue.get_job_state("o1") == "completed")
+    assert queue.get_job("o1").returnvalue == first and _orders(module, app, "o1") == [first["run"]]
+
+
 def test_a_missing_ledger_table_is_refused_at_start_naming_the_processor(shop):
     from echomq_gevent.contrib.ledger.sqlalchemy import ledger_table
     from echomq_gevent.errors import ConfigError
@@ -164,3 +201,62 @@ def test_a_bad_ledger_setting_is_named(shop):
     with pytest.raises(ConfigError) as info:
         module.echomq.init_app(app)
     assert str(info.value).startswith("app.config['ECHOMQ_LEDGER']['keep_days']: must be a number above 0")
+
+
+def test_a_yaml_processor_marked_atomic_is_checked_at_start(shop, tmp_path, redis_url, monkeypatch):
+    """``processor: module:function`` naming a processor marked atomic, run by
+    ``echomq-gevent -c``: without the app (nor ECHOMQ_FLASK_APP to load it), or without the
+    table, the start is refused at the processor's line."""
+    from echomq_gevent.contrib.ledger.sqlalchemy import ledger_table
+    from echomq_gevent.errors import ConfigError
+    from echomq_gevent.host.config import load_config
+    from echomq_gevent.host.runner import build_plugin_host
+
+    module, app = shop
+    import ledger_offload_flask  # noqa: F401 - what the file names
+
+    path = tmp_path / "worker.yaml"
+    path.write_text(f"redis: {redis_url}\nentry_points: false\nqueues:\n  orders:\n"
+                    f"    processor: ledger_offload_flask:charge\n")
+    line = f"{path}, line 5, key queues.orders.processor"
+    monkeypatch.setattr(module.echomq, "_app", None)  # as in a process that made no app
+    monkeypatch.delenv("ECHOMQ_FLASK_APP", raising=False)
+    monkeypatch.delenv("FLASK_APP", raising=False)
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(load_config(str(path)))
+    assert line in str(info.value) and "neither ECHOMQ_FLASK_APP nor FLASK_APP names it" in str(info.value)
+
+    monkeypatch.setenv("ECHOMQ_FLASK_APP", "flaskshop:create_app")
+    build_plugin_host(load_config(str(path)))  # the app loaded, the table there
+    assert module.echomq._app is not None
+    with app.app_context():
+        ledger_table.drop(module.db.engine)
+    with pytest.raises(ConfigError) as info:
+        build_plugin_host(load_config(str(path)))
+    assert line in str(info.value) and "has no echomq_ledger table" in str(info.value)
+
+
+def test_the_worker_command_has_its_children_load_the_app_under_offload_process(shop, command, wait_for):
+    """``flask --app ... echomq worker`` tells its children of ``offload: process`` where
+    the app is (ECHOMQ_FLASK_APP): the child runs the processor marked atomic in an app
+    context of the app it loaded."""
+    import signal
+    import sys
+
+    module, app = shop
+    if not app.config["SQLALCHEMY_DATABASE_URI"].startswith("sqlite"):
+        pytest.skip("offload: process is run on SQLite (the database does not matter to it)")
+    queue = module.echomq.queue("orders", app)
+    queue.add("charge", {}, {"jobId": "c1"})
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = {"PYTHONPATH": os.pathsep.join([here, APP_DIR, os.environ.get("PYTHONPATH", "")])}
+    worker = command([sys.executable, "-m", "flask", "--app", "ledger_offload_flask:create_app", "echomq", "worker"],
+                     here, env)
+    wait_for(lambda: queue.get_job_state("c1") == "completed", what="the job to complete in a child",
+             details=worker.output, timeout=60,
+             give_up=lambda: worker.exited() or ("the job failed" if queue.get_job_state("c1") == "failed" else None))
+    value = queue.get_job("c1").returnvalue
+    assert value["pid"] not in (os.getpid(), worker.proc.pid)
+    assert _orders(module, app, "c1") == [value["run"]]
+    assert [r[0] for r in _ledger(module, app)] == ["c1"]
+    assert worker.stop(signal.SIGTERM) == 0, worker.output()

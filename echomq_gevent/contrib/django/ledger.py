@@ -152,6 +152,7 @@ class AtomicProcessor:
     def check(self) -> None:
         """At start: ConfigError when the ledger's database is missing or not migrated."""
         what = f"the processor {self.name}"
+        _ensure_django(what)  # named by a YAML processor: and run by echomq-gevent -c, not manage.py
         setting = "its atomic=" + repr(self.alias) if self.alias else "settings.ECHOMQ['ledger']['database']"
         check_alias(ledger_alias(self.alias), what, setting)
 

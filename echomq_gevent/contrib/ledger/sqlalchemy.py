@@ -105,8 +105,11 @@ def check_table(session: Any, what: str, setting: str) -> None:
 
 class SessionAtomicProcessor:
     """A processor whose session writes and ledger row commit together. ``session`` is
-    called per job (on the job's greenlet, in its app context) for the session the
-    processor writes with; ``setting`` names where that session comes from (errors)."""
+    called per job (where the processor runs, inside ``context()``) for the session the
+    processor writes with; ``setting`` names where that session comes from (errors);
+    ``context`` (optional) is what each run and the start check are entered in (Flask: the
+    app context, pushed where the job's greenlet has not: a native thread of ``offload:
+    thread``, a child of ``offload: process``)."""
 
     #: what :meth:`~echomq_gevent.contrib.frameworks.Processors.atomic_routes` looks for
     echomq_ledgered = True
@@ -121,11 +124,12 @@ class SessionAtomicProcessor:
         self.name = f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
         self.session = session
         self.setting = setting
-        #: what the start check runs in (Flask: an app context), or None
+        #: what each run and the start check are entered in (Flask: an app context), or None
         self.context = context
 
     def __call__(self, job: Any) -> Any:
-        return run_once(SessionLedgerDb(self.session(), self.setting), self.fn, job)
+        with (self.context() if self.context is not None else contextlib.nullcontext()):
+            return run_once(SessionLedgerDb(self.session(), self.setting), self.fn, job)
 
     def __repr__(self) -> str:
         return f"<atomic processor {self.name}>"

@@ -42,7 +42,7 @@ from ...errors import ConfigError
 from ...plugins.hookspecs import hookimpl
 from ..frameworks import Integration, Processors, typed_ini_value
 
-__all__ = ["includeme", "processor", "job_request", "integration", "SETTINGS_PREFIX"]
+__all__ = ["includeme", "processor", "job_request", "integration", "request_scope", "SETTINGS_PREFIX", "INI_ENV"]
 
 SETTINGS_PREFIX = "echomq."
 OUTBOX_SETTING = "echomq.outbox"
@@ -51,6 +51,9 @@ LEDGER_SETTING = "echomq.ledger"
 #: where the relay finds its engine: ``sqlalchemy.engine_from_config(settings, prefix)``
 ENGINE_PREFIX_SETTING = "echomq.outbox.engine_prefix"
 REGISTRY_KEY = "echomq_gevent"
+#: the environment variable a child of ``offload: process`` loads the app from (the
+#: ``.ini`` file the worker command was given, which sets it)
+INI_ENV = "ECHOMQ_PYRAMID_INI"
 #: settings whose value is a whitespace-separated list
 LIST_KEYS = ("plugins", "plugin_paths")
 
@@ -122,9 +125,11 @@ def integration_from_settings(settings: Mapping[str, Any], registry: Any = None)
                                   config_setting="echomq.config")
     setting = f"{config_path}: queues" if config_path else "echomq.queues"
     plugins = [PyramidJobContext(registry), processor] if registry is not None else [processor]
-    for _queue, _name, fn in processor.atomic_routes():
-        fn.registry = registry  # what their start check prepares a request with
     state = Integration(cfg, setting, plugins)
+    if registry is not None:  # what atomic processors prepare their start check's (and a thread's) request with
+        state.bind_atomic = lambda fn: fn.bind(registry)
+        for _queue, _name, fn in processor.atomic_routes():
+            fn.bind(registry)
     state.outbox = _outbox(settings, state, getattr(registry, "__name__", "") if registry is not None else "")
     if state.outbox is not None:
         from ..outbox.registry import RelayPlugin
@@ -297,29 +302,36 @@ class PyramidJobContext:
 
     @hookimpl
     def echomq_job_context(self, worker: Any, job: Any) -> Any:
-        return self._scope(job)
+        return request_scope(self.registry, job)
 
-    @contextlib.contextmanager
-    def _scope(self, job: Any) -> Iterator[None]:
-        from pyramid.scripting import prepare
 
-        env = prepare(registry=self.registry)
-        request = env["request"]
-        request.echomq_job = job
+@contextlib.contextmanager
+def request_scope(registry: Any, job: Any) -> Iterator[Any]:
+    """A request of the app for ``job`` (``pyramid.scripting.prepare``), current on the
+    calling greenlet or thread while the block runs; with ``pyramid_tm`` the block runs
+    in ``request.tm``'s transaction, committed on a clean exit unless doomed, aborted on
+    an exception. Yields the request. Entered on the job's greenlet by
+    :class:`PyramidJobContext`, and by a processor marked atomic where the processor runs
+    without it (``offload: thread`` or ``process``)."""
+    from pyramid.scripting import prepare
+
+    env = prepare(registry=registry)
+    request = env["request"]
+    request.echomq_job = job
+    try:
+        tm = _request_tm(request)
+        if tm is None:
+            yield request
+            return
+        tm.begin()
         try:
-            tm = _request_tm(request)
-            if tm is None:
-                yield
-                return
-            tm.begin()
-            try:
-                yield
-            except BaseException:
-                tm.abort()
-                raise
-            if tm.isDoomed():
-                tm.abort()
-            else:
-                tm.commit()
-        finally:
-            env["closer"]()
+            yield request
+        except BaseException:
+            tm.abort()
+            raise
+        if tm.isDoomed():
+            tm.abort()
+        else:
+            tm.commit()
+    finally:
+        env["closer"]()

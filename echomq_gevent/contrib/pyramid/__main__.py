@@ -47,6 +47,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     from ...host.cli import child_command_line
     from . import integration
 
+    import os
+
+    from . import INI_ENV
+
+    path, _, section = args.config_uri.partition("#")  # the children of offload: process load the app from it
+    os.environ.setdefault(INI_ENV, os.path.abspath(path) + (f"#{section}" if section else ""))
     try:
         setup_logging(args.config_uri)
     except Exception:

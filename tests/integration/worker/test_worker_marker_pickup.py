@@ -295,3 +295,47 @@ def test_every_idle_wait_carries_the_pickup_after_jobs_ran(redis_url, prefix, qn
             # the add, the pick-up behind the wait, the finish; the wait the job's pick-up
             # ended and the one the worker waits in now
             assert (_calls(r, "evalsha") - evalsha, _calls(r, "bzpopmin") - pops) == (3, 1), i
+
+
+def _noscripts(r):
+    return int(r.info("errorstats").get("errorstat_NOSCRIPT", {}).get("count", 0))
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_on_a_fresh_redis_the_first_wait_carries_a_pickup_whose_script_is_loaded(redis_url, prefix, qname, queue,
+                                                                                   r, wait_for, concurrency):
+    """The worker loads the script it writes behind its marker wait when it starts: on a
+    server that never ran it (flushed here), the first wake-up costs the add, the pick-up
+    behind the wait and the finish, with no NOSCRIPT (whose fallback is a round trip more;
+    at ``concurrency`` above 1 the fallback pick-up is a many-slot one, which did not load
+    it for the next wait either)."""
+    from echomq_gevent.protocol.library import library
+
+    lib = library()
+    r.script_flush()
+    for name in ("addStandardJob-9", "moveToFinished-14", "moveToFinishedMany-11"):  # not what is measured
+        r.script_load(lib.sources[name])
+    w = make_worker(redis_url, prefix, qname, lambda job: "ok", drain_delay=5, concurrency=concurrency)
+    with running(w):
+        for i in range(1, 4):
+            wait_for(lambda: marker_wait_blocked(w, r) and int(_blocking_entry(w, r)["qbuf"]) > 0, timeout=3,
+                     what=f"the idle wait before job {i} with its pick-up behind")
+            assert r.script_exists(lib.shas["moveToActive-11"]) == [True]
+            if i == 1:  # (the start's own first calls loaded theirs on NOSCRIPT: the stalled check, a pick-up)
+                noscripts = _noscripts(r)
+            evalsha, pops = _calls(r, "evalsha"), _calls(r, "bzpopmin")
+            queue.add("job", {})
+            wait_for(lambda: w.completed_count == i, what=f"job {i}")
+            wait_for(lambda: marker_wait_blocked(w, r), what=f"the idle wait after job {i}")
+            assert (_calls(r, "evalsha") - evalsha, _calls(r, "bzpopmin") - pops) == (3, 1), i
+    assert _noscripts(r) == noscripts
+
+
+def test_a_script_flush_after_the_start_is_still_met_by_the_reload(redis_url, prefix, qname, queue, r, wait_for):
+    w = make_worker(redis_url, prefix, qname, lambda job: "ok", drain_delay=5, concurrency=4)
+    with running(w):
+        wait_for(lambda: marker_wait_blocked(w, r), what="the idle worker blocked on the marker")
+        r.script_flush()  # the pick-up behind the wait, loaded at the start, now meets NOSCRIPT
+        for i in range(1, 4):
+            queue.add("job", {})
+            wait_for(lambda: w.completed_count == i, timeout=5, what=f"job {i} after the flush")
