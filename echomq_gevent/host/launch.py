@@ -27,6 +27,7 @@ from .invocation import EXIT_FAILURE, EXIT_OK, EXIT_REDIS, CommandRedis  # noqa:
 from .logs import setup_logging  # noqa: E402
 from .logs import isatty as _isatty  # noqa: E402
 from .progress import ProgressPlugin, progress_loop  # noqa: E402
+from .queue_gauges import QueueGauges  # noqa: E402
 from .runner import Runner, build_plugin_host  # noqa: E402
 from .supervised import SupervisedChild  # noqa: E402
 
@@ -163,15 +164,15 @@ def supervise(cfg: Config, processes: Optional[int] = None, *, processes_overrid
                     ", ".join(PREIMPORTED))
     count = processes_override or processes or cfg.processes
     conn = CommandRedis(cfg, None) if cfg.redis.url == "embedded" else None
+    # the host's one look at its queues: the gauges it serves, and late schedulers logged
+    gauges = QueueGauges.for_config(cfg, conn.url if conn is not None else cfg.redis.url)
+    watcher = gauges.watch_late()
     try:
-        metrics = None
-        if SharedMetrics.wanted(cfg):
-            from .queue_gauges import QueueGauges
-
-            metrics = SharedMetrics(QueueGauges.for_config(cfg, conn.url if conn is not None else cfg.redis.url))
+        metrics = SharedMetrics(gauges) if SharedMetrics.wanted(cfg) else None
         return Supervisor(cfg, count, child_args, processes_override=processes_override, demo=demo,
                           metrics=metrics, child_argv=child_argv).run()
     finally:
+        watcher.kill(block=False)
         if conn is not None:
             conn.close()
 
@@ -227,9 +228,13 @@ def run_config(cfg: Config, extra_plugins: Sequence[Any] = (), check: bool = Fal
         log.error("Redis cannot be reached (%s): %s", redact_url(conn.url), exc)
         conn.close()
         return EXIT_REDIS
+    # a single process is its host's one look at late schedulers (a supervisor's child is not)
+    watcher = QueueGauges.for_config(cfg, conn.url).watch_late() if supervised is None else None
     try:
         stream = sys.stderr if (_isatty(sys.stderr) and progress) else None
         return serve(cfg, host, processors, conn.url, demo=demo, progress=counter,
                      progress_stream=stream, supervised=supervised)
     finally:
+        if watcher is not None:
+            watcher.kill(block=False)
         conn.close()

@@ -21,7 +21,9 @@ the supervisor's port (``--processes``), the one process that serves
 ``ECHOMQ_PROMETHEUS_PORT``, or ``/_echomq/metrics`` under gunicorn (the worker that
 answers the request reads Redis; the others do not). A scheduler whose run is late by
 more than ``late_after`` seconds (``ECHOMQ_SCHEDULER_LATE_AFTER``, default
-:data:`DEFAULT_LATE_AFTER`) is logged once per late run.
+:data:`DEFAULT_LATE_AFTER`) is logged once per late run: at a scrape, and, without any
+scrape, by :meth:`QueueGauges.watch_late`, which the one process of a host that watches
+its queues runs (the supervisor with ``--processes``, else the single worker process).
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ from ..protocol.keys import QueueKeys
 
 log = logging.getLogger("echomq_gevent.queue_gauges")
 
-__all__ = ["QueueGauges", "process_gauges", "late_after_from_env", "DEFAULT_LATE_AFTER", "LATE_AFTER_ENV"]
+__all__ = ["QueueGauges", "process_gauges", "late_after_from_env", "late_check_interval", "DEFAULT_LATE_AFTER",
+           "LATE_AFTER_ENV"]
 
 #: Seconds a scheduler's run may be late before it is logged.
 DEFAULT_LATE_AFTER = 60.0
@@ -54,6 +57,12 @@ def late_after_from_env(environ: Optional[Dict[str, str]] = None) -> float:
         pass
     log.warning("%s=%r is not a number of seconds >= 0; using %g", LATE_AFTER_ENV, raw, DEFAULT_LATE_AFTER)
     return DEFAULT_LATE_AFTER
+
+
+def late_check_interval(late_after: float) -> float:
+    """Seconds between two looks for late schedulers without a scrape: half the margin,
+    within 5 s and 60 s (a late run is logged at most that long after it became late)."""
+    return min(60.0, max(5.0, late_after / 2.0))
 
 
 class QueueGauges:
@@ -162,6 +171,41 @@ class QueueGauges:
                 overdue.add_metric([name, late.scheduler_id], late.overdue_seconds)
                 self._log_if_late(name, s.age.paused, late)
         yield from (up, jobs, ready, age, paused, overdue)
+
+    def check_late(self) -> int:
+        """Read the watched queues once and log each scheduler run late beyond
+        ``late_after`` (once per late run, as a scrape does); return how many are late.
+        Raises when Redis cannot be read."""
+        count = 0
+        for name, s in self.read().items():
+            for late in s.schedulers:
+                if late.overdue_seconds > self.late_after:
+                    count += 1
+                self._log_if_late(name, s.age.paused, late)
+        return count
+
+    def watch_late(self, interval: Optional[float] = None) -> Any:
+        """A greenlet that calls :meth:`check_late` every ``interval`` seconds (default
+        :func:`late_check_interval`) until it is killed; a failed read is logged once per
+        outage and tried again at the next look."""
+        import gevent
+
+        every = late_check_interval(self.late_after) if interval is None else interval
+
+        def loop() -> None:
+            failing = False
+            while True:
+                gevent.sleep(every)
+                try:
+                    self.check_late()
+                    failing = False
+                except Exception as exc:
+                    if not failing:
+                        log.warning("cannot look for late job schedulers in Redis: %s; trying again every "
+                                    "%g s", exc, every)
+                    failing = True
+
+        return gevent.spawn(loop)
 
     def _log_if_late(self, queue: str, paused: bool, late: Any) -> None:
         if late.overdue_seconds <= self.late_after:

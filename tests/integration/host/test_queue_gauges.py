@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 
+import gevent
 import pytest
 import redis
 
@@ -77,3 +78,49 @@ def test_watch_groups_queues_by_client_and_the_late_margin_comes_from_the_enviro
     assert late_after_from_env({}) == 60.0
     assert late_after_from_env({"ECHOMQ_SCHEDULER_LATE_AFTER": "5"}) == 5.0
     assert late_after_from_env({"ECHOMQ_SCHEDULER_LATE_AFTER": "soon"}) == 60.0
+
+
+def test_late_schedulers_are_logged_without_any_scrape_once_per_late_run(redis_url, prefix, r, caplog):
+    q = Queue("gl", connection=redis_url, prefix=prefix)
+    try:
+        q.upsert_job_scheduler("late", {"every": 3_600_000})
+        q.upsert_job_scheduler("fine", {"every": 3_600_000})
+        r.zadd(q.keys.repeat, {"late": now_ms() - 120_000})
+        client = redis.Redis.from_url(redis_url, decode_responses=True)
+        gauges = QueueGauges(lambda: client, [QueueKeys("gl", prefix)], late_after=60)
+        with caplog.at_level(logging.WARNING, logger="echomq_gevent.queue_gauges"):
+            assert gauges.check_late() == 1
+            watcher = gauges.watch_late(interval=0.02)
+            try:
+                gevent.sleep(0.2)  # several looks: the same late run is logged once
+            finally:
+                watcher.kill()
+        lines = [rec.getMessage() for rec in caplog.records]
+        assert len([m for m in lines if "'late'" in m]) == 1, lines
+        assert not [m for m in lines if "'fine'" in m], lines
+        client.close()
+    finally:
+        q.close()
+
+
+def test_the_late_watch_survives_an_unreachable_redis_and_says_so_once(prefix, caplog):
+    from redis_server import free_port
+
+    client = redis.Redis(port=free_port(), socket_connect_timeout=0.2)
+    gauges = QueueGauges(lambda: client, [QueueKeys("gx", prefix)], late_after=60)
+    with caplog.at_level(logging.WARNING, logger="echomq_gevent.queue_gauges"):
+        watcher = gauges.watch_late(interval=0.02)
+        try:
+            gevent.sleep(0.3)
+            assert not watcher.dead
+        finally:
+            watcher.kill()
+    failures = [rec for rec in caplog.records if "cannot look for late job schedulers" in rec.getMessage()]
+    assert len(failures) == 1
+
+
+@pytest.mark.parametrize("late_after, every", [(60, 30), (1, 5), (1000, 60)])
+def test_the_late_watch_looks_at_half_the_margin_within_bounds(late_after, every):
+    from echomq_gevent.host.queue_gauges import late_check_interval
+
+    assert late_check_interval(late_after) == every
