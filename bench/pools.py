@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, percentile
+from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta, percentile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "bpool"
@@ -222,7 +222,9 @@ def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any)
                "jobs_per_s": round(n / elapsed), "worker_us_per_job": round((cpu1 - cpu0) / n * 1e6, 1),
                "redis_us_per_job": round((snap1.cpu_s - snap0.cpu_s) / n * 1e6, 1), "connections": conns,
                "script_calls_per_job": round(sum(snap1.calls.get(c, 0) - snap0.calls.get(c, 0)
-                                                 for c in SCRIPT_COMMANDS) / n, 2)}
+                                                 for c in SCRIPT_COMMANDS) / n, 2),
+               "commands_per_job": {c: round(d / n, 3) for c, d in sorted(command_delta(snap0, snap1, {}).items())
+                                    if d / n >= 0.005}}
         log(f"scale: {label}: {row['jobs_per_s']} jobs/s, worker {row['worker_us_per_job']} µs/job, "
             f"Redis {row['redis_us_per_job']} µs/job, {row['script_calls_per_job']} script calls/job, "
             f"{conns} connections")
