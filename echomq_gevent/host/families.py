@@ -4,9 +4,8 @@ A pool whose ``queues`` hold a pattern (:mod:`.pools`) serves every queue under 
 whose name matches it: one queue per tenant, on plain BullMQ keys, so a Node producer, Node
 workers and bull-board see ordinary queues. A :class:`FamilyWatcher` per such pool looks
 for them at start and every ``discover_every`` seconds (5 by default) with a SCAN for the
-queues' ``meta`` and ``id`` keys (:func:`~echomq_gevent.queue.discovery.find_queues`, never
-``KEYS``; Node's ``Queue`` writes ``meta`` as it opens, and an add without a job id of its
-own counts in ``id``), and:
+queues' ``events``, ``meta`` and ``id`` keys (:func:`~echomq_gevent.queue.discovery.find_queues`,
+never ``KEYS``; every add writes the ``events`` stream, whatever the job's id), and:
 
 * a queue found for the first time gets a :class:`~echomq_gevent.worker.Worker` of the
   pool (its cap ``max_per_queue``, the file's ``defaults:``, the pool's ``processor``),

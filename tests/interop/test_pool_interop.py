@@ -138,3 +138,44 @@ pools:
             board.wait(15)
         except subprocess.TimeoutExpired:
             board.kill()
+
+
+def test_tenant_queues_whose_jobs_all_have_ids_of_their_own_are_found(node, r, redis_url, prefix, qname, wait_for):
+    """A Node producer that gives every job an id of its own (``jobId``): each add still
+    writes the queue's ``events`` stream (and, in bullmq 6.7.0, counts in ``id`` and sets
+    ``meta``); the pattern finds the queues by any of them, also one whose ``id`` and
+    ``meta`` are gone (deleted by hand, or never written by another producer), and runs
+    their jobs."""
+    from echomq_gevent.host.config import parse_config
+    from echomq_gevent.host.runner import Runner
+
+    tenants = [f"{qname}-tenant-{i}" for i in range(3)]
+    for t in tenants:
+        node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}, "opts": {"jobId": f"{t}-job-{i}"}}
+                                           for i in range(4)])
+    # the third tenant keeps nothing but its events stream among the marks of a queue
+    r.delete(f"{prefix}:{tenants[2]}:id", f"{prefix}:{tenants[2]}:meta")
+    assert r.exists(f"{prefix}:{tenants[2]}:events")
+    cfg = parse_config(f"""
+redis: {{url: "{redis_url}"}}
+prefix: {prefix}
+entry_points: false
+pools:
+  tenants:
+    concurrency: 3
+    queues: ["{qname}-tenant-*"]
+    order: round_robin
+    processor: "interop_pool_helpers:echo"
+    discover_every: 0.2
+""")
+    runner = Runner(cfg, redis_url)
+    runner.start()
+    try:
+        family = runner.families[0]
+        wait_for(lambda: set(family.members) == set(tenants), timeout=10, what="every tenant queue found")
+        wait_for(lambda: all(node.run("counts", queue=t)["completed"] == 4 for t in tenants), timeout=30,
+                 what="every tenant's jobs completed")
+        for t in tenants:
+            assert node.run("getJob", queue=t, jobId=f"{t}-job-0")["returnvalue"] == {"t": t}
+    finally:
+        runner.drain(5).join()
