@@ -134,33 +134,30 @@ def move_to_finished_many(self: "Scripts", calls: Sequence[ScriptCall]) -> List[
 
 def move_to_finished_queues(self: "Scripts", calls: Sequence[ScriptCall]) -> List[Any]:
     """``moveToFinished-14`` calls of one or several queues on this Redis (each from its
-    own queue's :meth:`move_to_finished_call`) as one ``moveToFinishedQueues-11`` call:
+    own queue's :meth:`move_to_finished_call`) as one ``moveToFinishedQueues-0`` call:
     each job finished as its own call would finish it, the jobs of a queue together, the
-    queues in the order they first appear. Sent on this object's connection (the queues'
-    clients must be this one's); never on a Redis Cluster. The answers in the order of
+    queues in the order they first appear; the script makes each queue's keys from its
+    prefix (ARGV[7] of its calls). Sent on this object's connection (the queues' clients
+    must be this one's); never on a Redis Cluster. The answers in the order of
     ``calls``, as :meth:`run_many` gives them: a script error, or a negative code's typed
     error, in place of its answer. A connection error raises (none of the answers is known)."""
     groups: Dict[str, List[int]] = {}
     for i, c in enumerate(calls):
         groups.setdefault(c.args[6], []).append(i)  # ARGV[7], the queue's key prefix
-    keys: List[Any] = []
     args: List[Any] = []
     order: List[int] = []
     for prefix, members in groups.items():
-        first = calls[members[0]].keys
-        keys.extend(first[:10])
-        keys.append(first[13])  # the marker: the 11 keys of moveToFinishedMany-11
         args.append(prefix)
         args.append(len(members))
         for i in members:
             a = calls[i].args
             args.extend((a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8] if len(a) > 8 else ""))
             order.append(i)
-    answers = self.run_many([ScriptCall("moveToFinishedQueues-11", keys, args)], check=False)[0]
+    answers = self.run_many([ScriptCall("moveToFinishedQueues-0", [], args)], check=False)[0]
     if isinstance(answers, BaseException):  # the call did not run, or failed as a whole
         return [answers] * len(calls)
     if not isinstance(answers, list) or len(answers) != len(calls):
-        raise ResponseError(f"moveToFinishedQueues-11 answered {len(calls)} finishes with {answers!r}")
+        raise ResponseError(f"moveToFinishedQueues-0 answered {len(calls)} finishes with {answers!r}")
     out: List[Any] = [None] * len(calls)
     for i, res in zip(order, answers):
         c = calls[i]

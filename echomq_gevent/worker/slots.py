@@ -107,13 +107,13 @@ class FinishBatcher:
 
     A pool's workers on one client share one batcher (``across_queues``, made by
     :meth:`for_pool`): the finishes of every queue of the pool in a turn then go together as
-    ``moveToFinishedQueues-11`` calls, so a pool over many queues, each with few jobs in
+    ``moveToFinishedQueues-0`` calls, so a pool over many queues, each with few jobs in
     flight, still finishes several jobs a script call.
     """
 
     def __init__(self, scripts: Scripts, concurrency: int, across_queues: bool = False) -> None:
         self.scripts = scripts
-        #: the finishes may be of several queues (a pool's): sent as moveToFinishedQueues-11
+        #: the finishes may be of several queues (a pool's): sent as moveToFinishedQueues-0
         self.across_queues = across_queues
         #: the worker's concurrency: below 2 * FINISH_MANY_MAX the calls are not gathered
         self.concurrency = concurrency

@@ -1,4 +1,4 @@
-"""moveToFinishedQueues-11 on a real Redis: the finishes of several queues in one call (a
+"""moveToFinishedQueues-0 on a real Redis: the finishes of several queues in one call (a
 pool's hub turn) leave every queue exactly as the same moveToFinished-14 calls one after
 the other, answer each job as its own call would, in the order asked, and an error of one
 job leaves the others finished."""

@@ -180,6 +180,29 @@ def test_a_queue_obliterated_while_served_stops_nothing_else(redis_url, prefix, 
         pool.close(5)
 
 
+def test_the_finishes_of_all_the_queues_share_script_calls(r, redis_url, prefix, qname, wait_for):
+    """One batcher for the pool's queues: with one job of each of 30 queues finishing in a
+    turn, their finishes go in a few moveToFinishedQueues-0 calls, not one a queue, and
+    every job ends completed with its return value."""
+    names = [f"{qname}-{i}" for i in range(30)]
+    backlogs(redis_url, prefix, names, 10)
+    rec = Recorder(hold=0.005)
+    pool = make_pool(redis_url, prefix, names, rec, concurrency=30, order="round_robin")
+    batcher = pool.budget.finish_batcher
+    assert batcher is not None and batcher.across_queues
+    assert all(w._settler.batcher is batcher for w in pool.workers.values())
+    pool.start()
+    try:
+        wait_for(lambda: len(rec.order) == 300, timeout=60, what="every job run")
+        wait_for(lambda: sum(r.zcard(f"{prefix}:{n}:completed") for n in names) == 300, timeout=10,
+                 what="every finish written")
+    finally:
+        pool.close(5)
+    assert batcher.calls >= 250, batcher.calls  # the first finish of a turn goes alone
+    assert batcher.batches * 3 < batcher.calls, (batcher.batches, batcher.calls)
+    assert r.hget(f"{prefix}:{names[7]}:3", "returnvalue") == '{"i":2}'
+
+
 def test_pool_settings_are_checked(redis_url, prefix):
     with pytest.raises(ValueError, match="order must be one of"):
         Pool(["a"], concurrency=2, order="fair", connection=redis_url, prefix=prefix)

@@ -1,16 +1,17 @@
 --[[
-  moveToFinishedQueues-11: active jobs of several queues of one Redis completed or failed
+  moveToFinishedQueues-0: active jobs of several queues of one Redis completed or failed
   for good, in one call; each is finished exactly as moveToFinished-14 finishes it, one
   after the other, and nothing else runs in between. A pool's workers (one per queue, on
   one hub) send the finishes of their jobs that end in the same turn this way: one script
   call for the turn instead of one a queue. BullMQ has no such script; it changes nothing
   a Node worker or producer sees (every job's keys, events and answer are those of its own
-  moveToFinished-14). Single Redis or Sentinel only: the keys of several queues do not
-  share a Cluster slot.
+  moveToFinished-14). Single Redis or Sentinel only: it names no key, it makes each
+  queue's keys from its prefix (BullMQ's names: wait, active, prioritized, events, stalled,
+  limiter, delayed, meta, pc, marker), as the scripts make a job's keys; the keys of
+  several queues do not share a Cluster slot anyway. Naming 11 keys a queue instead cost
+  a pool over 100 queues more to send and parse than the finishes it batched saved.
 
-  KEYS  11 for each queue, in the order of the queues in ARGV, as moveToFinishedMany-11
-        takes them: 1 wait, 2 active, 3 prioritized, 4 events, 5 stalled, 6 limiter,
-        7 delayed, 8 paused (unused), 9 meta, 10 pc, 11 marker
+  KEYS  none
   ARGV  for each queue: its key prefix ("bull:q:"), the number of its jobs, then 8 for
         each of its jobs, moveToFinished-14's ARGV without the prefix: jobId, now,
         "returnvalue" or "failedReason", its value, "completed" or "failed", fetch next
@@ -24,21 +25,28 @@
 --- @include "includes/finishActiveJob"
 --- @include "includes/errorReply"
 
+-- the queue keys finishActiveJob uses, each the queue's prefix and this name (BullMQ's)
+local QUEUE_KEYS = {"wait", "active", "prioritized", "events", "stalled", "limiter", "delayed",
+                    "meta", "pc", "marker"}
+
 local answers = {}
 local done = 0
-local k = 0
 local at = 1
 while at <= #ARGV do
   local keyPrefix = ARGV[at]
   local count = tonumber(ARGV[at + 1]) or 0
   at = at + 2
+  local q = {}
+  for _, name in ipairs(QUEUE_KEYS) do
+    q[name] = keyPrefix .. name
+  end
   for _ = 1, count do
     local jobId = ARGV[at]
     local target = ARGV[at + 4]
-    local ok, answer = pcall(finishActiveJob, KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4],
-                             KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 9], KEYS[k + 10],
-                             keyPrefix .. target, keyPrefix .. jobId,
-                             keyPrefix .. "metrics:" .. target, KEYS[k + 11], jobId, ARGV[at + 1],
+    local ok, answer = pcall(finishActiveJob, q.wait, q.active, q.prioritized, q.events, q.stalled,
+                             q.limiter, q.delayed, q.meta, q.pc, keyPrefix .. target,
+                             keyPrefix .. jobId, keyPrefix .. "metrics:" .. target, q.marker,
+                             jobId, ARGV[at + 1],
                              ARGV[at + 2], ARGV[at + 3], target, ARGV[at + 5], keyPrefix,
                              ARGV[at + 6], ARGV[at + 7])
     done = done + 1
@@ -49,6 +57,5 @@ while at <= #ARGV do
     end
     at = at + 8
   end
-  k = k + 11
 end
 return answers
