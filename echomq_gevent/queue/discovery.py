@@ -10,7 +10,7 @@ events a queue writes), so a queue is found even when its counter or its meta we
 deleted by hand, or written by a producer that keeps neither.
 
 Used by the dashboard (every queue under the prefix) and by the pools whose ``queues``
-hold a pattern (``tenant-*``, :mod:`echomq_gevent.host.families`). One pass over the
+hold a pattern (``tenant-*``, :mod:`echomq_gevent.worker.pool.watch`). One pass over the
 keyspace finds the three keys (``[emi][dev]*``, the exact suffix checked here), 5,000 keys
 a SCAN call: its cost grows with the number of keys in the database, not with the queues
 found.

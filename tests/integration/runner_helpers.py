@@ -38,3 +38,8 @@ def opened_since(r: Any, before: Iterable[int]) -> List[dict]:
     known = set(before)
     return [c for c in r.client_list()
             if int(c["id"]) not in known and int(c["id"]) != me and c.get("name") != SUBSCRIBER_NAME]
+
+
+def echo(job: Any) -> Any:
+    """A processor a test's YAML names (``integration.runner_helpers:echo``)."""
+    return job.data
