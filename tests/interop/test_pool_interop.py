@@ -179,3 +179,49 @@ pools:
             assert node.run("getJob", queue=t, jobId=f"{t}-job-0")["returnvalue"] == {"t": t}
     finally:
         runner.drain(5).join()
+
+
+def test_a_pool_and_node_workers_share_its_queues_exactly_once(node, r, redis_url, prefix, qname, wait_for):
+    """Node workers on two of a pool's queues beside the pool (its finishes of both queues
+    going together, moveToFinishedQueues-0): every job runs once, in one of them, and Node
+    reads each back completed with its return value."""
+    from echomq_gevent import Queue
+
+    names = [f"{qname}-a", f"{qname}-b"]
+    total = 300
+    ran = collections.Counter()
+
+    def proc(job):
+        ran[(job.queue_name, job.id)] += 1
+        gevent.sleep(0.01)
+        return job.data
+
+    theirs = [node.worker(queue=name, workerOpts={"concurrency": 10, "drainDelay": 1},
+                          behaviour={"returnData": True, "sleepMs": 10}) for name in names]
+    pool = Pool(names, concurrency=40, order="round_robin", connection=redis_url, prefix=prefix, processor=proc,
+                drain_delay=1)
+    pool.start()
+    try:
+        for name in names:
+            q = Queue(name, connection=redis_url, prefix=prefix)
+            q.add_bulk([("n", {"i": i}) for i in range(total)])
+            q.close()
+        # polled on Redis here: a Node command would hold this hub (and the pool) while it runs
+        wait_for(lambda: all(r.zcard(f"{prefix}:{n}:completed") == total for n in names), timeout=60,
+                 what="every job completed")
+    finally:
+        pool.close(5)
+        for proc_ in theirs:
+            proc_.stop()
+    by_node = collections.Counter()
+    for name, proc_ in zip(names, theirs):
+        for line in proc_.events("process"):
+            by_node[(name, line["jobId"])] += 1
+    assert set(ran.values()) <= {1} and set(by_node.values()) <= {1}
+    assert not set(ran) & set(by_node), "a job ran in both"
+    assert len(ran) + len(by_node) == 2 * total and ran and by_node, (len(ran), len(by_node))
+    assert pool.budget.finish_batcher is not None and pool.budget.finish_batcher.calls == len(ran)
+    for name in names:
+        counts = node.run("counts", queue=name)
+        assert counts["failed"] == 0 and counts["active"] == 0 and counts["completed"] == total, counts
+        assert node.run("getJob", queue=name, jobId="7")["returnvalue"] == {"i": 6}
