@@ -8,6 +8,7 @@ import collections
 import gevent
 
 from echomq_gevent import Pool
+from interop_pool_helpers import tenant_runner
 
 
 def test_node_producer_feeds_a_pool(node, redis_url, prefix, qname, wait_for):
@@ -51,25 +52,8 @@ def test_node_producer_feeds_a_pool(node, redis_url, prefix, qname, wait_for):
 def test_node_producers_make_tenant_queues_a_pattern_pool_finds(node, redis_url, prefix, qname, wait_for):
     """Each tenant's queue is made by a Node ``Queue`` (its meta key) or a Node add (its id
     key): the pool's pattern finds both and runs their jobs; Node reads them completed."""
-    from echomq_gevent.host.config import parse_config
-    from echomq_gevent.host.runner import Runner
-
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-queues:
-  {qname}-unused: {{processor: "interop_pool_helpers:echo"}}
-pools:
-  tenants:
-    concurrency: 4
-    queues: ["{qname}-tenant-*"]
-    order: round_robin
-    processor: "interop_pool_helpers:echo"
-    discover_every: 0.2
-""")
     tenants = [f"{qname}-tenant-{i}" for i in range(3)]
-    runner = Runner(cfg, redis_url)
+    runner = tenant_runner(redis_url, prefix, qname, 4, order="round_robin", declared=[f"{qname}-unused"])
     runner.start()
     try:
         added = {t: [j["id"] for j in node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}}] * 5)]
@@ -92,8 +76,6 @@ def test_bull_board_shows_the_tenant_queues_a_pool_serves(node, redis_url, prefi
     import subprocess
     import urllib.request
 
-    from echomq_gevent.host.config import parse_config
-    from echomq_gevent.host.runner import Runner
     from interop_node import _node_binary
 
     tenants = [f"{qname}-tenant-a", f"{qname}-tenant-b"]
@@ -110,18 +92,7 @@ def test_bull_board_shows_the_tenant_queues_a_pool_serves(node, redis_url, prefi
                                     timeout=15) as resp:
             return next(q for q in json.load(resp)["queues"] if q["name"] == name)["counts"]
 
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-pools:
-  tenants:
-    concurrency: 2
-    queues: ["{qname}-tenant-*"]
-    processor: "interop_pool_helpers:echo"
-    discover_every: 0.2
-""")
-    runner = Runner(cfg, redis_url)
+    runner = tenant_runner(redis_url, prefix, qname, 2)
     runner.start()
     try:
         family = runner.families[0]
@@ -146,8 +117,6 @@ def test_tenant_queues_whose_jobs_all_have_ids_of_their_own_are_found(node, r, r
     ``meta``); the pattern finds the queues by any of them, also one whose ``id`` and
     ``meta`` are gone (deleted by hand, or never written by another producer), and runs
     their jobs."""
-    from echomq_gevent.host.config import parse_config
-    from echomq_gevent.host.runner import Runner
 
     tenants = [f"{qname}-tenant-{i}" for i in range(3)]
     for t in tenants:
@@ -156,19 +125,7 @@ def test_tenant_queues_whose_jobs_all_have_ids_of_their_own_are_found(node, r, r
     # the third tenant keeps nothing but its events stream among the marks of a queue
     r.delete(f"{prefix}:{tenants[2]}:id", f"{prefix}:{tenants[2]}:meta")
     assert r.exists(f"{prefix}:{tenants[2]}:events")
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-pools:
-  tenants:
-    concurrency: 3
-    queues: ["{qname}-tenant-*"]
-    order: round_robin
-    processor: "interop_pool_helpers:echo"
-    discover_every: 0.2
-""")
-    runner = Runner(cfg, redis_url)
+    runner = tenant_runner(redis_url, prefix, qname, 3, order="round_robin")
     runner.start()
     try:
         family = runner.families[0]

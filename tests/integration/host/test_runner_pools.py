@@ -13,7 +13,7 @@ from echomq_gevent import Queue
 from echomq_gevent.host.config import parse_config
 from echomq_gevent.host.runner import Runner
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
-from integration.runner_helpers import Counting, opened_since
+from integration.runner_helpers import Counting, opened_since, pools_config
 
 
 def _hold():
@@ -88,11 +88,7 @@ def test_a_declared_queue_obliterated_is_dropped_and_served_again_when_it_has_jo
     import logging
 
     kept, gone = f"{qname}-kept", f"{qname}-gone"
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-defaults: {{drain_delay: 2, lock_duration: 5000}}
+    cfg = pools_config(redis_url, prefix, f"""
 queues:
   {kept}: {{processor: "integration.runner_helpers:echo"}}
   {gone}: {{processor: "integration.runner_helpers:echo"}}
