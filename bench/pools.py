@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, percentile
+from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta, percentile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "bpool"
@@ -222,7 +222,9 @@ def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any)
                "jobs_per_s": round(n / elapsed), "worker_us_per_job": round((cpu1 - cpu0) / n * 1e6, 1),
                "redis_us_per_job": round((snap1.cpu_s - snap0.cpu_s) / n * 1e6, 1), "connections": conns,
                "script_calls_per_job": round(sum(snap1.calls.get(c, 0) - snap0.calls.get(c, 0)
-                                                 for c in SCRIPT_COMMANDS) / n, 2)}
+                                                 for c in SCRIPT_COMMANDS) / n, 2),
+               "commands_per_job": {c: round(d / n, 3) for c, d in sorted(command_delta(snap0, snap1, {}).items())
+                                    if d / n >= 0.005}}
         log(f"scale: {label}: {row['jobs_per_s']} jobs/s, worker {row['worker_us_per_job']} µs/job, "
             f"Redis {row['redis_us_per_job']} µs/job, {row['script_calls_per_job']} script calls/job, "
             f"{conns} connections")
@@ -356,15 +358,17 @@ def markdown(res: Dict[str, Any]) -> str:
            f"{m['load_before']} before and {m['load_after']} after. `python -m bench.pools`"
            + (" --quick" if m.get("quick") else "") + ".", "",
            "## Scale: one budget of 100 slots over 1, 10, 100 queues", "",
-           "| layout | jobs | jobs/s (median) | × one queue | rounds | worker µs/job | Redis µs/job | script calls/job "
-           "| connections |",
-           "|---|---|---|---|---|---|---|---|---|"]
+           "| layout | jobs | jobs/s (median) | × one queue | rounds | worker µs/job | Redis µs/job | one queue's CPU "
+           "per job ÷ this one's | script calls/job | connections |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     base = res["scale"][0]["jobs_per_s"] if res["scale"] else 1
+    base_cpu = (res["scale"][0]["worker_us_per_job"] + res["scale"][0]["redis_us_per_job"]) if res["scale"] else 1
     for r in res["scale"]:
         rounds = ", ".join(f"{x:,}" for x in r.get("rounds", []))
+        cpu = r["worker_us_per_job"] + r["redis_us_per_job"]
         out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {r['jobs_per_s'] / base:.2f} | {rounds} | "
-                   f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {r.get('script_calls_per_job')} | "
-                   f"{r['connections']} |")
+                   f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {base_cpu / max(cpu, 0.1):.2f} | "
+                   f"{r.get('script_calls_per_job')} | {r['connections']} |")
     out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
                 "concurrency 50)", "",
             "| layout | flood | small jobs' wait p50 ms | p99 ms | max ms | a job runs (p50 ms) | a tenant's first job "

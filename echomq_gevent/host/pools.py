@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 from .located import suggest
 from ..worker.options import OptionError, validate_worker_options
 from ..worker.pool.budget import check_pool
+from ..worker.pool.watch import DISCOVER_EVERY_S, is_pattern
 
 if TYPE_CHECKING:  # pragma: no cover
     from .config import Config
@@ -35,16 +36,6 @@ __all__ = ["PoolConfig", "POOL_KEYS", "FAMILY_KEYS", "parse_pools", "describe_po
 POOL_KEYS = ("concurrency", "queues", "order", "weights", "max_per_queue", "processor", "discover_every")
 #: The keys that only a pool with a pattern in ``queues`` takes (a queue family).
 FAMILY_KEYS = ("max_per_queue", "processor", "discover_every")
-#: Seconds between two looks for the queues a pattern matches, by default.
-DISCOVER_EVERY_S = 5.0
-_GLOB = re.compile(r"[*?\[]")
-
-
-def is_pattern(name: str) -> bool:
-    """Whether a pool's ``queues`` entry is a pattern (``tenant-*``) rather than a name."""
-    return bool(_GLOB.search(name))
-
-
 def has_patterns(pools: Any) -> bool:
     """Whether a (not yet checked) ``pools:`` value holds a pattern: then the file may
     declare no ``queues:`` of its own."""
@@ -101,7 +92,7 @@ def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
         patterns: List[str] = []
         for i, queue in enumerate(entries):
             at = path + ("queues", i)
-            if isinstance(queue, str) and is_pattern(queue) and ":" not in queue:
+            if is_pattern(queue):
                 if queue in patterns:
                     raise cfg.error(at, f"pattern {queue!r} is listed twice")
                 patterns.append(queue)
@@ -116,7 +107,7 @@ def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
             pooled[queue] = name
         order = spec.get("order", "weighted")
         weights = spec.get("weights")
-        problem = check_pool(spec["concurrency"], order, weights, queues)
+        problem = check_pool(spec["concurrency"], order, weights, queues + patterns)
         if problem is not None:
             key, message = problem
             raise cfg.error(path + (key if isinstance(key, tuple) else (key,)), message)
@@ -193,6 +184,7 @@ def describe_pools(cfg: "Config", names: Optional[List[str]] = None) -> List[Dic
                     "max_per_queue": pool.family_options.get("concurrency") if pool.patterns else None})
         if pool.patterns:  # a declared queue is never one a pattern finds
             out[-1]["declared"] = list(cfg.queues)
+            out[-1]["pattern_weights"] = {p: pool.weights[p] for p in pool.patterns if p in pool.weights}
     return out
 
 
@@ -205,14 +197,16 @@ def add_found_queues(pools: List[Dict[str, Any]], client: Any, prefix: str, excl
     added: List[str] = []
     taken = set(exclude)
     for pool in pools:
-        found: set = set()
+        found: Dict[str, str] = {}
         for pattern in pool.get("patterns") or ():
-            found |= find_queues(client, prefix, pattern)
-        for name in sorted(found - taken):
+            for name in find_queues(client, prefix, pattern):
+                found.setdefault(name, pattern)
+        weights = pool.get("pattern_weights") or {}
+        for name in sorted(set(found) - taken):
             taken.add(name)
             added.append(name)
-            pool["queues"].append({"queue": name, "weight": 1 if pool["order"] == "weighted" else None,
-                                   "cap": pool.get("max_per_queue"), "found": True})
+            weight = weights.get(found[name], 1) if pool["order"] == "weighted" else None
+            pool["queues"].append({"queue": name, "weight": weight, "cap": pool.get("max_per_queue"), "found": True})
     return added
 
 

@@ -61,8 +61,10 @@ class Runner:
         self.processors: Mapping[str, Optional[Callable[..., Any]]] = processors or {}
         self.workers: List[Any]
         self.workers, self.shared = build_shared_workers(cfg, host, self.processors, url)
-        #: the watchers of the pools whose queues hold a pattern (host/families.py)
-        self.families = build_families(cfg, host, self.shared, self._add_worker, self._drop_worker)
+        #: the watchers of the pools (worker/pool/watch.py): the queues their patterns find,
+        #: their declared queues obliterated and made again
+        self.families = build_families(cfg, host, self.shared, self._add_worker, self._drop_worker,
+                                       self.workers, self.processors)
         self.state = "built"
         #: True once a worker stopped with an error (the command exits 1)
         self.failed = False
@@ -93,15 +95,15 @@ class Runner:
         self.state = "running"
 
     def _add_worker(self, worker: Any) -> None:
-        """A queue a pool's pattern found: run its worker beside the others (not once the
-        workers are stopping)."""
+        """A queue a pool's pattern found, or a pool's declared queue back after it was
+        obliterated: run its worker beside the others (not once the workers are stopping)."""
         if self.stopping or self.state != "running":
             return
         self.workers.append(worker)
         self._runs.append(gevent.spawn(self._run_one, worker))
 
     def _drop_worker(self, worker: Any) -> None:
-        """A found queue is gone: close its worker (nothing else stops)."""
+        """A pool's queue is gone (obliterated): close its worker (nothing else stops)."""
         if worker in self.workers:
             self.workers.remove(worker)
         gevent.spawn(self._close_one, worker, 0, "queue gone")
@@ -434,7 +436,7 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
         members = [q for q in pool.queues if q in cfg.queues]
         if members or pool.patterns:
             budget = by_pool[pool.name] = PoolBudget(pool.concurrency, pool.order, pool.weights, name=pool.name,
-                                                     queues=pool.queues)
+                                                     queues=pool.queues + pool.patterns)
             budgets.update((q, budget) for q in members)
     marker_wait = None
     if cfg.marker_wait == "shared" or by_pool:
@@ -452,30 +454,46 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
 
 
 def build_families(cfg: Config, host: Any, shared: SharedConnections, add: Callable[[Any], None],
-                   drop: Callable[[Any], None]) -> List[Any]:
-    """A :class:`~.families.FamilyWatcher` for each pool whose ``queues`` hold a pattern:
-    the queues it finds get a Worker of the pool, built here. Raises ConfigError at the
-    pool's ``processor`` when it cannot be imported."""
+                   drop: Callable[[Any], None], workers: Sequence[Any] = (),
+                   processors: Optional[Mapping[str, Optional[Callable[..., Any]]]] = None) -> List[Any]:
+    """A :class:`~echomq_gevent.worker.pool.watch.PoolWatcher` for each pool of the file:
+    the queues its patterns find get a Worker of the pool, built here, and its declared
+    queues (``workers``, the runner's) are dropped when obliterated and served again when
+    a job is added to them. Raises ConfigError at the pool's ``processor`` when it cannot
+    be imported."""
+    from ..worker.pool.watch import PoolWatcher, weight_for
     from ..worker.worker import Worker
-    from .families import FamilyWatcher
 
     watchers: List[Any] = []
     claimed: set = set()
+    by_name = {w.queue_name: w for w in workers}
     for pool in cfg.pools.values():
-        if not pool.patterns:
-            continue
+        budget = shared.budgets.get(pool.name)
+        if budget is None:
+            continue  # none of its queues runs in this process
         processor = None
         if pool.processor:
             try:
                 processor = resolve_processor(pool.processor)
             except (ImportError, AttributeError, TypeError) as exc:
                 raise cfg.error(("pools", pool.name, "processor"), str(exc)) from None
-        budget = shared.budgets[pool.name]
 
-        def make(name: str, pool: Any = pool, processor: Any = processor, budget: Any = budget) -> Any:
+        def make(name: str, pattern: Optional[str], pool: Any = pool, processor: Any = processor,
+                 budget: Any = budget) -> Any:
+            if pattern is None:  # a declared queue, back after it was obliterated
+                q = cfg.queues[name]
+                return Worker(name, processor=(processors or {}).get(name), connection=shared.client,
+                              prefix=cfg.prefix, plugins=host, connection_settings=cfg.redis.connection,
+                              marker_wait=shared.marker_wait, pool=budget, **q.options)
+            weight = weight_for(pool.weights, name, pattern)
+            if weight is not None:
+                budget.weights[name] = weight
             return Worker(name, processor=processor, connection=shared.client, prefix=cfg.prefix, plugins=host,
                           connection_settings=cfg.redis.connection, marker_wait=shared.marker_wait, pool=budget,
                           **pool.family_options)
 
-        watchers.append(FamilyWatcher(pool, shared.client, cfg.prefix, make, add, drop, cfg.queues, claimed))
+        declared = {q: by_name[q] for q in pool.queues if q in by_name}
+        watchers.append(PoolWatcher(pool.name, shared.client, cfg.prefix, pool.patterns, make, add, drop,
+                                    excluded=cfg.queues, claimed=claimed, declared=declared,
+                                    every=pool.discover_every))
     return watchers

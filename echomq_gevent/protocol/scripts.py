@@ -136,6 +136,11 @@ class Scripts:
         return self._kept
 
     @property
+    def clustered(self) -> bool:
+        """Whether the calls go to a Redis Cluster (each queue on the primary of its slot)."""
+        return self._cluster is not None
+
+    @property
     def pipelined(self) -> bool:
         """Whether calls from the running greenlet share the pipelined connection (they
         are then written together with the calls of other greenlets of the same hub turn,
@@ -365,6 +370,7 @@ class Scripts:
     move_to_finished_args = worker_calls.move_to_finished_args
     move_to_finished_call = worker_calls.move_to_finished_call
     move_to_finished_many = worker_calls.move_to_finished_many
+    move_to_finished_queues = worker_calls.move_to_finished_queues
     move_to_finished = worker_calls.move_to_finished
     move_to_delayed = worker_calls.move_to_delayed
     retry_job = worker_calls.retry_job

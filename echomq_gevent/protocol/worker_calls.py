@@ -24,7 +24,11 @@ if TYPE_CHECKING:  # pragma: no cover
 
     from .scripts import Scripts
 
-__all__ = ["FINISH_MANY_MAX", "BEHIND_WAIT_SCRIPTS", "load_wait_scripts", "fetch_opts", "move_to_active", "move_to_active_command", "move_to_active_many", "move_to_finished_args", "move_to_finished_call", "move_to_finished_many", "move_to_finished", "move_to_delayed", "retry_job", "extend_lock", "extend_locks", "extend_locks_reading_marks", "move_stalled_jobs_to_wait", "move_job_from_active_to_wait"]
+__all__ = ["FINISH_MANY_MAX", "BEHIND_WAIT_SCRIPTS", "load_wait_scripts", "fetch_opts", "move_to_active",
+           "move_to_active_command", "move_to_active_many", "move_to_finished_args", "move_to_finished_call",
+           "move_to_finished_many", "move_to_finished_queues", "move_to_finished", "move_to_delayed", "retry_job",
+           "extend_lock", "extend_locks", "extend_locks_reading_marks", "move_stalled_jobs_to_wait",
+           "move_job_from_active_to_wait"]
 
 #: Most jobs one ``moveToFinishedMany-11`` call finishes (about 0.2 ms of Redis time at
 #: no-op jobs): larger calls save Redis little more, and the jobs of a call all wait for
@@ -143,6 +147,39 @@ def move_to_finished_many(self: "Scripts", calls: Sequence[ScriptCall]) -> List[
                             FINISH_MANY_MAX)
     return [error_for_code(res, c.name, c.job_id) if isinstance(res, int) and res < 0 else res
             for c, res in zip(calls, answers)]
+
+
+def move_to_finished_queues(self: "Scripts", calls: Sequence[ScriptCall]) -> List[Any]:
+    """``moveToFinished-14`` calls of one or several queues on this Redis (each from its
+    own queue's :meth:`move_to_finished_call`) as one ``moveToFinishedQueues-0`` call:
+    each job finished as its own call would finish it, the jobs of a queue together, the
+    queues in the order they first appear; the script makes each queue's keys from its
+    prefix (ARGV[7] of its calls). Sent on this object's connection (the queues' clients
+    must be this one's); never on a Redis Cluster. The answers in the order of
+    ``calls``, as :meth:`run_many` gives them: a script error, or a negative code's typed
+    error, in place of its answer. A connection error raises (none of the answers is known)."""
+    groups: Dict[str, List[int]] = {}
+    for i, c in enumerate(calls):
+        groups.setdefault(c.args[6], []).append(i)  # ARGV[7], the queue's key prefix
+    args: List[Any] = []
+    order: List[int] = []
+    for prefix, members in groups.items():
+        args.append(prefix)
+        args.append(len(members))
+        for i in members:
+            a = calls[i].args
+            args.extend((a[0], a[1], a[2], a[3], a[4], a[5], a[7], a[8] if len(a) > 8 else ""))
+            order.append(i)
+    answers = self.run_many([ScriptCall("moveToFinishedQueues-0", [], args)], check=False)[0]
+    if isinstance(answers, BaseException):  # the call did not run, or failed as a whole
+        return [answers] * len(calls)
+    if not isinstance(answers, list) or len(answers) != len(calls):
+        raise ResponseError(f"moveToFinishedQueues-0 answered {len(calls)} finishes with {answers!r}")
+    out: List[Any] = [None] * len(calls)
+    for i, res in zip(order, answers):
+        c = calls[i]
+        out[i] = error_for_code(res, c.name, c.job_id) if isinstance(res, int) and res < 0 else res
+    return out
 
 
 def move_to_finished(self: "Scripts", job_id: str, now_ms: int, field: str, value: str, target: str,

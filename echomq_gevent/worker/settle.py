@@ -151,10 +151,23 @@ class Settler:
         #: the finishes of one hub turn share a round trip; with one slot nothing can
         #: finish together: called directly
         self.batcher: Optional[FinishBatcher] = None
+        #: the batcher is a pool's, shared by its queues (:meth:`join_pool`)
+        self._pooled = False
         self.concurrency_changed(concurrency)
 
+    def join_pool(self, budget: Any) -> None:
+        """The worker runs in pool ``budget``: its finishes go with those of the pool's other
+        queues (the pool's shared batcher, when there is one for this worker's client)."""
+        shared = FinishBatcher.for_pool(budget, self.scripts)
+        if shared is not None:
+            self.batcher = shared
+            self._pooled = True
+
     def concurrency_changed(self, concurrency: int) -> None:
-        """The worker's concurrency is now ``concurrency``: batch finishes above one slot."""
+        """The worker's concurrency is now ``concurrency``: batch finishes above one slot
+        (a pooled worker's cap does not change the pool's shared batcher)."""
+        if self._pooled:
+            return
         if self.batcher is None and concurrency > 1:
             self.batcher = FinishBatcher(self.scripts, concurrency)
         if self.batcher is not None:

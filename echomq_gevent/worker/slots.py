@@ -104,10 +104,17 @@ class FinishBatcher:
     Errors reach each caller as exceptions: a connection error fails the whole call (each
     caller retries on its own), a script error or a negative answer (as its typed error)
     only its job.
+
+    A pool's workers on one client share one batcher (``across_queues``, made by
+    :meth:`for_pool`): the finishes of every queue of the pool in a turn then go together as
+    ``moveToFinishedQueues-0`` calls, so a pool over many queues, each with few jobs in
+    flight, still finishes several jobs a script call.
     """
 
-    def __init__(self, scripts: Scripts, concurrency: int) -> None:
+    def __init__(self, scripts: Scripts, concurrency: int, across_queues: bool = False) -> None:
         self.scripts = scripts
+        #: the finishes may be of several queues (a pool's): sent as moveToFinishedQueues-0
+        self.across_queues = across_queues
         #: the worker's concurrency: below 2 * FINISH_MANY_MAX the calls are not gathered
         self.concurrency = concurrency
         self._pending: List[Tuple[ScriptCall, gevent.event.AsyncResult]] = []
@@ -115,6 +122,18 @@ class FinishBatcher:
         #: round trips sent, and calls sent in them
         self.batches = 0
         self.calls = 0
+
+    @classmethod
+    def for_pool(cls, budget: Any, scripts: Scripts) -> Optional["FinishBatcher"]:
+        """The batcher the workers of pool ``budget`` share, made with the first one's
+        ``scripts``; None for a worker on another client than that first one (it batches
+        its own finishes) or on a Redis Cluster (the queues' keys are on several slots)."""
+        batcher = getattr(budget, "finish_batcher", None)
+        if batcher is None:
+            if scripts.clustered:
+                return None
+            batcher = budget.finish_batcher = cls(scripts, budget.concurrency, across_queues=True)
+        return batcher if batcher.scripts.client is scripts.client else None
 
     def run(self, call: ScriptCall) -> Any:
         """On a job greenlet: run ``call`` with the others of this hub turn; returns its
@@ -163,7 +182,8 @@ class FinishBatcher:
         calls = [call for call, _ in batch]
         try:
             if len(calls) > 1 and all(c.name == "moveToFinished-14" for c in calls):
-                answers = self.scripts.move_to_finished_many(calls)
+                answers = (self.scripts.move_to_finished_queues(calls) if self.across_queues
+                           else self.scripts.move_to_finished_many(calls))
             else:
                 answers = self.scripts.run_many(calls)
         except BaseException as exc:  # handed to every caller

@@ -135,6 +135,8 @@ class Worker:
         ctx = self._ctx = WorkerContext(self, queue_name, prefix, self.keys, self.client, self.scripts,
                                         self.plugins, self.options, self.id)
         self._settler = Settler(ctx, concurrency)
+        if pool is not None:
+            self._settler.join_pool(pool)
         self._fetch = FetchLoop(ctx, self._settler, processor, concurrency, self.connection_settings,
                                 shared_wait=marker_wait, pool=pool)
         self._canceller = Canceller(ctx)

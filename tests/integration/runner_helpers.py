@@ -38,3 +38,22 @@ def opened_since(r: Any, before: Iterable[int]) -> List[dict]:
     known = set(before)
     return [c for c in r.client_list()
             if int(c["id"]) not in known and int(c["id"]) != me and c.get("name") != SUBSCRIBER_NAME]
+
+
+def echo(job: Any) -> Any:
+    """A processor a test's YAML names (``integration.runner_helpers:echo``)."""
+    return job.data
+
+
+def pools_config(redis_url: str, prefix: str, body: str) -> Any:
+    """A checked config on the test's Redis and prefix, without entry points, with short
+    ``drain_delay`` and ``lock_duration`` defaults, and ``body`` (its ``queues:`` and
+    ``pools:``, YAML at the top level) after them."""
+    from echomq_gevent.host.config import parse_config
+
+    return parse_config(f"""
+redis: {{url: "{redis_url}"}}
+prefix: {prefix}
+entry_points: false
+defaults: {{drain_delay: 2, lock_duration: 5000}}
+{body}""")

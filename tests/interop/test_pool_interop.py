@@ -8,6 +8,7 @@ import collections
 import gevent
 
 from echomq_gevent import Pool
+from interop_pool_helpers import tenant_runner
 
 
 def test_node_producer_feeds_a_pool(node, redis_url, prefix, qname, wait_for):
@@ -51,25 +52,8 @@ def test_node_producer_feeds_a_pool(node, redis_url, prefix, qname, wait_for):
 def test_node_producers_make_tenant_queues_a_pattern_pool_finds(node, redis_url, prefix, qname, wait_for):
     """Each tenant's queue is made by a Node ``Queue`` (its meta key) or a Node add (its id
     key): the pool's pattern finds both and runs their jobs; Node reads them completed."""
-    from echomq_gevent.host.config import parse_config
-    from echomq_gevent.host.runner import Runner
-
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-queues:
-  {qname}-unused: {{processor: "interop_pool_helpers:echo"}}
-pools:
-  tenants:
-    concurrency: 4
-    queues: ["{qname}-tenant-*"]
-    order: round_robin
-    processor: "interop_pool_helpers:echo"
-    discover_every: 0.2
-""")
     tenants = [f"{qname}-tenant-{i}" for i in range(3)]
-    runner = Runner(cfg, redis_url)
+    runner = tenant_runner(redis_url, prefix, qname, 4, order="round_robin", declared=[f"{qname}-unused"])
     runner.start()
     try:
         added = {t: [j["id"] for j in node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}}] * 5)]
@@ -92,8 +76,6 @@ def test_bull_board_shows_the_tenant_queues_a_pool_serves(node, redis_url, prefi
     import subprocess
     import urllib.request
 
-    from echomq_gevent.host.config import parse_config
-    from echomq_gevent.host.runner import Runner
     from interop_node import _node_binary
 
     tenants = [f"{qname}-tenant-a", f"{qname}-tenant-b"]
@@ -110,18 +92,7 @@ def test_bull_board_shows_the_tenant_queues_a_pool_serves(node, redis_url, prefi
                                     timeout=15) as resp:
             return next(q for q in json.load(resp)["queues"] if q["name"] == name)["counts"]
 
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-pools:
-  tenants:
-    concurrency: 2
-    queues: ["{qname}-tenant-*"]
-    processor: "interop_pool_helpers:echo"
-    discover_every: 0.2
-""")
-    runner = Runner(cfg, redis_url)
+    runner = tenant_runner(redis_url, prefix, qname, 2)
     runner.start()
     try:
         family = runner.families[0]
@@ -138,3 +109,76 @@ pools:
             board.wait(15)
         except subprocess.TimeoutExpired:
             board.kill()
+
+
+def test_tenant_queues_whose_jobs_all_have_ids_of_their_own_are_found(node, r, redis_url, prefix, qname, wait_for):
+    """A Node producer that gives every job an id of its own (``jobId``): each add still
+    writes the queue's ``events`` stream (and, in bullmq 6.7.0, counts in ``id`` and sets
+    ``meta``); the pattern finds the queues by any of them, also one whose ``id`` and
+    ``meta`` are gone (deleted by hand, or never written by another producer), and runs
+    their jobs."""
+
+    tenants = [f"{qname}-tenant-{i}" for i in range(3)]
+    for t in tenants:
+        node.run("addBulk", queue=t, jobs=[{"name": "n", "data": {"t": t}, "opts": {"jobId": f"{t}-job-{i}"}}
+                                           for i in range(4)])
+    # the third tenant keeps nothing but its events stream among the marks of a queue
+    r.delete(f"{prefix}:{tenants[2]}:id", f"{prefix}:{tenants[2]}:meta")
+    assert r.exists(f"{prefix}:{tenants[2]}:events")
+    runner = tenant_runner(redis_url, prefix, qname, 3, order="round_robin")
+    runner.start()
+    try:
+        family = runner.families[0]
+        wait_for(lambda: set(family.members) == set(tenants), timeout=10, what="every tenant queue found")
+        wait_for(lambda: all(node.run("counts", queue=t)["completed"] == 4 for t in tenants), timeout=30,
+                 what="every tenant's jobs completed")
+        for t in tenants:
+            assert node.run("getJob", queue=t, jobId=f"{t}-job-0")["returnvalue"] == {"t": t}
+    finally:
+        runner.drain(5).join()
+
+
+def test_a_pool_and_node_workers_share_its_queues_exactly_once(node, r, redis_url, prefix, qname, wait_for):
+    """Node workers on two of a pool's queues beside the pool (its finishes of both queues
+    going together, moveToFinishedQueues-0): every job runs once, in one of them, and Node
+    reads each back completed with its return value."""
+    from echomq_gevent import Queue
+
+    names = [f"{qname}-a", f"{qname}-b"]
+    total = 300
+    ran = collections.Counter()
+
+    def proc(job):
+        ran[(job.queue_name, job.id)] += 1
+        gevent.sleep(0.01)
+        return job.data
+
+    theirs = [node.worker(queue=name, workerOpts={"concurrency": 10, "drainDelay": 1},
+                          behaviour={"returnData": True, "sleepMs": 10}) for name in names]
+    pool = Pool(names, concurrency=40, order="round_robin", connection=redis_url, prefix=prefix, processor=proc,
+                drain_delay=1)
+    pool.start()
+    try:
+        for name in names:
+            q = Queue(name, connection=redis_url, prefix=prefix)
+            q.add_bulk([("n", {"i": i}) for i in range(total)])
+            q.close()
+        # polled on Redis here: a Node command would hold this hub (and the pool) while it runs
+        wait_for(lambda: all(r.zcard(f"{prefix}:{n}:completed") == total for n in names), timeout=60,
+                 what="every job completed")
+    finally:
+        pool.close(5)
+        for proc_ in theirs:
+            proc_.stop()
+    by_node = collections.Counter()
+    for name, proc_ in zip(names, theirs):
+        for line in proc_.events("process"):
+            by_node[(name, line["jobId"])] += 1
+    assert set(ran.values()) <= {1} and set(by_node.values()) <= {1}
+    assert not set(ran) & set(by_node), "a job ran in both"
+    assert len(ran) + len(by_node) == 2 * total and ran and by_node, (len(ran), len(by_node))
+    assert pool.budget.finish_batcher is not None and pool.budget.finish_batcher.calls == len(ran)
+    for name in names:
+        counts = node.run("counts", queue=name)
+        assert counts["failed"] == 0 and counts["active"] == 0 and counts["completed"] == total, counts
+        assert node.run("getJob", queue=name, jobId="7")["returnvalue"] == {"i": 6}

@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple
 
-from ...queue.discovery import find_queues
+from ...queue.discovery import QUEUE_MARKS, find_queues
 from .web import Refused
 
 log = logging.getLogger("echomq_gevent.dashboard")
@@ -33,7 +33,7 @@ class Reads:
     """The reads of one dashboard over ``client`` (a ``redis.Redis``) and ``prefix``.
 
     ``queues`` fixes the queue names shown (others are refused with 404); otherwise they
-    are found by a SCAN for BullMQ's ``meta`` and ``id`` keys (on a Redis Cluster, of
+    are found by a SCAN for BullMQ's ``events``, ``meta`` and ``id`` keys (on a Redis Cluster, of
     every primary: queues with their own hash tags live on different ones), repeated at
     most every ``discover_every_s`` seconds, plus ``known_queues``.
     """
@@ -85,7 +85,7 @@ class Reads:
 
     def _discover(self) -> None:
         started = time.monotonic()
-        # one pass over the keyspace for the queues' meta and id keys (queue/discovery.py)
+        # one pass over the keyspace for the queues' events, meta and id keys (queue/discovery.py)
         found = set(self.known_queues) | find_queues(self.client, self.prefix)
         self._known = sorted(found)
         self._known_at = started
@@ -116,8 +116,8 @@ class Reads:
 
     def shows(self, name: str) -> bool:
         """Whether the dashboard shows the queue ``name``: one of ``queues``, else a known
-        queue or one with BullMQ's ``meta`` or ``id`` key (what discovery looks for), read
-        with EXISTS: a page of one queue never waits for a discovery, a SCAN of every key
+        queue or one with BullMQ's ``events``, ``meta`` or ``id`` key (what discovery looks
+        for), read with EXISTS: a page of one queue never waits for a discovery, a SCAN of every key
         of the database (seconds on a Redis of millions of jobs)."""
         if self.fixed_queues is not None:
             return name in self.fixed_queues
@@ -128,7 +128,8 @@ class Reads:
         if name in self._known and time.monotonic() - self._known_at < self.discover_every_s:
             return True
         head = f"{self.prefix}:{name}:"
-        return bool(self.client.exists(head + "meta") or self.client.exists(head + "id"))
+        # one key a call: on a Redis Cluster a queue without a hash tag has its keys on several slots
+        return any(self.client.exists(head + mark) for mark in QUEUE_MARKS)
 
     def queue(self, name: str) -> Any:
         """The :class:`~echomq_gevent.queue.Queue` named ``name`` (404 when the dashboard

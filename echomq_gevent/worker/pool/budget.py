@@ -270,6 +270,8 @@ class PoolBudget:
         self._next_index = 0
         #: the pool's shared lock renewal (:mod:`.shared_locks`), made by its first worker
         self.lock_renewal: Any = None
+        #: the finish batcher its workers share (``FinishBatcher.for_pool``), made by its first worker
+        self.finish_batcher: Any = None
 
     def __repr__(self) -> str:
         return (f"<PoolBudget {self.name!r} {self.order} used={self.used}/{self.concurrency} "
@@ -293,6 +295,8 @@ class PoolBudget:
         if not _positive_int(value):
             raise ValueError(f"pool {self.name!r}: concurrency must be a whole number, at least 1, got {value!r}")
         self.concurrency = value
+        if self.finish_batcher is not None:
+            self.finish_batcher.concurrency = value
         self._dispatch()
 
     def usage(self) -> List[Dict[str, Any]]:

@@ -25,11 +25,13 @@ import logging
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 import gevent
+import gevent.event
 
 from ...connection.clients import ConnectionLike, ConnectionSettings, close_client, make_client
 from ...connection.cluster import is_cluster
 from ...errors import WorkerStateError
 from .budget import PoolBudget
+from .watch import DISCOVER_EVERY_S, PoolWatcher, is_pattern, weight_for
 from ..shared_wait import SharedMarkerWait
 from ..worker import Worker
 
@@ -43,15 +45,25 @@ class Pool:
 
     ``queues``: the queue names in pool order, or a mapping from name to that queue's
     worker options (``processor`` among them; ``concurrency`` is its cap in the pool,
-    default the pool's ``concurrency``). ``order``: ``strict`` (the first queue of the
-    list with work wins), ``weighted`` (shares by ``weights``, a whole number per queue,
-    1 when not named) or ``round_robin`` (equal turns). ``processor``: for the queues
-    that name none (None: the plugins find one per job name); ``defaults``: worker options
-    for every queue. More queues: :meth:`add`. ``connection``, ``prefix``, ``plugins``,
-    ``connection_settings``: as for a :class:`~echomq_gevent.worker.Worker`.
+    default the pool's ``concurrency``). An entry may be a pattern (``tenant-*``, as in
+    the YAML file): every queue under the prefix that matches it is served, those that
+    exist at start and those made later (found within ``discover_every`` seconds, by a
+    SCAN, :mod:`.watch`), each with the pattern's options (its ``concurrency``: each found
+    queue's cap). ``order``: ``strict`` (the first queue of the list with work wins),
+    ``weighted`` (shares by ``weights``, a whole number per queue, 1 when not named; a
+    weight given to a pattern is that of every queue it finds) or ``round_robin`` (equal
+    turns). ``processor``: for the queues that name none (None: the plugins find one per
+    job name); ``defaults``: worker options for every queue. More queues: :meth:`add`.
+    ``connection``, ``prefix``, ``plugins``, ``connection_settings``: as for a
+    :class:`~echomq_gevent.worker.Worker`.
 
-    >>> pool = Pool({"emails": {"processor": send}, "reports": {"processor": build, "concurrency": 5}},
-    ...             concurrency=20, order="weighted", weights={"emails": 3}, connection=url)
+    A queue obliterated while the pool serves it (a named one, or one a pattern found) is
+    dropped with a log line once no job of it runs here; nothing else stops. When a
+    producer adds to it again, it is served again within ``discover_every`` seconds.
+
+    >>> pool = Pool({"emails": {"processor": send}, "reports": {"processor": build, "concurrency": 5},
+    ...              "tenant-*": {"processor": tenant_job, "concurrency": 2}},
+    ...             concurrency=20, order="weighted", weights={"emails": 3, "tenant-*": 1}, connection=url)
     >>> pool.run()   # or pool.start(); ... pool.close()
     """
 
@@ -59,10 +71,18 @@ class Pool:
                  concurrency: int = 10, order: str = "weighted", weights: Optional[Mapping[str, int]] = None,
                  connection: ConnectionLike = None, prefix: str = "bull", plugins: Any = None,
                  connection_settings: Optional[ConnectionSettings] = None, name: str = "default",
-                 processor: Optional[Callable[..., Any]] = None, **defaults: Any) -> None:
+                 processor: Optional[Callable[..., Any]] = None, discover_every: float = DISCOVER_EVERY_S,
+                 **defaults: Any) -> None:
         specs = dict(queues) if isinstance(queues, Mapping) else {q: None for q in queues}
+        if isinstance(discover_every, bool) or not isinstance(discover_every, (int, float)) \
+                or not 0.1 <= discover_every <= 3600:
+            raise ValueError(f"pool {name!r}: discover_every must be a number of seconds from 0.1 to 3600, "
+                             f"got {discover_every!r}")
         self.budget = PoolBudget(concurrency, order, weights, name=name,
                                  queues=list(specs) if weights else None)
+        #: pattern -> the worker options of each queue it finds
+        self.patterns: Dict[str, Dict[str, Any]] = {q: dict(o or {}) for q, o in specs.items() if is_pattern(q)}
+        self.discover_every = float(discover_every)
         self.name = name
         self.prefix = prefix
         self.plugins = plugins
@@ -73,16 +93,28 @@ class Pool:
         self._owns_client = self.client is not connection
         # one BZPOPMIN for every queue of the pool (on a cluster, each queue waits on its primary)
         self.marker_wait = None if is_cluster(self.client) else SharedMarkerWait(self.client, connection_settings)
-        #: queue name -> its Worker, in pool order
+        #: queue name -> its Worker, in pool order (the queues the patterns found after)
         self.workers: Dict[str, Worker] = {}
+        #: queue name -> what :meth:`add` was given for it (to make its worker again)
+        self._added: Dict[str, Dict[str, Any]] = {}
         self._runs: List[gevent.Greenlet] = []
         self._started = False
         self._closed = False
+        self._stop = gevent.event.Event()
+        #: the queues that come and go (:mod:`.watch`), made by :meth:`start`
+        self.watcher: Optional[PoolWatcher] = None
+        self._watching: Optional[gevent.Greenlet] = None
         for queue_name, options in specs.items():
-            self.add(queue_name, **dict(options or {}))
+            if queue_name not in self.patterns:
+                self.add(queue_name, **dict(options or {}))
 
     def __repr__(self) -> str:
         return f"<Pool {self.name!r} {self.budget.order} concurrency={self.budget.concurrency} queues={list(self.workers)}>"
+
+    @property
+    def weights(self) -> Dict[str, int]:
+        """The weights given (by queue name or pattern)."""
+        return self.budget.weights
 
     @property
     def concurrency(self) -> int:
@@ -98,8 +130,11 @@ class Pool:
         """Add a queue (after the others, for ``strict``) with its own worker options;
         ``weight`` for ``weighted``. Returns its Worker (started at once when the pool
         runs). Raises ``ValueError`` for a queue already in the pool or a bad weight."""
-        if queue_name in self.workers:
+        if queue_name in self.workers or queue_name in self._added:
             raise ValueError(f"pool {self.name!r}: queue {queue_name!r} is in the pool already")
+        if is_pattern(queue_name):
+            raise ValueError(f"pool {self.name!r}: add takes a queue name, got the pattern {queue_name!r}; "
+                             f"give patterns to Pool(queues=...)")
         if self._closed:
             raise WorkerStateError(f"pool {self.name!r} is closed")
         if weight is not None:
@@ -107,17 +142,43 @@ class Pool:
                 raise ValueError(f"pool {self.name!r}: the weight of {queue_name!r} must be a whole number, "
                                  f"at least 1, got {weight!r}")
             self.budget.weights[queue_name] = weight
+        self._added[queue_name] = dict(options, processor=processor)
+        worker = self._make(queue_name, processor, options)
+        if self.watcher is not None:
+            self.watcher.declared[queue_name] = worker
+            self.watcher.excluded.add(queue_name)
+        self._serve(worker)
+        return worker
+
+    def _make(self, queue_name: str, processor: Optional[Callable[..., Any]], options: Mapping[str, Any]) -> Worker:
         merged = dict(self.defaults)
         merged.update(options)
         merged.setdefault("concurrency", self.budget.concurrency)
-        worker = Worker(queue_name, processor or merged.pop("processor", None) or self.processor,
-                        connection=self.client, prefix=self.prefix, plugins=self.plugins,
-                        connection_settings=self.connection_settings, marker_wait=self.marker_wait,
-                        pool=self.budget, **merged)
-        self.workers[queue_name] = worker
-        if self._started:
+        return Worker(queue_name, processor or merged.pop("processor", None) or self.processor,
+                      connection=self.client, prefix=self.prefix, plugins=self.plugins,
+                      connection_settings=self.connection_settings, marker_wait=self.marker_wait,
+                      pool=self.budget, **merged)
+
+    def _serve(self, worker: Worker) -> None:
+        """A worker joins the pool's list (started now when the pool runs)."""
+        self.workers[worker.queue_name] = worker
+        if self._started and not self._closed:
             self._runs.append(worker.start())
-        return worker
+
+    # -- the queues that come and go (the watcher's calls) ------------------------------
+    def _make_found(self, queue_name: str, pattern: Optional[str]) -> Worker:
+        if pattern is None:  # a named queue, back after it was obliterated
+            added = dict(self._added[queue_name])
+            return self._make(queue_name, added.pop("processor", None), added)
+        weight = weight_for(self.weights, queue_name, pattern)
+        if weight is not None:
+            self.budget.weights[queue_name] = weight
+        return self._make(queue_name, None, self.patterns[pattern])
+
+    def _drop(self, worker: Worker) -> None:
+        if self.workers.get(worker.queue_name) is worker:
+            del self.workers[worker.queue_name]
+        gevent.spawn(worker.close, 0)
 
     # -- running ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -126,10 +187,15 @@ class Pool:
             raise WorkerStateError(f"pool {self.name!r} was started already")
         self._started = True
         self._runs = [w.start() for w in self.workers.values()]
+        self.watcher = PoolWatcher(self.name, self.client, self.prefix, list(self.patterns), self._make_found,
+                                   self._serve, self._drop, excluded=list(self._added),
+                                   declared=dict(self.workers), every=self.discover_every)
+        self._watching = gevent.spawn(self.watcher.run, self._stop)
 
     def run(self) -> None:
         """Start and block until the pool is closed (from another greenlet, or a signal:
-        SIGTERM/SIGINT close it when it runs on the main greenlet)."""
+        SIGTERM/SIGINT close it when it runs on the main greenlet). Queues come and go
+        while it runs (patterns, obliterated queues): it runs until closed."""
         from ..signals import ShutdownSignals
 
         signals = ShutdownSignals(lambda _name: self.close(), lambda _name: self.close(0))
@@ -137,6 +203,7 @@ class Pool:
         try:
             if not self._started:
                 self.start()
+            self._stop.wait()
             gevent.joinall(self._runs)
         finally:
             signals.cancel()
@@ -147,6 +214,9 @@ class Pool:
         if self._closed:
             return
         self._closed = True
+        self._stop.set()
+        if self._watching is not None:
+            self._watching.kill()
         closers = [gevent.spawn(w.close, timeout) for w in self.workers.values()]
         gevent.joinall(closers)
         if self.marker_wait is not None:

@@ -13,13 +13,13 @@ import logging
 import gevent
 
 from echomq_gevent import Queue
-from echomq_gevent.host.config import parse_config
 from echomq_gevent.contrib.dashboard import Dashboard
 from echomq_gevent.host.pools import describe_pools
 from echomq_gevent.host.runner import Runner
 from echomq_gevent.host.status import print_status
 
 from integration.contrib.test_dashboard_metrics import _get
+from integration.runner_helpers import pools_config
 
 FLOOD = 300
 SMALL = 10
@@ -55,11 +55,7 @@ def test_a_pattern_serves_tenant_queues_fairly_and_drops_an_obliterated_one(redi
     recorder.order.clear()
     recorder.peak.clear()
     declared = f"{qname}-t-declared"
-    cfg = parse_config(f"""
-redis: {{url: "{redis_url}"}}
-prefix: {prefix}
-entry_points: false
-defaults: {{drain_delay: 2, lock_duration: 5000}}
+    cfg = pools_config(redis_url, prefix, f"""
 queues:
   {declared}: {{processor: "integration.host.test_runner_families:RECORDER"}}
 pools:

@@ -13,7 +13,7 @@ from echomq_gevent import Queue
 from echomq_gevent.host.config import parse_config
 from echomq_gevent.host.runner import Runner
 from echomq_gevent.worker.shared_wait import SHARED_WAIT_NAME
-from integration.runner_helpers import Counting, opened_since
+from integration.runner_helpers import Counting, opened_since, pools_config
 
 
 def _hold():
@@ -78,3 +78,57 @@ def test_a_pools_connections_stay_flat_in_the_number_of_queues(redis_url, prefix
     for conns in (few, many):
         assert sum(1 for name, _cmd in conns if name == SHARED_WAIT_NAME) == 1
         assert sum(1 for _name, cmd in conns if cmd == "bzpopmin") == 1
+
+
+def test_a_declared_queue_obliterated_is_dropped_and_served_again_when_it_has_jobs(redis_url, prefix, qname, r,
+                                                                                   wait_for, caplog):
+    """A queue named under ``pools:`` and obliterated while the pool serves it: dropped from
+    the pool with a log line (its worker closed, the other queue served on); a job added
+    to it again is run by a new worker of the pool."""
+    import logging
+
+    kept, gone = f"{qname}-kept", f"{qname}-gone"
+    cfg = pools_config(redis_url, prefix, f"""
+queues:
+  {kept}: {{processor: "integration.runner_helpers:echo"}}
+  {gone}: {{processor: "integration.runner_helpers:echo"}}
+pools:
+  both:
+    concurrency: 4
+    queues: [{kept}, {gone}]
+    order: round_robin
+""")
+    for name in (kept, gone):
+        q = Queue(name, connection=redis_url, prefix=prefix)
+        q.add("j", {"n": 1})
+        q.close()
+    runner = Runner(cfg, redis_url)
+    watcher = runner.families[0]
+    watcher.every = 0.2
+    with caplog.at_level(logging.INFO, logger="echomq_gevent"):
+        runner.start()
+        try:
+            wait_for(lambda: all(r.zcard(f"{prefix}:{n}:completed") == 1 for n in (kept, gone)), timeout=20,
+                     what="a job of each queue run")
+            first = next(w for w in runner.workers if w.queue_name == gone)
+            q = Queue(gone, connection=redis_url, prefix=prefix)
+            try:
+                q.obliterate(force=True)
+                wait_for(lambda: watcher.declared[gone] is None, timeout=10, what="the obliterated queue dropped")
+                wait_for(lambda: first.closed, timeout=10, what="its worker closed")
+                assert [w.queue_name for w in runner.workers] == [kept]
+                other = Queue(kept, connection=redis_url, prefix=prefix)
+                other.add("j", {"n": 2})
+                other.close()
+                wait_for(lambda: r.zcard(f"{prefix}:{kept}:completed") == 2, timeout=10, what="the other queue served")
+                q.add("j", {"n": 3})
+                wait_for(lambda: r.zcard(f"{prefix}:{gone}:completed") == 1, timeout=10,
+                         what="the queue served again")
+            finally:
+                q.close()
+            assert watcher.declared[gone] is not first and watcher.declared[gone] in runner.workers
+        finally:
+            runner.drain(5).join()
+    said = [rec.getMessage() for rec in caplog.records]
+    assert any(f"queue {gone!r} is gone" in m and "until a job is added to it again" in m for m in said), said
+    assert any(f"queue {gone!r} has jobs again" in m for m in said), said

@@ -155,29 +155,86 @@ def test_per_queue_options_stay_per_queue(redis_url, prefix, qname, wait_for):
     assert set(runs) == {(fast, "fast"), (limited, "limited")}
 
 
-def test_a_queue_obliterated_while_served_stops_nothing_else(redis_url, prefix, qname, wait_for, caplog):
+def test_a_queue_obliterated_while_served_stops_nothing_else(r, redis_url, prefix, qname, wait_for, caplog):
     names = [f"{qname}-{i}" for i in range(3)]
     backlogs(redis_url, prefix, names, 200)
     rec = Recorder(hold=0.01)
-    pool = make_pool(redis_url, prefix, names, rec, concurrency=6, order="round_robin")
+    pool = make_pool(redis_url, prefix, names, rec, concurrency=6, order="round_robin", discover_every=0.2)
     pool.start()
     gone = Queue(names[1], connection=redis_url, prefix=prefix)
+    first = pool.workers[names[1]]
     try:
         wait_for(lambda: len(rec.order) >= 60, timeout=30, what="the pool serving all three")
-        with caplog.at_level(logging.WARNING, logger="echomq_gevent"):
+        with caplog.at_level(logging.INFO, logger="echomq_gevent"):
             gone.obliterate(force=True)
+            wait_for(lambda: names[1] not in pool.workers, timeout=30, what="the obliterated queue dropped")
             wait_for(lambda: rec.order.count(names[0]) == 200 and rec.order.count(names[2]) == 200,
                      timeout=60, what="the other queues' jobs all run")
-        assert rec.order.count(names[1]) < 200
-        wait_for(lambda: pool.budget.used == 0, timeout=10, what="every slot back in the pool")
-        # the queue made again (a producer adds to it) is served again
-        before = rec.order.count(names[1])
-        gone.add("j", {"again": True})
-        wait_for(lambda: rec.order.count(names[1]) == before + 1, timeout=10, what="the new job run")
+            assert rec.order.count(names[1]) < 200
+            assert [m.name for m in pool.budget.members] == [names[0], names[2]]
+            wait_for(lambda: pool.budget.used == 0, timeout=10, what="every slot back in the pool")
+            # dropping it wrote none of a queue's marks back (it would be served again)
+            assert not r.exists(*(f"{prefix}:{names[1]}:{mark}" for mark in ("events", "meta", "id")))
+            # the queue made again (a producer adds to it) is served again, by a new worker
+            before = rec.order.count(names[1])
+            gone.add("j", {"again": True})
+            wait_for(lambda: rec.order.count(names[1]) == before + 1, timeout=10, what="the new job run")
+        assert pool.workers[names[1]] is not first and first.closed
         assert all(w.fetch_loop_alive() for w in pool.workers.values())
+        said = [rec_.getMessage() for rec_ in caplog.records]
+        assert any(f"queue {names[1]!r} is gone" in m and "dropped from the pool" in m for m in said), said
+        assert any(f"queue {names[1]!r} has jobs again" in m for m in said), said
     finally:
         gone.close()
         pool.close(5)
+
+
+def test_the_finishes_of_all_the_queues_share_script_calls(r, redis_url, prefix, qname, wait_for):
+    """One batcher for the pool's queues: with one job of each of 30 queues finishing in a
+    turn, their finishes go in a few moveToFinishedQueues-0 calls, not one a queue, and
+    every job ends completed with its return value."""
+    names = [f"{qname}-{i}" for i in range(30)]
+    backlogs(redis_url, prefix, names, 10)
+    rec = Recorder(hold=0.005)
+    pool = make_pool(redis_url, prefix, names, rec, concurrency=30, order="round_robin")
+    batcher = pool.budget.finish_batcher
+    assert batcher is not None and batcher.across_queues
+    assert all(w._settler.batcher is batcher for w in pool.workers.values())
+    pool.start()
+    try:
+        wait_for(lambda: len(rec.order) == 300, timeout=60, what="every job run")
+        wait_for(lambda: sum(r.zcard(f"{prefix}:{n}:completed") for n in names) == 300, timeout=10,
+                 what="every finish written")
+    finally:
+        pool.close(5)
+    assert batcher.calls >= 250, batcher.calls  # the first finish of a turn goes alone
+    assert batcher.batches * 3 < batcher.calls, (batcher.batches, batcher.calls)
+    assert r.hget(f"{prefix}:{names[7]}:3", "returnvalue") == '{"i":2}'
+
+
+def test_a_pattern_serves_the_queues_it_finds_with_its_options_and_weight(redis_url, prefix, qname, wait_for):
+    """``Pool`` takes patterns as the YAML does: the queues that exist at start and one
+    made later are served with the pattern's options (its concurrency: each one's cap) and
+    the weight given to the pattern; a queue named in the pool is never the pattern's."""
+    named, t1, t2, later = (f"{qname}-t-{n}" for n in ("named", "1", "2", "later"))
+    backlogs(redis_url, prefix, [named, t1, t2], 40)
+    rec = Recorder(hold=0.005)
+    pool = Pool({named: None, f"{qname}-t-*": {"concurrency": 2}}, concurrency=8, order="weighted",
+                weights={f"{qname}-t-*": 3, named: 1}, connection=redis_url, prefix=prefix, processor=rec,
+                drain_delay=0.5, lock_duration=5000, discover_every=0.2)
+    pool.start()
+    try:
+        wait_for(lambda: {t1, t2} <= set(pool.workers), timeout=10, what="the existing queues found")
+        backlogs(redis_url, prefix, [later], 10)
+        wait_for(lambda: len(rec.order) == 130, timeout=60, what="every job run, the later queue's too")
+        assert [pool.workers[n].concurrency for n in (named, t1, t2, later)] == [8, 2, 2, 2]
+        assert {m.name: m.weight for m in pool.budget.members} == {named: 1, t1: 3, t2: 3, later: 3}
+        assert set(pool.watcher.members) == {t1, t2, later}  # the named queue stays the pool's own
+    finally:
+        pool.close(5)
+    assert all(rec.peak[n] <= 2 for n in (t1, t2, later)), rec.peak
+    with pytest.raises(ValueError, match="add takes a queue name"):
+        pool.add("x-*")
 
 
 def test_pool_settings_are_checked(redis_url, prefix):

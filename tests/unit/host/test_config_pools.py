@@ -67,6 +67,19 @@ pools:
     assert cfg.pools["p"].family_options["concurrency"] == 9 and cfg.pools["p"].processor is None
 
 
+def test_a_weight_may_name_a_pattern():
+    cfg = parse("""
+pools:
+  tenants:
+    concurrency: 20
+    queues: [emails, "tenant-*"]
+    weights: {emails: 4, "tenant-*": 2}
+""")
+    assert cfg.pools["tenants"].weights == {"emails": 4, "tenant-*": 2}
+    with pytest.raises(ConfigError, match=r"pools\.tenants\.weights\.other-\*.*not in this pool's queues"):
+        parse("pools: {tenants: {concurrency: 2, queues: ['tenant-*'], weights: {'other-*': 2}}}\n")
+
+
 def test_no_pools_is_the_old_behaviour():
     assert parse("").pools == {}
 
