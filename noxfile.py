@@ -65,7 +65,7 @@ def tests(session: nox.Session, deps: str) -> None:
 DJANGO_TESTS = ["tests/frameworks/test_django.py", "tests/frameworks/test_django_tasks.py",
                 "tests/frameworks/test_django_testing.py", "tests/frameworks/test_example_tests.py",
                 "tests/frameworks/test_outbox_django.py", "tests/frameworks/test_outbox_drivers.py",
-                "tests/frameworks/test_ledger_django.py"]
+                "tests/frameworks/test_ledger_django.py", "tests/frameworks/test_django_admin_cancel.py"]
 
 
 @nox.session(python="3.13", name="django-newest")
