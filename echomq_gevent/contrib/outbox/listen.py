@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import Any, Callable, List
 
-import gevent.event
 from gevent import select as gselect
 
 from .drivers import PSYCOPG, NotifyReader, cooperative_psycopg, driver_of
@@ -39,10 +38,6 @@ class Listener:
         self._connect = connect
         self.conn: Any = None
         self._reader: Any = None
-        #: inside :meth:`hold`: PostgreSQL keeps the notifications back
-        self.held = False
-        self._free = gevent.event.Event()
-        self._free.set()
 
     def open(self) -> None:
         conn = self._connect()
@@ -86,46 +81,12 @@ class Listener:
                 continue  # not ours: a NOTIFY by hand on the channel
         return ids
 
-    def hold(self) -> None:
-        """Open a transaction on the listening connection (``BEGIN``: no snapshot, no
-        transaction id). PostgreSQL delivers no notification to a session inside a
-        transaction block: each commit still signals its backend, but the backend no
-        longer reads and sends each notification on its own. :meth:`release` gets all of
-        them in one go, in commit order. Called by the relay's pass loop only, which
-        releases before its next pass; :meth:`wait` leaves the connection alone meanwhile."""
-        self.held = True
-        self._free.clear()
-        try:
-            with self.conn.cursor() as cur:
-                cur.execute("BEGIN")
-        except BaseException:
-            self._unhold()
-            raise
-
-    def release(self) -> List[int]:
-        """End :meth:`hold` (``COMMIT``); the ids PostgreSQL kept back meanwhile."""
-        try:
-            with self.conn.cursor() as cur:
-                cur.execute("COMMIT")
-            return self.drain()
-        finally:
-            self._unhold()
-
-    def _unhold(self) -> None:
-        self.held = False
-        self._free.set()
-
     def wait(self, timeout: float) -> List[int]:
-        """Wait up to ``timeout`` s for a notification; the ids read (maybe none). While
-        the connection is held, waits for its release and reads nothing."""
-        if self.held:
-            self._free.wait(timeout)
-            return []
+        """Wait up to ``timeout`` s for a notification; the ids read (maybe none)."""
         ready, _, _ = gselect.select([self.conn], [], [], timeout)
-        return self.drain() if ready and not self.held else []
+        return self.drain() if ready else []
 
     def close(self) -> None:
-        self._unhold()
         conn, self.conn, self._reader = self.conn, None, None
         if conn is not None:
             try:

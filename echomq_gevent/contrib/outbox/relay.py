@@ -136,7 +136,7 @@ class Relay:
         if not self._lock_row_ready:
             self._ensure_lock_row()
         if self.listener is not None and self.listener.is_open:
-            self._read_listener()
+            self.order.heard(self.listener.drain())
         limit = self.settings.batch_size
         if self.locking:
             with self.db.atomic() as ex:
@@ -357,8 +357,6 @@ class Relay:
             # a wake-up from here on is for rows this pass may not see: it runs another
             self._wake.clear()
             self._pass_began = time.monotonic()
-            # a pass after a hold that finds nothing: nothing committed for a whole linger
-            released = self.listener is not None and self.listener.held
             try:
                 result = self.run_once()
             except Exception as exc:
@@ -389,14 +387,13 @@ class Relay:
                 continue
             backoff = 0.0
             taken = result.added + result.parked + result.retried
-            if taken or released:
+            if taken:
                 self._busy = taken > 1
-            holding = self._hold_listener(taken > 1 and not result.transient)
             if result.leader and (result.full or self.order.more):
                 hurry = result.full
                 gevent.sleep(0)
                 continue
-            self._pause(self.settings.linger if holding else self.settings.poll_interval)
+            self._pause(self.settings.poll_interval)
         self.state = "stopping"
 
     def _linger(self) -> None:
@@ -408,34 +405,6 @@ class Relay:
         left = self.settings.linger - (time.monotonic() - self._pass_began)
         if self._busy and left > 0 and not self._stopping:
             gevent.sleep(min(left, self.settings.linger))
-
-    def _read_listener(self) -> None:
-        """What was notified since the last pass (ending the hold, if any). A listening
-        connection that fails is closed: the listener's greenlet opens another, and what
-        waits then is taken as backlog."""
-        listener = self.listener
-        try:
-            self.order.heard(listener.release() if listener.held else listener.drain())
-        except Exception as exc:
-            log.warning("%s: the outbox's LISTEN connection failed (%s: %s); opening another", self.label,
-                        type(exc).__name__, exc)
-            listener.close()
-
-    def _hold_listener(self, busy: bool) -> bool:
-        """After a pass that took more than one row: hold the listening connection
-        (:meth:`~.listen.Listener.hold`) until the next pass, which runs ``linger``
-        later and reads what was notified meanwhile in one go. True while held."""
-        listener = self.listener
-        if listener is None or not listener.is_open or listener.held or not busy or not self.settings.linger:
-            return listener is not None and listener.held
-        try:
-            listener.hold()
-        except Exception as exc:
-            log.warning("%s: the outbox's LISTEN connection failed (%s: %s); opening another", self.label,
-                        type(exc).__name__, exc)
-            listener.close()
-            return False
-        return True
 
     def _pause(self, seconds: float) -> None:
         if self._stopping:
