@@ -117,15 +117,22 @@ class CommitOrder:
         out: List[Row] = []
         if self._heard:
             wanted = list(self._heard)[:limit]
-            found = {r.id: r for r in sql.pending_by_ids(ex, wanted)}
-            for i in wanted:
-                row = found.get(i)
-                if row is None:
-                    self._heard.pop(i, None)  # taken by another relay, or parked
-                else:
-                    out.append(row)
+            out = self._in_heard_order(wanted, sql.pending_by_ids(ex, wanted))
         if len(out) < limit:
             out.extend(self._strays(ex, limit - len(out), {r.id for r in out}))
+        return out
+
+    def _in_heard_order(self, wanted: List[int], rows: List[Row]) -> List[Row]:
+        """``rows`` (found waiting among ``wanted``) in the order they were heard; a
+        wanted id not found is forgotten (taken by another relay, or parked)."""
+        found = {r.id: r for r in rows}
+        out: List[Row] = []
+        for i in wanted:
+            row = found.get(i)
+            if row is None:
+                self._heard.pop(i, None)
+            else:
+                out.append(row)
         return out
 
     def can_take(self) -> bool:
@@ -144,17 +151,11 @@ class CommitOrder:
         got = sql.take_pending(ex, wanted)
         if got is None:
             return None
-        found = {r.id: r for r in got}
-        out: List[Row] = []
-        for i in wanted:
-            row = found.get(i)
-            if row is None:
-                self._heard.pop(i, None)  # taken by another relay, or parked
-            else:
-                out.append(row)
+        out = self._in_heard_order(wanted, got)
+        taken = {r.id for r in got}
         if len(out) < limit:
-            out.extend(self._strays(ex, limit - len(out), set(found)))
-        return out, set(found)
+            out.extend(self._strays(ex, limit - len(out), taken))
+        return out, taken
 
     def _strays(self, ex: Exec, limit: int, taken: set) -> List[Row]:
         """Waiting rows never notified, once they waited ``grace`` (looked for at most
