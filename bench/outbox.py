@@ -351,8 +351,10 @@ def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
         ratios = []
         for mode in result.get("modes", MODES)[1:]:
             ob = s[f"{d} {mode} load"]
+            cpu = (f", transactions the same CPU buys {base['cpu_us_per_tx_total'] / ob['cpu_us_per_tx_total']:.2f}"
+                   if ob.get("cpu_us_per_tx_total") and base.get("cpu_us_per_tx_total") else "")
             ratios.append(f"{mode} / enqueue_on_commit: transactions/s {ob['writes_per_s'] / base['writes_per_s']:.2f}, "
-                          f"jobs/s {ob['jobs_per_s'] / base['jobs_per_s']:.2f}")
+                          f"jobs/s {ob['jobs_per_s'] / base['jobs_per_s']:.2f}{cpu}")
         lines += ["", "Ratios " + "; ".join(ratios) + "."]
     lines.append("")
     return "\n".join(lines)

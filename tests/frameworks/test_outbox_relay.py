@@ -289,3 +289,100 @@ def test_a_row_failing_for_an_unknown_reason_is_tried_again_later_then_parked(ou
     assert _waiting(declared("orders")) == [(ok, {"n": 2})]
     assert declared("mails").count() == 0
     raw.close()
+
+
+def _heard_relay(engine, queue_for, monkeypatch, **opts):
+    """A PostgreSQL relay listening, its backlog (none) read: the next rows it takes are
+    the notified ones, locked and taken in one statement (``relay.takes`` counts those)."""
+    from echomq_gevent.contrib.outbox import rows as sql
+
+    relay = _relay(engine, queue_for, **opts)
+    relay.takes = 0
+    real = sql.take_pending
+
+    def counted(*args, **kwargs):
+        relay.takes += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(sql, "take_pending", counted)
+    assert relay.open_listener()
+    assert relay.run_once().added == 0
+    return relay
+
+
+def _commit_each(engine, rows):
+    """One transaction a row (queue, name, data, opts); their job ids."""
+    from sqlalchemy.orm import Session
+
+    ids = []
+    for queue, name, data, opts in rows:
+        with Session(engine) as s:
+            ids.append(_write(s, queue, name, data, opts))
+            s.commit()
+    return ids
+
+
+def _full_rows(engine):
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.exec_driver_sql(
+            "SELECT id, queue, name, data, opts, job_id, state, created_ms, attempts FROM echomq_outbox "
+            "ORDER BY id").fetchall()]
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_notified_rows_not_added_are_kept_as_they_were(outbox_engine_of, declared, redis_url, prefix, driver,
+                                                       monkeypatch):
+    """The notified rows are deleted as the pass locks; those it parks or will try again
+    are back in the same transaction with every column as written (id, data, job id,
+    enqueue time), the others are gone, and the jobs keep the commit order."""
+    import redis
+
+    engine = outbox_engine_of(driver)
+    relay = _heard_relay(engine, declared, monkeypatch, max_attempts=3)
+    try:
+        redis.Redis.from_url(redis_url).hset(f"{prefix}:mails:id", "not", "a counter")  # WRONGTYPE on add
+        ok1, lost, failing, ok2 = _commit_each(engine, [
+            ("orders", "ok", {"n": 1}, None), ("nowhere", "lost", {"n": 2}, None),
+            ("mails", "failing", {"n": 3}, None), ("orders", "ok", {"n": 4}, {"attempts": 2})])
+        before = {r[5]: r for r in _full_rows(engine)}
+        select.select([relay.listener.conn], [], [], 2.0)
+        result = relay.run_once()
+        assert (result.added, result.parked, result.retried) == (2, 1, 1), result
+        assert relay.takes == 1
+        assert _waiting(declared("orders")) == [(ok1, {"n": 1}), (ok2, {"n": 4})]
+        after = {r[5]: r for r in _full_rows(engine)}
+        assert sorted(after) == sorted([lost, failing])
+        for job_id, state, attempts in ((lost, 2, 1), (failing, 0, 1)):
+            assert after[job_id][:6] == before[job_id][:6] and after[job_id][7] == before[job_id][7]
+            assert (after[job_id][6], after[job_id][8]) == (state, attempts)
+        assert "queue 'nowhere'" in _rows(engine)[0][3]
+    finally:
+        relay.listener.close()
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_notified_rows_wait_while_redis_cannot_take_them_then_go_in_commit_order(outbox_engine_of, declared,
+                                                                                 driver, monkeypatch):
+    """Redis unreachable: the pass that took the notified rows puts them all back as they
+    were (nothing parked, no try counted); the next pass with Redis back adds them in
+    commit order."""
+    from echomq_gevent import Queue
+
+    engine = outbox_engine_of(driver)
+    down = Queue("orders", connection="redis://127.0.0.1:9/0", prefix="nowhere")
+    use = {"queue_for": lambda name: down}
+    relay = _heard_relay(engine, lambda name: use["queue_for"](name), monkeypatch)
+    try:
+        ids = _commit_each(engine, [("orders", "ok", {"n": i}, None) for i in range(5)])
+        before = _full_rows(engine)
+        select.select([relay.listener.conn], [], [], 2.0)
+        result = relay.run_once()
+        assert result.transient and (result.added, result.parked, result.retried) == (0, 0, 0)
+        assert relay.takes == 1
+        assert _full_rows(engine) == before
+        use["queue_for"] = declared
+        total = sum(relay.run_once().added for _ in range(3))
+        assert total == 5 and _full_rows(engine) == []
+        assert [j for j, _ in _waiting(declared("orders"))] == ids
+    finally:
+        relay.listener.close()
+        down.close()

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from typing import Dict, Iterable, List, Optional
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import rows as sql
 from .rows import Exec, Row
@@ -42,6 +42,9 @@ class IdOrder:
 
     def reset(self) -> None:
         pass
+
+    def can_take(self) -> bool:
+        return False
 
     @property
     def more(self) -> bool:
@@ -114,16 +117,45 @@ class CommitOrder:
         out: List[Row] = []
         if self._heard:
             wanted = list(self._heard)[:limit]
-            found = {r.id: r for r in sql.pending_by_ids(ex, wanted)}
-            for i in wanted:
-                row = found.get(i)
-                if row is None:
-                    self._heard.pop(i, None)  # taken by another relay, or parked
-                else:
-                    out.append(row)
+            out = self._in_heard_order(wanted, sql.pending_by_ids(ex, wanted))
         if len(out) < limit:
             out.extend(self._strays(ex, limit - len(out), {r.id for r in out}))
         return out
+
+    def _in_heard_order(self, wanted: List[int], rows: List[Row]) -> List[Row]:
+        """``rows`` (found waiting among ``wanted``) in the order they were heard; a
+        wanted id not found is forgotten (taken by another relay, or parked)."""
+        found = {r.id: r for r in rows}
+        out: List[Row] = []
+        for i in wanted:
+            row = found.get(i)
+            if row is None:
+                self._heard.pop(i, None)
+            else:
+                out.append(row)
+        return out
+
+    def can_take(self) -> bool:
+        """True when the next pass starts with notified rows (no backlog left): the relay
+        may then lock and take them in one statement (:meth:`take_heard`)."""
+        return self._backlog_known and self._backlog_max is None and bool(self._heard)
+
+    def take_heard(self, ex: Exec, limit: int) -> Optional[Tuple[List[Row], Set[int]]]:
+        """Lock the relay group and delete the notified rows in one statement
+        (:func:`~.rows.take_pending`), then look for strays as :meth:`next_rows` does.
+        ``None`` when another relay holds the lock; else the rows in the order they go to
+        Redis and the ids of those already deleted (the relay puts back any it does not
+        add)."""
+        self._backlog_tail = None
+        wanted = list(self._heard)[:limit]
+        got = sql.take_pending(ex, wanted)
+        if got is None:
+            return None
+        out = self._in_heard_order(wanted, got)
+        taken = {r.id for r in got}
+        if len(out) < limit:
+            out.extend(self._strays(ex, limit - len(out), taken))
+        return out, taken
 
     def _strays(self, ex: Exec, limit: int, taken: set) -> List[Row]:
         """Waiting rows never notified, once they waited ``grace`` (looked for at most

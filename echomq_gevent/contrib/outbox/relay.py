@@ -6,7 +6,12 @@ the work through the database, so a second relay is harmless:
 
 * **PostgreSQL, MySQL**: a pass is one transaction that first locks the group's row of
   ``echomq_outbox_lock`` with ``FOR UPDATE SKIP LOCKED`` (a relay that does not get it
-  skips the pass), reads the rows, adds their jobs to Redis and deletes them. A relay
+  skips the pass), reads the rows, adds their jobs to Redis and deletes them. On
+  PostgreSQL, when the pass takes notified rows (the common case under load), the lock,
+  the read and the delete are one statement (``DELETE ... RETURNING`` under the lock):
+  ``BEGIN``, that statement and ``COMMIT`` are the pass's whole database work, and a row
+  it then does not add (parked, to try again, Redis down) is put back as it was in the
+  same transaction. A relay
   that dies anywhere in between leaves its transaction to be rolled back: the rows come
   back and the next pass adds them again with the same job ids, which BullMQ refuses as
   duplicates, so nothing is added twice and nothing is lost.
@@ -20,7 +25,7 @@ A pass takes up to ``batch_size`` rows in commit order (:mod:`.order`); the loop
 passes while rows are left, then waits for a wake-up: :meth:`Relay.wake` (the app's
 commit in this process), a PostgreSQL notification (any process's commit, :mod:`.listen`)
 or ``poll_interval``. A pass costs about the same for one row as for a hundred (a
-transaction of four statements and a Redis round trip), so a busy relay (its last pass
+transaction of three to five statements and a Redis round trip), so a busy relay (its last pass
 that found rows took more than one) lets ``linger`` seconds pass from the start of one
 pass to the next: the rows committed meanwhile go out together. Rows that come one at a
 time, a wake-up after a quiet spell, and the pass after one that took a whole batch
@@ -37,7 +42,7 @@ import os
 import socket
 import time
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import AbstractSet, Any, Callable, Dict, List, Optional, Sequence
 
 from . import rows as sql
 from .adding import Outcome, add_rows, is_transient
@@ -135,10 +140,20 @@ class Relay:
         limit = self.settings.batch_size
         if self.locking:
             with self.db.atomic() as ex:
-                if not sql.lock_skip_locked(ex):
-                    self.leader = False
-                    return PassResult(False)
-                result = self._move(ex, self.order.next_rows(ex, limit), limit)
+                if self.settings.keep_days <= 0 and self.order.can_take():
+                    # notified rows: the lock and their delete in one statement
+                    took = self.order.take_heard(ex, limit)
+                    if took is None:
+                        self.leader = False
+                        return PassResult(False)
+                    batch, taken = took
+                else:
+                    if not sql.lock_skip_locked(ex):
+                        self.leader = False
+                        return PassResult(False)
+                    batch, taken = self.order.next_rows(ex, limit), set()
+                outcomes = add_rows(batch, self.queue_for) if batch else []
+                result = self._apply(ex, outcomes, len(batch), limit, batch, taken)
         else:
             with self.db.atomic() as ex:
                 got = sql.take_lease(ex, self.owner, int(self.settings.lease * 1000))
@@ -154,16 +169,22 @@ class Relay:
         self._maybe_purge()
         return result
 
-    def _move(self, ex: Any, batch: List[sql.Row], limit: int) -> PassResult:
-        outcomes = add_rows(batch, self.queue_for) if batch else []
-        return self._apply(ex, outcomes, len(batch), limit)
-
-    def _apply(self, ex: Any, outcomes: List[Outcome], taken: int, limit: int) -> PassResult:
+    def _apply(self, ex: Any, outcomes: List[Outcome], count: int, limit: int, batch: Sequence[sql.Row] = (),
+               taken: AbstractSet[int] = frozenset()) -> PassResult:
+        """Write what the pass did: delete (or keep) the added rows, park or count the
+        others. ``taken``: ids of ``batch`` the pass already deleted (:meth:`~.order.
+        CommitOrder.take_heard`); those not added are put back first, as they were."""
         result = PassResult(True)
         added: List[int] = []
+        if taken:
+            kept = {o.row.id for o in outcomes if o.kind == "added"}
+            for row in batch:
+                if row.id in taken and row.id not in kept:
+                    sql.restore(ex, row)
         for o in outcomes:
             if o.kind == "added":
-                added.append(o.row.id)
+                if o.row.id not in taken:
+                    added.append(o.row.id)
             elif o.kind == "park":
                 sql.park(ex, o.row.id, o.detail)
                 result.parked += 1
@@ -186,10 +207,10 @@ class Relay:
                 result.transient = True
                 result.error = o.detail
         if added:
-            sql.mark_added(ex, added, keep=self.settings.keep_days > 0)
-        result.added = len(added)
+            sql.mark_added(ex, added, keep=self.settings.keep_days > 0, dialect=self.db.dialect)
+        result.added = sum(1 for o in outcomes if o.kind == "added")
         self.order.done([o.row.id for o in outcomes if o.kind in ("added", "park")])
-        result.full = taken >= limit and not result.transient
+        result.full = count >= limit and not result.transient
         c = self.counts
         c["added"] += result.added
         c["parked"] += result.parked

@@ -153,11 +153,35 @@ def pending(ex: Exec, limit: int, max_id: Optional[int] = None) -> List[Row]:
 
 
 def pending_by_ids(ex: Exec, ids: Sequence[int]) -> List[Row]:
-    """The waiting rows among ``ids`` (any order)."""
+    """PostgreSQL: the waiting rows among ``ids`` (any order). The ids go as one array
+    parameter, so the statement's text is the same whatever their number (a driver that
+    prepares repeated statements, psycopg 3, prepares it once)."""
     if not ids:
         return []
-    marks = ", ".join(["%s"] * len(ids))
-    return [Row(*r) for r in ex.fetch(f"{_SELECT} WHERE state = %s AND id IN ({marks})", (PENDING, *ids))]
+    return [Row(*r) for r in ex.fetch(f"{_SELECT} WHERE state = %s AND id = ANY(%s::bigint[])", (PENDING, list(ids)))]
+
+
+def take_pending(ex: Exec, ids: Sequence[int], name: str = LOCK_NAME) -> Optional[List[Row]]:
+    """PostgreSQL, one statement: lock the group's row (``FOR UPDATE SKIP LOCKED``) and,
+    when this transaction got it, delete the waiting rows among ``ids`` and return them
+    (any order). ``None`` when another relay holds the lock (nothing deleted). The
+    deletes are undone by a rollback like any other; a row the pass then does not add
+    is put back with :func:`restore` in the same transaction."""
+    found = ex.fetch(
+        f"WITH lock AS (SELECT name FROM {LOCK_TABLE} WHERE name = %s FOR UPDATE SKIP LOCKED), "
+        f"taken AS (DELETE FROM {TABLE} WHERE state = %s AND id = ANY(%s::bigint[]) "
+        f"AND EXISTS (SELECT 1 FROM lock) RETURNING {', '.join(COLUMNS)}) "
+        f"SELECT (SELECT COUNT(*) FROM lock), taken.* FROM (SELECT 1) AS one LEFT JOIN taken ON true",
+        (name, PENDING, list(ids)))
+    if not found or not found[0][0]:
+        return None
+    return [Row(*r[1:]) for r in found if r[1] is not None]
+
+
+def restore(ex: Exec, row: Row) -> None:
+    """Put back a row :func:`take_pending` deleted in this transaction, as it was."""
+    marks = ", ".join(["%s"] * len(COLUMNS))
+    ex.execute(f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({marks})", tuple(row))
 
 
 def pending_ids(ex: Exec, limit: int) -> List[int]:
@@ -170,8 +194,17 @@ def max_pending_id(ex: Exec) -> Optional[int]:
     return int(found[0][0]) if found and found[0][0] is not None else None
 
 
-def mark_added(ex: Exec, ids: Sequence[int], keep: bool) -> None:
-    """Rows whose jobs are in Redis: deleted, or kept as :data:`ADDED` (``keep_days``)."""
+def mark_added(ex: Exec, ids: Sequence[int], keep: bool, dialect: str = "") -> None:
+    """Rows whose jobs are in Redis: deleted, or kept as :data:`ADDED` (``keep_days``).
+    On PostgreSQL one statement whose ids are an array parameter (the same text each
+    pass); elsewhere ``IN`` lists of up to 500."""
+    if dialect == "postgresql" and ids:
+        if keep:
+            ex.execute(f"UPDATE {TABLE} SET state = %s, added_ms = %s WHERE id = ANY(%s::bigint[])",
+                       (ADDED, now_ms(), list(ids)))
+        else:
+            ex.execute(f"DELETE FROM {TABLE} WHERE id = ANY(%s::bigint[])", (list(ids),))
+        return
     for chunk in _chunks(ids):
         marks = ", ".join(["%s"] * len(chunk))
         if keep:
