@@ -30,17 +30,10 @@ def shop(django_shop):
 @pytest.fixture
 def echomq(shop, redis_url, prefix):
     """settings.ECHOMQ pointing at the test Redis, with the test's own prefix."""
-    from django.conf import settings
+    from django_echomq import django_echomq_settings
 
-    from echomq_gevent.contrib import django as integration
-
-    saved = settings.ECHOMQ
-    settings.ECHOMQ = {"redis": redis_url, "prefix": prefix, "entry_points": False,
-                       "queues": {"orders": {"concurrency": 1, "drain_delay": 0.5, "shutdown_timeout": 5}}}
-    integration.reset()
-    yield integration
-    settings.ECHOMQ = saved
-    integration.reset()
+    with django_echomq_settings(redis_url, prefix, ["orders"]) as integration:
+        yield integration
 
 
 def _counts(integration):

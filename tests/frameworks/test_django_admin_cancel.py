@@ -11,17 +11,10 @@ django = pytest.importorskip("django")
 
 @pytest.fixture
 def echomq(django_shop, redis_url, prefix):
-    from django.conf import settings
+    from django_echomq import django_echomq_settings
 
-    from echomq_gevent.contrib import django as integration
-
-    saved = settings.ECHOMQ
-    settings.ECHOMQ = {"redis": redis_url, "prefix": prefix, "entry_points": False,
-                       "queues": {"exports": {"concurrency": 1, "drain_delay": 0.5, "shutdown_timeout": 5}}}
-    integration.reset()
-    yield integration
-    settings.ECHOMQ = saved
-    integration.reset()
+    with django_echomq_settings(redis_url, prefix, ["exports"]) as integration:
+        yield integration
 
 
 def _run_action(action, queryset):
