@@ -12,7 +12,7 @@ import sys
 import time
 
 from . import scale
-from .harness import Bench
+from .harness import Bench, rotated
 from .impls import IMPLS
 from .run import _servers
 
@@ -29,8 +29,7 @@ def main() -> int:
     with Bench(verbose=False, binary=_servers(args.redis)[0]) as bench:
         filler = scale.Filler(bench)
         for rnd in range(args.rounds):
-            k = rnd % len(variants)
-            for variant in variants[k:] + variants[:k]:
+            for variant in rotated(variants, rnd):
                 time.sleep(8)  # let the last measurement's load settle
                 load = round(os.getloadavg()[0], 2)
                 row = scale.measure_busy(bench, filler, IMPLS["ours"], args.queues, args.n, variant=variant)

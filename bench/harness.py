@@ -552,6 +552,13 @@ class Bench:
         }
 
 
+def rotated(items: List[Any], rnd: int) -> List[Any]:
+    """``items`` in round ``rnd``'s order: each round starts one further along, so no
+    case always runs first (or right after the same one)."""
+    k = rnd % len(items)
+    return items[k:] + items[:k]
+
+
 def percentile(sorted_values: List[float], pct: float) -> float:
     """Nearest-rank percentile of an ascending list (``nan`` when empty)."""
     if not sorted_values:

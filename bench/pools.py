@@ -31,7 +31,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta, percentile
+from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta, percentile, rotated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PREFIX = "bpool"
@@ -186,7 +186,7 @@ def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1
     """Every layout ``rounds`` times, their order rotated each round; the median round of each."""
     runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _l, _c in SCALE_LAYOUTS}
     for r in range(rounds):
-        order = SCALE_LAYOUTS[r % len(SCALE_LAYOUTS):] + SCALE_LAYOUTS[:r % len(SCALE_LAYOUTS)]
+        order = rotated(list(SCALE_LAYOUTS), r)
         for row in _scale_round(bench, n, concurrency, log, order):
             runs[row["case"]].append(row)
     out = []

@@ -16,7 +16,7 @@ import subprocess
 import uuid
 from typing import Any, Dict, List
 
-from .harness import Bench, BenchError
+from .harness import Bench, BenchError, rotated
 from .impls import DRIVERS, node_binary, ours_python
 
 DRIVERS_BY_IMPL = {
@@ -57,7 +57,7 @@ def measure_relay(bench: Bench, impls: List[str], rounds: int = 3, latency_n: in
     ``{runs: [...], medians: {impl: {...}}}``."""
     runs: List[Dict[str, Any]] = []
     for rnd in range(rounds):
-        order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
+        order = rotated(impls, rnd)
         for impl in order:
             row = run_once(bench, impl, latency_n, throughput_n)
             row["round"] = rnd + 1

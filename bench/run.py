@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from . import report
-from .harness import Bench, BenchError
+from .harness import Bench, BenchError, rotated
 from .impls import IMPLS, Impl, node_binary, ours_python
 from .pools import from_run as run_pools
 
@@ -554,7 +554,7 @@ def _run_case(bench: Bench, case: Case, impls: List[Impl], rounds: int, suffix: 
     machine is kept in ``runs`` marked ``set_aside`` and run again at once, at most
     ``reruns`` times (the last try counts, whatever it met)."""
     for rnd in range(rounds):
-        order = impls[rnd % len(impls):] + impls[:rnd % len(impls)]
+        order = rotated(impls, rnd)
         for impl in order:
             why = impl.missing("producer" if case.kind == "enqueue" else "worker")
             if case.metrics and not impl.metrics:

@@ -30,7 +30,7 @@ import time
 import uuid
 from typing import Any, Dict, List
 
-from .harness import Bench, BenchError
+from .harness import Bench, BenchError, rotated
 from .report import git_commit
 from .run import cpu_model
 
@@ -117,7 +117,7 @@ def measure(bench: Bench, n: int, rounds: int, concurrency: int) -> Dict[str, An
     runs: List[Dict[str, Any]] = []
     variants = list(VARIANTS)
     for rnd in range(rounds):
-        order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+        order = rotated(variants, rnd)
         for variant in order:
             row = run_round(bench, variant, n, concurrency)
             row["round"] = rnd + 1
