@@ -14,6 +14,9 @@ driver installed: psycopg2 (``postgresql+psycopg2``) and psycopg 3 (``postgresql
   :data:`POLL_WITHOUT_LISTEN` s), and the report says so.
 * ``outbox <ref>`` (``--outbox-baseline REF``): the same with the package of commit REF
   (``git archive``), for before/after figures from the same rounds.
+* ``outbox order=id`` (``--outbox-id-order``): the outbox's ``order: "id"``: rows written
+  without their NOTIFY, the relay going by id, looking again after ``linger`` while it
+  finds rows and every :data:`ID_ORDER_POLL` s otherwise.
 
 Reported per driver and mode (medians over the rounds, the modes alternating): transactions/s of
 the writers, jobs/s end to end (N over the time from the first write to the last job in
@@ -45,6 +48,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 DRIVERS = os.path.join(HERE, "drivers")
 MODES = ("enqueue_on_commit", "outbox")
+#: the mode of the outbox's ``order: "id"`` (``--outbox-id-order``), and its poll_interval
+ID_ORDER_MODE = "outbox order=id"
+ID_ORDER_POLL = 0.05
 #: SQLAlchemy dialect+driver names, psycopg2 first
 DB_DRIVERS = ("psycopg2", "psycopg")
 #: the relay's poll_interval where it cannot LISTEN on the driver's connections
@@ -160,7 +166,7 @@ def _redis_cpu_s(client: Any) -> float:
 
 def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int = 0,
          package_root: Optional[str] = None, poll_interval: Optional[float] = None,
-         pg_pid: Optional[int] = None) -> Dict[str, Any]:
+         pg_pid: Optional[int] = None, order: Optional[str] = None) -> Dict[str, Any]:
     import redis
     from sqlalchemy import create_engine
 
@@ -175,6 +181,8 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
            "mode": "on_commit" if mode == "enqueue_on_commit" else "outbox"}
     if poll_interval is not None:
         cfg["poll_interval"] = poll_interval
+    if order is not None:
+        cfg["order"] = order
     env = _env(package_root)
     relay = None
     if cfg["mode"] == "outbox":
@@ -230,11 +238,12 @@ def _one(bench: Bench, db_url: str, mode: str, n: int, c: int, interval_ms: int 
 
 def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, idle_n: int = 200,
                    idle_interval_ms: int = 20, drivers: Sequence[str] = DB_DRIVERS,
-                   baseline: Optional[str] = None) -> Dict[str, Any]:
+                   baseline: Optional[str] = None, id_order: bool = False) -> Dict[str, Any]:
     """Start PostgreSQL, run every mode ``rounds`` times alternating, on each installed
     driver of ``drivers``, under load (``n`` transactions from ``c`` writers) and idle
     (``idle_n`` transactions one at a time, ``idle_interval_ms`` apart); the medians.
-    ``baseline``: a commit whose package runs as mode ``outbox <baseline>`` too."""
+    ``baseline``: a commit whose package runs as mode ``outbox <baseline>`` too;
+    ``id_order``: the outbox's ``order: "id"`` runs as mode :data:`ID_ORDER_MODE` too."""
     use = installed_drivers(drivers)
     if not use:
         raise BenchError(f"none of the drivers {', '.join(drivers)} is installed")
@@ -255,17 +264,18 @@ def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, id
             pg_version = version
         urls = {d: driver_url(base_url, d) for d in use}
         listens = {d: relay_listens(urls[d]) for d in use}
-        modes = list(MODES) + ([f"outbox {baseline}"] if baseline else [])
+        modes = list(MODES) + ([f"outbox {baseline}"] if baseline else []) + ([ID_ORDER_MODE] if id_order else [])
         runs: List[Dict[str, Any]] = []
         with baseline_tree(baseline) as old_root:
             for r in range(rounds):
                 for d in (use if r % 2 == 0 else list(reversed(use))):
                     for mode in (modes if r % 2 == 0 else list(reversed(modes))):
-                        root = old_root if mode != mode.split()[0] else None
-                        poll = None if listens[d] else POLL_WITHOUT_LISTEN
+                        root = old_root if baseline and mode == f"outbox {baseline}" else None
+                        order = "id" if mode == ID_ORDER_MODE else None
+                        poll = ID_ORDER_POLL if order else None if listens[d] else POLL_WITHOUT_LISTEN
                         for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
                             row = _one(bench, urls[d], mode.split()[0], *args, package_root=root, poll_interval=poll,
-                                       pg_pid=pg.postmaster_pid())
+                                       pg_pid=pg.postmaster_pid(), order=order)
                             row.update(mode=mode, load=load, driver=d)
                             bench.log(f"bench outbox: {d} {mode} {load} round {r + 1}: {row['writes_per_s']:.0f} tx/s, "
                                       f"{row['jobs_per_s']:.0f} jobs/s, p50 {row['p50_ms']:.1f} ms, "
@@ -326,6 +336,10 @@ def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
     if result.get("baseline"):
         lines += ["", f"`outbox {result['baseline']}`: the same relay and writes with the package of commit "
                       f"{result['baseline']}, in the same rounds."]
+    if ID_ORDER_MODE in result.get("modes", ()):
+        lines += ["", f"`{ID_ORDER_MODE}`: the outbox's `order: \"id\"` (rows without their NOTIFY, the relay "
+                      f"going by id and not listening; poll_interval {ID_ORDER_POLL:g} s, linger while it finds "
+                      "rows), in the same rounds."]
     for d in result.get("drivers", ["psycopg2"]):
         wake = ("woken by LISTEN/NOTIFY" if result.get("listen", {}).get(d, True) else
                 f"**polling every {POLL_WITHOUT_LISTEN:g} s**: this build's relay cannot LISTEN on this "

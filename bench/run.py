@@ -219,6 +219,8 @@ def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
                         "enqueue_on_commit, into outbox.md")
     p.add_argument("--outbox-drivers", default="psycopg2,psycopg", help="the outbox case's PostgreSQL drivers")
     p.add_argument("--outbox-baseline", default="", metavar="REF", help="the outbox case also runs commit REF's package")
+    p.add_argument("--outbox-id-order", action="store_true",
+                   help="the outbox case also runs the outbox's order: \"id\" (rows without NOTIFY)")
     p.add_argument("--floor", action="store_true",
                    help="measure one sequential Redis round trip per client stack into floor.md")
     p.add_argument("--max-other", type=float, default=DEFAULT_MAX_OTHER, metavar="PCT",
@@ -524,7 +526,7 @@ def run_outbox(args: argparse.Namespace) -> int:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
             result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=args.rounds or (1 if args.quick else 3),
                                     idle_n=20 if args.quick else 200, drivers=args.outbox_drivers.split(","),
-                                    baseline=args.outbox_baseline or None)
+                                    baseline=args.outbox_baseline or None, id_order=args.outbox_id_order)
     except BenchError as exc:
         sys.stderr.write(f"bench: the outbox case failed: {exc}\n")
         return 1

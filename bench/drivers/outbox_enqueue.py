@@ -67,7 +67,10 @@ def main() -> None:
             s.execute(text("INSERT INTO bench_orders (n) VALUES (:n)"), {"n": i})
             if cfg["mode"] == "outbox":
                 params = encode_row(cfg["queue"], "order", json.dumps({"n": i}), None)
-                write_row(s, params)
+                if cfg.get("order"):  # a package without the option takes no notify argument
+                    write_row(s, params, notify=cfg["order"] == "commit")
+                else:
+                    write_row(s, params)
                 job_id = params[4]
             else:
                 job_id = f"oc-{i}"

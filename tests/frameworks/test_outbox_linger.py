@@ -143,3 +143,66 @@ def test_a_full_pass_is_followed_at_once_and_wakes_during_a_linger_coalesce(tmp_
     finally:
         relay.stop()
         engine.dispose()
+
+
+def test_order_id_on_postgresql_goes_by_id_without_listening_and_looks_again_while_busy(pg_server, orders,
+                                                                                       wait_for):
+    """``order: "id"``: rows written without their NOTIFY; the relay opens no listening
+    connection and adds them by id (two overlapping transactions come out in insert
+    order, not commit order). It finds rows by polling (here every 60 s: the first
+    pass, then a wake-up of its own process); while passes find rows it looks again
+    after its linger, so rows of other processes committed meanwhile need no wake-up.
+    A rollback adds nothing."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.orm import Session
+
+    from echomq_gevent.contrib.outbox.rows import encode_row
+    from echomq_gevent.contrib.outbox.sqlalchemy import metadata, write_row
+
+    def write(session, name, n):
+        write_row(session, encode_row("orders", name, json.dumps({"n": n}), None), notify=False)
+
+    def commit_one(name, n):
+        with Session(engine) as s:
+            write(s, name, n)
+            s.commit()
+
+    queue_for, queue = orders
+    engine = create_engine(pg_server.create_database(f"idorder{time.monotonic_ns()}"))
+    metadata.create_all(engine)
+    with engine.connect() as conn:
+        conn.exec_driver_sql("LISTEN echomq_outbox")  # nothing is notified
+        conn.commit()
+        early, late = Session(engine), Session(engine)
+        write(early, "inserted-first", 0)
+        write(late, "inserted-second", 1)
+        late.commit()
+        early.commit()
+        with Session(engine) as s:
+            write(s, "rolled-back", 9)
+            s.rollback()
+        raw = conn.connection.driver_connection
+        if hasattr(raw, "poll"):  # psycopg2
+            raw.poll()
+            assert raw.notifies == []
+        else:
+            assert list(raw.notifies(timeout=0.2, stop_after=1)) == []
+    relay = _relay(engine, queue_for, order="id", linger=0.5, poll_interval=60.0).start()
+    try:
+        assert relay.listening is False
+        wait_for(lambda: queue.count() == 2, timeout=10, what="the first pass")
+        assert _names(queue) == ["inserted-first", "inserted-second"]
+        commit_one("a", 2)
+        commit_one("b", 3)
+        relay.wake()  # as a commit of the relay's own process does
+        wait_for(lambda: queue.count() == 4, timeout=5, what="the woken pass")
+        # busy: a row committed within the linger goes out without a wake-up
+        commit_one("c", 4)
+        wait_for(lambda: queue.count() == 5, timeout=5, what="the next look after the linger")
+        assert relay.listener is None
+        assert _names(queue) == ["inserted-first", "inserted-second", "a", "b", "c"]
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT COUNT(*) FROM echomq_outbox")).scalar() == 0
+    finally:
+        relay.stop()
+        engine.dispose()

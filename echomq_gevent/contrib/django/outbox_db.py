@@ -19,13 +19,14 @@ from ..outbox.drivers import cooperative_psycopg
 __all__ = ["DjangoDb", "CursorExec", "write_row"]
 
 
-def write_row(using: str, params: Sequence[Any]) -> None:
-    """Insert one outbox row on database ``using``'s connection (this greenlet's)."""
+def write_row(using: str, params: Sequence[Any], notify: bool = True) -> None:
+    """Insert one outbox row on database ``using``'s connection (this greenlet's);
+    ``notify``: false leaves out PostgreSQL's ``pg_notify`` (``order: "id"``)."""
     from django.db import connections
 
     conn = connections[using]
     with conn.cursor() as cur:
-        cur.execute(sql.insert_sql(conn.vendor), list(params))
+        cur.execute(sql.insert_sql(conn.vendor, notify), list(params))
 
 
 class CursorExec:

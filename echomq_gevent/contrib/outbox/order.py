@@ -11,7 +11,10 @@ would then put its jobs first, ahead of jobs whose rows committed before it.
   id (:data:`~.rows.CHANNEL`), so a relay that listens learns the commit order and goes by it
   (:class:`CommitOrder`). Rows it could not have heard of (they committed before it
   started listening, or while its listening connection was down) go first, by id.
-* Other databases (MySQL): by id; concurrent transactions may come out in insert order.
+* Other databases (MySQL), and PostgreSQL with the outbox's ``order: "id"`` (the rows
+  are written without their NOTIFY, which saves PostgreSQL the notification's work and
+  the listener's wake-up at every commit): by id; concurrent transactions may come out
+  in insert order.
 
 Within one transaction the rows (and so the jobs) keep the order they were asked in.
 Used on the relay's greenlet.

@@ -24,8 +24,11 @@ the work through the database, so a second relay is harmless:
 A pass takes up to ``batch_size`` rows in commit order (:mod:`.order`); the loop runs
 passes while rows are left, then waits for a wake-up: :meth:`Relay.wake` (the app's
 commit in this process), a PostgreSQL notification (any process's commit, :mod:`.listen`)
-or ``poll_interval``. A pass costs about the same for one row as for a hundred (a
-transaction of three to five statements and a Redis round trip), so a busy relay (its last pass
+or ``poll_interval``. With ``order: "id"`` on PostgreSQL the rows carry no notification:
+the relay goes by id, does not listen, and after a pass that found rows looks again
+after ``linger`` instead of waiting for ``poll_interval``. A pass costs about the same
+for one row as for a hundred (a transaction of three to five statements and a Redis
+round trip), so a busy relay (its last pass
 that found rows took more than one) lets ``linger`` seconds pass from the start of one
 pass to the next: the rows committed meanwhile go out together. Rows that come one at a
 time, a wake-up after a quiet spell, and the pass after one that took a whole batch
@@ -109,7 +112,8 @@ class Relay:
         self.label = label
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.locking = db.dialect in ROW_LOCKING
-        self.listening = db.dialect == "postgresql"
+        # order "id": the rows carry no notification, so there is nothing to listen for
+        self.listening = db.dialect == "postgresql" and settings.order == "commit"
         self.order: Any = CommitOrder() if self.listening else IdOrder()
         self.listener: Any = None
         self.state = "built"
@@ -392,6 +396,10 @@ class Relay:
             if result.leader and (result.full or self.order.more):
                 hurry = result.full
                 gevent.sleep(0)
+                continue
+            if result.leader and taken and self.settings.order == "id" and self.db.dialect == "postgresql":
+                # no notification wakes it: a relay that found rows looks again after its
+                # linger (at once after a single row), not after poll_interval
                 continue
             self._pause(self.settings.poll_interval)
         self.state = "stopping"

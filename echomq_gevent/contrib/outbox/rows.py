@@ -124,19 +124,20 @@ def encode_row(queue: str, name: str, data_json: str, opts: Optional[Mapping[str
 
 _INSERT = (f"INSERT INTO {TABLE} (queue, name, data, opts, job_id, state, created_ms, attempts, last_error) "
            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
-#: PostgreSQL: the insert and its NOTIFY in one round trip (the notification goes out at
+#: PostgreSQL (``order: "commit"``, the default): the insert and its NOTIFY in one round trip (the notification goes out at
 #: commit, in commit order, and not at all on a rollback).
 _INSERT_NOTIFY = (f"WITH row AS ({_INSERT} RETURNING id) SELECT pg_notify('{CHANNEL}', row.id::text) FROM row")
 
 
-def insert_sql(dialect: str) -> str:
-    """The statement that writes one row in the app's transaction."""
-    return _INSERT_NOTIFY if dialect == "postgresql" else _INSERT
+def insert_sql(dialect: str, notify: bool = True) -> str:
+    """The statement that writes one row in the app's transaction; on PostgreSQL with
+    its ``pg_notify`` unless ``notify`` is false (the outbox's ``order: "id"``)."""
+    return _INSERT_NOTIFY if dialect == "postgresql" and notify else _INSERT
 
 
-def insert_row(run: Any, dialect: str, params: Sequence[Any]) -> None:
+def insert_row(run: Any, dialect: str, params: Sequence[Any], notify: bool = True) -> None:
     """Write one row with ``run(sql, params)`` (the app's connection or session)."""
-    run(insert_sql(dialect), params)
+    run(insert_sql(dialect, notify), params)
 
 
 # --- the relay's statements ----------------------------------------------------------------------

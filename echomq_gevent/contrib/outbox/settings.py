@@ -24,6 +24,7 @@ class OutboxSettings:
     batch_size: int = 100
     poll_interval: float = 1.0
     linger: float = 0.02
+    order: str = "commit"
     keep_days: float = 0.0
     max_age: float = 60.0
     max_attempts: int = 10
@@ -49,6 +50,15 @@ def _number_range(lo: float, hi: float, open_low: bool = False) -> Callable[[Any
     return check
 
 
+#: ``order``: ``commit`` (PostgreSQL: each row notifies its id, the relay goes by commit
+#: order) or ``id`` (no notification: by id, found by polling; cheaper, see :mod:`.order`).
+ORDERS = ("commit", "id")
+
+
+def _order(v: Any) -> Optional[str]:
+    return None if v in ORDERS else f"must be one of {', '.join(repr(o) for o in ORDERS)}"
+
+
 def _bool(v: Any) -> Optional[str]:
     return None if isinstance(v, bool) else "must be true or false"
 
@@ -67,6 +77,11 @@ OPTIONS: Dict[str, Tuple[Callable[[Any], Optional[str]], str]] = {
                "seconds a busy relay (its last pass took more than one row) lets pass from the start "
                "of one pass to the next, so the rows committed meanwhile go out together; rows that "
                "come one at a time are not delayed; 0 runs a pass per wake-up"),
+    "order": (_order,
+              "PostgreSQL: 'commit' adds jobs in the order their transactions committed (each row "
+              "notifies the relay); 'id' writes rows without a notification and adds them by id, found "
+              "every poll_interval (linger while busy): cheaper, but jobs of overlapping transactions may "
+              "come in insert order; set the same value in every process"),
     "keep_days": (_number_range(0.0, 3650.0),
                   "days an added row is kept (state 'added') before it is deleted; 0 deletes it at once"),
     "max_age": (_number_range(0.0, 86400.0, open_low=True),

@@ -81,15 +81,16 @@ def session_of(session: Any) -> Any:
     return session.registry() if hasattr(session, "registry") else session
 
 
-def write_row(session: Any, params: Sequence[Any]) -> Any:
+def write_row(session: Any, params: Sequence[Any], notify: bool = True) -> Any:
     """Insert one outbox row in ``session``'s transaction (its connection for the outbox
     table's bind); returns the real session. A session that zope.sqlalchemy joins to a
     ``transaction`` manager must then be marked changed by the caller
     (``zope.sqlalchemy.mark_changed``): a raw insert alone leaves it read-only, and the
-    manager would roll it back."""
+    manager would roll it back. ``notify``: false writes the row without its
+    ``pg_notify`` (the outbox's ``order: "id"``)."""
     real = session_of(session)
     conn = real.connection(bind_arguments={"clause": outbox_table.select()})
-    conn.exec_driver_sql(driver_sql(conn.dialect, sql.insert_sql(conn.dialect.name)), tuple(params))
+    conn.exec_driver_sql(driver_sql(conn.dialect, sql.insert_sql(conn.dialect.name, notify)), tuple(params))
     return real
 
 

@@ -28,6 +28,17 @@ def test_true_false_and_mappings():
     assert OutboxSettings().linger == 0.02
     lazy = outbox_settings({"linger": 0}, where)
     assert lazy.linger == 0.0 and isinstance(lazy.linger, float)
+    assert OutboxSettings().order == "commit"
+    assert outbox_settings({"order": "id"}, where).order == "id"
+
+
+def test_order_id_writes_postgresql_rows_without_their_notify():
+    from echomq_gevent.contrib.outbox import rows
+
+    assert "pg_notify" in rows.insert_sql("postgresql")
+    plain = rows.insert_sql("postgresql", notify=False)
+    assert "pg_notify" not in plain and plain.startswith("INSERT INTO echomq_outbox ")
+    assert rows.insert_sql("sqlite") == rows.insert_sql("sqlite", notify=False) == plain
 
 
 @pytest.mark.parametrize("value, message", [
@@ -39,6 +50,7 @@ def test_true_false_and_mappings():
     ({"linger": 2}, r"\['linger'\]: must be a number from 0 to 1, got 2"),
     ({"linger": "fast"}, r"\['linger'\]: must be a number from 0 to 1"),
     ({"relay": "yes"}, r"\['relay'\]: must be true or false"),
+    ({"order": "insert"}, r"\['order'\]: must be one of 'commit', 'id', got 'insert'"),
     ("on", r"settings\.ECHOMQ\['outbox'\]: must be true, false or a mapping"),
 ])
 def test_wrong_values_name_the_setting(value, message):
