@@ -4,7 +4,7 @@ a pool costs against one queue, and what it buys a tenant against one shared que
 Cases, each in a worker process of its own (gevent-patched, as the command runs) on a
 private redis-server, the jobs filled into paused queues first and resumed at once:
 
-- **scale**: N no-op jobs (default 20,000) at a total concurrency of 100: one plain
+- **scale**: N no-op jobs (default 100,000) at a total concurrency of 100: one plain
   ``Worker`` on one queue, then a pool (round robin) over 1, 10 and 100 queues holding N/Q
   jobs each: jobs/s (resume to the last finish), the worker's and Redis's CPU per job, and
   the worker process's connections (``CLIENT LIST`` while it runs).
@@ -185,15 +185,27 @@ SCALE_LAYOUTS = (("one queue, no pool", "worker", 1), ("pool over 1 queue", "poo
 def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1) -> List[Dict[str, Any]]:
     """Every layout ``rounds`` times, their order rotated each round; the median round of each."""
     runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _l, _c in SCALE_LAYOUTS}
+    base_label = SCALE_LAYOUTS[0][0]
     for r in range(rounds):
         order = rotated(list(SCALE_LAYOUTS), r)
-        for row in _scale_round(bench, n, concurrency, log, order):
+        rows = _scale_round(bench, n, concurrency, log, order)
+        base = next(row["jobs_per_s"] for row in rows if row["case"] == base_label)
+        for row in rows:
+            # against the one queue of the same round: the machine's speed drifts between
+            # rounds by more than the difference measured (paired, the drift cancels)
+            row["x_one_queue"] = round(row["jobs_per_s"] / max(1, base), 3)
             runs[row["case"]].append(row)
     out = []
     for label, _l, _c in SCALE_LAYOUTS:
         ordered = sorted(runs[label], key=lambda row: row["jobs_per_s"])
         median = dict(ordered[len(ordered) // 2])
         median["rounds"] = [row["jobs_per_s"] for row in runs[label]]
+        ratios = [row["x_one_queue"] for row in runs[label]]
+        median["x_one_queue_rounds"] = ratios
+        median["x_one_queue_median"] = sorted(ratios)[len(ratios) // 2]
+        for part in ("worker_us_per_job", "redis_us_per_job"):
+            values = sorted(row[part] for row in runs[label])
+            median[part] = values[len(values) // 2]
         out.append(median)
     return out
 
@@ -358,15 +370,21 @@ def markdown(res: Dict[str, Any]) -> str:
            f"{m['load_before']} before and {m['load_after']} after. `python -m bench.pools`"
            + (" --quick" if m.get("quick") else "") + ".", "",
            "## Scale: one budget of 100 slots over 1, 10, 100 queues", "",
-           "| layout | jobs | jobs/s (median) | × one queue | rounds | worker µs/job | Redis µs/job | one queue's CPU "
-           "per job ÷ this one's | script calls/job | connections |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+           "Every layout once a round, their order rotated; a round's ratio is against the one queue of the "
+           "same round (the machine's speed drifts between rounds), the row gives the median of those. CPU "
+           "per job: the medians of the rounds.", "",
+           "| layout | jobs | jobs/s (median) | × one queue, median of rounds | rounds: jobs/s | rounds: × one "
+           "queue | worker µs/job | Redis µs/job | one queue's CPU per job ÷ this one's | script calls/job | "
+           "connections |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     base = res["scale"][0]["jobs_per_s"] if res["scale"] else 1
     base_cpu = (res["scale"][0]["worker_us_per_job"] + res["scale"][0]["redis_us_per_job"]) if res["scale"] else 1
     for r in res["scale"]:
         rounds = ", ".join(f"{x:,}" for x in r.get("rounds", []))
         cpu = r["worker_us_per_job"] + r["redis_us_per_job"]
-        out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {r['jobs_per_s'] / base:.2f} | {rounds} | "
+        ratio = r.get("x_one_queue_median", r["jobs_per_s"] / base)
+        ratios = ", ".join(f"{x:.2f}" for x in r.get("x_one_queue_rounds", []))
+        out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {ratio:.2f} | {rounds} | {ratios} | "
                    f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {base_cpu / max(cpu, 0.1):.2f} | "
                    f"{r.get('script_calls_per_job')} | {r['connections']} |")
     out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
@@ -393,23 +411,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--driver", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="tiny N: a smoke run")
     p.add_argument("--out", default=os.path.join(HERE, "results"))
-    p.add_argument("--jobs", type=int, default=None, help="the scale case's jobs (default 20000)")
+    p.add_argument("--jobs", type=int, default=None, help="the scale case's jobs (default 100000)")
     p.add_argument("--flood", type=int, default=None, help="the fairness case's flood (default 50000)")
     p.add_argument("--tenants", type=int, default=None, help="the idle case's tenant queues (default 1000)")
-    p.add_argument("--rounds", type=int, default=None, help="rounds of the scale case (default 3; --quick 1)")
+    p.add_argument("--rounds", type=int, default=None, help="rounds of the scale case (default 5; --quick 1)")
     p.add_argument("--only", default="scale,fairness,idle", help="which cases (default all three)")
     args = p.parse_args(argv)
     if args.driver:
         _driver(json.loads(args.driver))
         return 0
-    n = args.jobs or (2000 if args.quick else 20000)
+    # 100,000: at some 35,000 jobs/s a run of 20,000 lasted 0.6 s, and the start and the
+    # tail of a run moved its figure more than the layouts did
+    n = args.jobs or (2000 if args.quick else 100000)
     flood = args.flood or (2000 if args.quick else 50000)
     tenants = args.tenants or (100 if args.quick else 1000)
     idle_s = 3.0 if args.quick else 10.0
     load_before = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     with Bench() as bench:
         only = set(args.only.split(","))
-        rounds = args.rounds or (1 if args.quick else 3)
+        rounds = args.rounds or (1 if args.quick else 5)
         res: Dict[str, Any] = {
             "scale": scale_case(bench, n, 100, bench.log, rounds) if "scale" in only else [],
             "fairness": fairness_case(bench, flood, bench.log) if "fairness" in only else [],
@@ -444,6 +464,7 @@ def _history(path: str, res: Dict[str, Any]) -> None:
     m = res["meta"]
     scale = {r["queues"]: r["jobs_per_s"] for r in res["scale"] if r["case"].startswith("pool")}
     base = res["scale"][0]["jobs_per_s"]
+    hundred = next((r for r in res["scale"] if r["queues"] == 100 and r["case"].startswith("pool")), {})
     fair = {r["case"]: r["small_wait_ms_p99"] for r in res["fairness"]}
     text = (f"| {m['when']} | {m['commit']} | {platform.machine()}, {m['cpus']} CPUs, {m['cpu']} | {m['redis']} | "
             f"{len(res['scale'][0].get('rounds', [1]))} | "
@@ -451,7 +472,7 @@ def _history(path: str, res: Dict[str, Any]) -> None:
             f"{scale.get(100)} (one queue without a pool {base}); small tenants' wait p99 ms "
             + ", ".join(f"{k} {v}" for k, v in fair.items())
             + f"; {res['idle']['tenants']} idle tenants {res['idle']['worker_cpu_pct']} % of a core | "
-            f"{(scale.get(100) or 0) / max(1, base):.2f} |\n")
+            f"{hundred.get('x_one_queue_median', (scale.get(100) or 0) / max(1, base)):.2f} |\n")
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(text)
 
