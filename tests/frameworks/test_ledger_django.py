@@ -256,3 +256,30 @@ def test_a_job_asked_for_by_an_atomic_processor_through_the_outbox_is_asked_for_
     finally:
         echomq.processor._routes[:] = [r for r in echomq.processor._routes if r[2] is not registered]
         queue.close()
+
+
+def test_a_jobs_module_importing_models_at_the_top_runs_under_offload_process(shop_db, redis_url, prefix, qname,
+                                                                              queue, wait_for):
+    """The child of ``offload: process`` sets Django up from the worker's settings module
+    before it imports the processor's module (before, that import raised
+    AppRegistryNotReady and the worker did not start)."""
+    import os
+
+    from django.db import connection
+    from shop.models import Order
+
+    import offload_model_jobs
+
+    Order.objects.create(email="a@example.com")
+    Order.objects.create(email="a@example.com")
+    connection.close()
+    queue.add("count", {"email": "a@example.com"}, {"jobId": "c1"})
+    from integration.worker_helpers import make_worker, running
+
+    with running(make_worker(redis_url, prefix, qname, offload_model_jobs.count_orders, concurrency=1,
+                             offload="process")):
+        wait_for(lambda: queue.get_job_state("c1") in ("completed", "failed"), what="the job to settle")
+    job = queue.get_job("c1")
+    assert job.returnvalue is not None, job.failed_reason
+    assert job.returnvalue["orders"] == 2
+    assert job.returnvalue["pid"] != os.getpid()  # it ran in the child

@@ -22,7 +22,11 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .wire import encode, read_frame
 
-__all__ = ["OffloadedJob", "OffloadCallError", "resolve_spec", "main"]
+__all__ = ["OffloadedJob", "OffloadCallError", "resolve_spec", "main", "SETUP_ENV"]
+
+#: Set by the worker (``pool.py``) to ``django`` when it runs with Django set up: the child
+#: sets Django up before it imports the processors' modules.
+SETUP_ENV = "ECHOMQ_OFFLOAD_SETUP"
 
 
 class OffloadCallError(Exception):
@@ -148,7 +152,25 @@ def _run(channel: _Channel, processors: Dict[str, Callable[..., Any]], message: 
     channel.send(frame)
 
 
+def _setup_framework() -> None:
+    """Before the processors' modules are imported: set Django up when the worker runs
+    with it (``SETUP_ENV``, set by the pool), so a module that imports models at the top
+    imports here as it does in the worker."""
+    if os.environ.get(SETUP_ENV) == "django":
+        import django
+
+        django.setup()
+
+
 def _load(channel: _Channel, processors: Dict[str, Callable[..., Any]], specs: List[str]) -> None:
+    try:
+        _setup_framework()
+    except BaseException as exc:
+        channel.send({"op": "load_error", "spec": specs[0] if specs else "",
+                      "error": f"setting Django up from DJANGO_SETTINGS_MODULE="
+                               f"{os.environ.get('DJANGO_SETTINGS_MODULE', '')!r} failed: {type(exc).__name__}: {exc}",
+                      "traceback": _error_message(exc)["traceback"]})
+        return
     for spec in specs:
         try:
             fn = resolve_spec(spec)

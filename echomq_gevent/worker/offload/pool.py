@@ -36,6 +36,7 @@ import gevent.queue
 from gevent import subprocess as gsubprocess
 
 from ...errors import ConfigError, EchoMQError, JobTimeoutError, UnrecoverableError
+from .child import SETUP_ENV
 from .wire import WireError, encode, read_frame
 
 log = logging.getLogger("echomq_gevent.worker")
@@ -46,6 +47,17 @@ __all__ = ["ProcessRuntime", "OffloadedError", "ProcessorDied", "processor_spec"
 CHILD_MODULE = "echomq_gevent.worker.offload.child"
 #: Seconds a child may take to start and import the processors.
 START_TIMEOUT = 60.0
+
+
+def _django_configured() -> bool:
+    """Whether this process runs with Django set up (looked at, never imported here)."""
+    conf = sys.modules.get("django.conf")
+    if conf is None:
+        return False
+    try:
+        return bool(conf.settings.configured)
+    except Exception:  # pragma: no cover - a settings object that cannot say
+        return False
 #: Exceptions of the child kept as their own type in the worker (the failure policy reads them).
 _KEPT_TYPES = {"echomq_gevent.errors.UnrecoverableError": UnrecoverableError}
 
@@ -192,6 +204,12 @@ class ProcessRuntime:
         env = dict(os.environ)
         paths = [p or os.getcwd() for p in sys.path]
         env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+        if _django_configured() and env.get("DJANGO_SETTINGS_MODULE"):
+            # the processors' modules may import models at the top: the child sets Django
+            # up from the same settings module before it imports them (child.py)
+            env[SETUP_ENV] = "django"
+        else:
+            env.pop(SETUP_ENV, None)
         return env
 
     def _spawn(self) -> _Child:

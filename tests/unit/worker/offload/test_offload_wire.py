@@ -73,3 +73,29 @@ def test_exit_statuses_are_described():
     assert describe_exit(-6) == "died of SIGABRT"
     assert describe_exit(-9) == "died of SIGKILL"
     assert describe_exit(3) == "exited with status 3"
+
+
+def test_a_child_that_cannot_set_django_up_says_so_naming_the_settings_module():
+    """A child asked to set Django up (the worker runs with Django) whose settings module
+    does not import answers ``load_error`` naming ``DJANGO_SETTINGS_MODULE``, before it
+    imports any processor."""
+    pytest.importorskip("django")
+    import os
+    import subprocess
+    import sys
+
+    from echomq_gevent.worker.offload.child import SETUP_ENV
+
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="no_such_settings_module_here")
+    env[SETUP_ENV] = "django"
+    child = subprocess.Popen([sys.executable, "-m", "echomq_gevent.worker.offload.child"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+    try:
+        out, _ = child.communicate(encode({"op": "load", "specs": ["json:dumps"]}), timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    answer = read_frame(reader(out))
+    assert answer["op"] == "load_error"
+    assert "DJANGO_SETTINGS_MODULE='no_such_settings_module_here'" in answer["error"]
+    assert "ModuleNotFoundError" in answer["error"]
