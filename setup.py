@@ -53,8 +53,8 @@ EXTRAS = {
     # echomq_gevent.contrib.otel: traces (an OpenTelemetry SDK is the application's choice).
     "otel": ["opentelemetry-api>=1.20"],
     # echomq_gevent.contrib.sentry: errors, job traces and Crons check-ins (the 2.x scope API:
-    # isolation scopes, continue_trace).
-    "sentry": ["sentry-sdk>=2"],
+    # isolation scopes, continue_trace; 3.0 removed start_transaction, so below 3).
+    "sentry": ["sentry-sdk>=2,<3"],
     # The framework integrations (echomq_gevent.contrib.django, .flask, .pyramid); the
     # test extra carries them for tests/frameworks/, docs/frameworks.md names the versions run.
     "django": ["Django>=3.2,<7"],

@@ -1,7 +1,7 @@
 """Sentry for jobs: a transaction per run, one error event per job that fails for good,
 the producer's trace continued in the worker, and opt-in Crons check-ins for job schedulers.
 
-Install the extra (``pip install 'echomq-gevent[sentry]'``, which brings ``sentry-sdk>=2``)
+Install the extra (``pip install 'echomq-gevent[sentry]'``, which brings ``sentry-sdk>=2,<3``)
 and register the plugin on the worker host and on the queues that add jobs::
 
     # conf/worker.yaml: SENTRY_DSN in the environment, or sentry_sdk.init() done by your app
@@ -46,13 +46,24 @@ import weakref
 from typing import Any, Dict, Iterator, List, Optional
 
 import sentry_sdk
-import sentry_sdk.utils
-from sentry_sdk import Scope
-from sentry_sdk.crons import capture_checkin
-from sentry_sdk.utils import event_from_exception
 
-from ..plugins.hookspecs import hookimpl
-from .carrier import job_carrier
+from ..errors import ConfigError
+
+#: The sentry-sdk releases this plugin is written for: 2.x (3.0 removed the transaction API
+#: it uses, ``start_transaction`` among it)
+SUPPORTED_SDK = ">=2,<3"
+if not str(getattr(sentry_sdk, "VERSION", "2")).startswith("2."):
+    raise ConfigError(f"echomq_gevent.contrib.sentry works with sentry-sdk 2.x ({SUPPORTED_SDK}); "
+                      f"sentry-sdk {getattr(sentry_sdk, 'VERSION', '?')} is installed: "
+                      f"pip install 'sentry-sdk{SUPPORTED_SDK}' (what the extra echomq-gevent[sentry] brings)")
+
+import sentry_sdk.utils  # noqa: E402 - after the version check, which names the fix
+from sentry_sdk import Scope  # noqa: E402
+from sentry_sdk.crons import capture_checkin  # noqa: E402
+from sentry_sdk.utils import event_from_exception  # noqa: E402
+
+from ..plugins.hookspecs import hookimpl  # noqa: E402
+from .carrier import job_carrier  # noqa: E402
 
 __all__ = ["SentryPlugin", "producer_plugins", "trace_headers", "monitor_config", "monitor_slug"]
 
