@@ -12,19 +12,23 @@ import time
 from echomq_gevent.connection import blocking
 
 
-def test_the_wait_returns_once_the_threads_ended():
+def _thread_for(seconds: float):
+    """A native thread that runs ``seconds`` unless its gate (returned) is released."""
     gate = blocking.native_lock()
     gate.acquire()
-    blocking.start_native_thread(lambda: gate.acquire(True, 0.3))
+    blocking.start_native_thread(lambda: gate.acquire(True, seconds))
+    return gate
+
+
+def test_the_wait_returns_once_the_threads_ended():
+    _thread_for(0.3)
     started = time.monotonic()
     assert blocking.wait_native_threads(5.0) == 0
     assert 0.2 <= time.monotonic() - started < 4.0
 
 
 def test_the_wait_gives_up_after_its_timeout():
-    gate = blocking.native_lock()
-    gate.acquire()
-    blocking.start_native_thread(lambda: gate.acquire(True, 2.0))
+    gate = _thread_for(2.0)
     started = time.monotonic()
     assert blocking.wait_native_threads(0.1) == 1
     assert time.monotonic() - started < 1.5
