@@ -59,7 +59,8 @@ def test_the_commands_connections_for_twenty_queues(tmp_path, redis_url, prefix,
         for name, job_id in added:
             assert json.loads(r.hget(f"{prefix}:{name}:{job_id}", "returnvalue"))["q"] == name
             assert r.hget(f"{prefix}:{name}:{job_id}", "ats") == "1"  # run once
-        assert cli.stop() == 0
+        status = cli.stop()
+        assert status == 0, cli.output()  # a crash on the way out prints its faulthandler dump here
     finally:
         cli.kill()
         for q in producers:

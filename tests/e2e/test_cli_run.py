@@ -55,6 +55,7 @@ class Cli(RunningCommand):
         full_env = dict(os.environ)
         full_env["PYTHONPATH"] = os.pathsep.join(p for p in (ROOT, extra_path) if p)
         full_env.pop("ECHOMQ_CONFIG", None)
+        full_env.setdefault("PYTHONFAULTHANDLER", "1")  # a crash prints where it was into output()
         full_env.update(env or {})
         super().__init__([*(command or [PYTHON, "-m", "echomq_gevent"]), *args], cwd, full_env)
 

@@ -79,9 +79,11 @@ def spawn_worker(tmp_path, redis_url, prefix, qname):
     def start(**options: Any) -> subprocess.Popen:
         cfg = {"queue": qname, "url": redis_url, "prefix": prefix, "options": options}
         env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        log = open(tmp_path / f"worker{len(procs)}.log", "w")
+        log_path = tmp_path / f"worker{len(procs)}.log"
+        log = open(log_path, "w")
         proc = subprocess.Popen([PYTHON, str(script), json.dumps(cfg)], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=log, text=True)
+        proc.log_path = log_path  # its log, with a faulthandler dump if it crashed
         procs.append(proc)
         assert proc.stdout.readline().strip() == "READY"
         return proc
@@ -157,7 +159,8 @@ def test_cpu_bound_job_keeps_its_lock_while_another_worker_polls(spawn_worker, r
     assert not any(e["event"] == "stalled" for e in events())
     assert poller.counters["stalled"] == 0
     child.send_signal(signal.SIGTERM)
-    assert child.wait(10) == 0
+    status = child.wait(10)
+    assert status == 0, child.log_path.read_text()[-4000:]
 
 
 def test_sigterm_completes_short_jobs_and_hands_back_the_rest(spawn_worker, redis_url, prefix, qname, queue, r, wait_for):
