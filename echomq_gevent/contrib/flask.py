@@ -267,7 +267,7 @@ class EchoMQ:
         from .outbox.sqlalchemy import write_row
 
         params = encode_row(queue, name, state.checked(queue, name, data, opts), opts)
-        write_row(session, params, notify=box.settings.order == "commit")
+        write_row(session, params, notify=box.settings.notifies)
         enqueue_after_commit(session, box.wake)
         return params[4]
 

@@ -195,7 +195,7 @@ def enqueue_on_commit(queue_name: str, name: str, data: Any = None, opts: Option
     from .outbox_db import write_row
 
     params = encode_row(queue_name, name, state.checked(queue_name, name, data, opts), opts)
-    write_row(alias, params, notify=box.settings.order == "commit")
+    write_row(alias, params, notify=box.settings.notifies)
     transaction.on_commit(box.wake, using=alias)
     return params[4]
 

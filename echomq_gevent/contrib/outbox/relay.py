@@ -113,7 +113,7 @@ class Relay:
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.locking = db.dialect in ROW_LOCKING
         # order "id": the rows carry no notification, so there is nothing to listen for
-        self.listening = db.dialect == "postgresql" and settings.order == "commit"
+        self.listening = db.dialect == "postgresql" and settings.notifies
         self.order: Any = CommitOrder() if self.listening else IdOrder()
         self.listener: Any = None
         self.state = "built"
@@ -397,7 +397,7 @@ class Relay:
                 hurry = result.full
                 gevent.sleep(0)
                 continue
-            if result.leader and taken and self.settings.order == "id" and self.db.dialect == "postgresql":
+            if result.leader and taken and self.db.dialect == "postgresql" and not self.listening:
                 # no notification wakes it: a relay that found rows looks again after its
                 # linger (at once after a single row), not after poll_interval
                 continue

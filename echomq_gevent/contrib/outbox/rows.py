@@ -29,7 +29,7 @@ from typing import Any, ContextManager, List, Mapping, NamedTuple, Optional, Pro
 
 
 __all__ = ["Row", "Db", "Exec", "PENDING", "ADDED", "PARKED", "TABLE", "LOCK_TABLE", "CHANNEL",
-           "JOB_ID_PREFIX", "new_job_id", "now_ms", "insert_row", "encode_row"]
+           "JOB_ID_PREFIX", "new_job_id", "now_ms", "insert_sql", "encode_row"]
 
 TABLE = "echomq_outbox"
 LOCK_TABLE = "echomq_outbox_lock"
@@ -124,8 +124,8 @@ def encode_row(queue: str, name: str, data_json: str, opts: Optional[Mapping[str
 
 _INSERT = (f"INSERT INTO {TABLE} (queue, name, data, opts, job_id, state, created_ms, attempts, last_error) "
            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)")
-#: PostgreSQL (``order: "commit"``, the default): the insert and its NOTIFY in one round trip (the notification goes out at
-#: commit, in commit order, and not at all on a rollback).
+#: PostgreSQL (``order: "commit"``, the default): the insert and its NOTIFY in one round
+#: trip (the notification goes out at commit, in commit order, and not at all on a rollback).
 _INSERT_NOTIFY = (f"WITH row AS ({_INSERT} RETURNING id) SELECT pg_notify('{CHANNEL}', row.id::text) FROM row")
 
 
@@ -133,11 +133,6 @@ def insert_sql(dialect: str, notify: bool = True) -> str:
     """The statement that writes one row in the app's transaction; on PostgreSQL with
     its ``pg_notify`` unless ``notify`` is false (the outbox's ``order: "id"``)."""
     return _INSERT_NOTIFY if dialect == "postgresql" and notify else _INSERT
-
-
-def insert_row(run: Any, dialect: str, params: Sequence[Any], notify: bool = True) -> None:
-    """Write one row with ``run(sql, params)`` (the app's connection or session)."""
-    run(insert_sql(dialect, notify), params)
 
 
 # --- the relay's statements ----------------------------------------------------------------------

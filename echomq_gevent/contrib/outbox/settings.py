@@ -33,6 +33,12 @@ class OutboxSettings:
     database: Optional[str] = None
     session: str = "dbsession"
 
+    @property
+    def notifies(self) -> bool:
+        """Whether rows carry their NOTIFY on PostgreSQL (``order: "commit"``), so the relay
+        listens and goes by commit order."""
+        return self.order == "commit"
+
 
 def _int_range(lo: int, hi: int) -> Callable[[Any], Optional[str]]:
     def check(v: Any) -> Optional[str]:

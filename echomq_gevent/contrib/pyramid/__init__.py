@@ -257,7 +257,7 @@ def _enqueue_outbox(request: Any, state: Integration, queue: str, name: str, dat
         raise ConfigError(f"echomq.outbox.session: the request has no {attr!r} (the SQLAlchemy session the "
                           f"outbox row is written with); add that request method or name yours")
     params = encode_row(queue, name, state.checked(queue, name, data, opts), opts)
-    real = write_row(session, params, notify=box.settings.order == "commit")
+    real = write_row(session, params, notify=box.settings.notifies)
     tm = _request_tm(request)
     if tm is None:
         enqueue_after_commit(real, box.wake)
