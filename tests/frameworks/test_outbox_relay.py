@@ -386,3 +386,79 @@ def test_notified_rows_wait_while_redis_cannot_take_them_then_go_in_commit_order
     finally:
         relay.listener.close()
         down.close()
+
+
+def _id_relay(engine, queue_for, monkeypatch, **opts):
+    """A PostgreSQL relay with ``order: "id"``: each pass locks and takes the first rows
+    by id in one statement (``relay.takes`` counts those)."""
+    from echomq_gevent.contrib.outbox import rows as sql
+
+    relay = _relay(engine, queue_for, order="id", **opts)
+    relay.takes = 0
+    real = sql.take_first
+
+    def counted(*args, **kwargs):
+        relay.takes += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(sql, "take_first", counted)
+    return relay
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_id_order_takes_in_one_statement_and_puts_back_rows_not_added(outbox_engine_of, declared, redis_url,
+                                                                      prefix, driver, monkeypatch):
+    """``order: "id"`` on PostgreSQL: one statement locks the relay group and deletes the
+    pass's rows; those it parks or will try again are back in the same transaction with
+    every column as written, the added ones are gone, the jobs go by id, and a pass while
+    another relay holds the lock takes nothing."""
+    import redis
+
+    engine = outbox_engine_of(driver)
+    relay = _id_relay(engine, declared, monkeypatch, max_attempts=3, batch_size=3)
+    try:
+        redis.Redis.from_url(redis_url).hset(f"{prefix}:mails:id", "not", "a counter")  # WRONGTYPE on add
+        ok1, lost, failing, ok2 = _commit_each(engine, [
+            ("orders", "ok", {"n": 1}, None), ("nowhere", "lost", {"n": 2}, None),
+            ("mails", "failing", {"n": 3}, None), ("orders", "ok", {"n": 4}, {"attempts": 2})])
+        before = {r[5]: r for r in _full_rows(engine)}
+        with engine.connect() as holder:  # another relay's pass holds the lock
+            holder.exec_driver_sql("SELECT name FROM echomq_outbox_lock FOR UPDATE")
+            assert relay.run_once().leader is False
+            holder.rollback()
+        assert _full_rows(engine) == sorted(before.values())
+        result = relay.run_once()  # the first three rows by id: the batch size
+        assert (result.added, result.parked, result.retried, result.full) == (1, 1, 1, True), result
+        assert relay.takes == 2
+        after = {r[5]: r for r in _full_rows(engine)}
+        assert sorted(after) == sorted([lost, failing, ok2])
+        for job_id, state, attempts in ((lost, 2, 1), (failing, 0, 1), (ok2, 0, 0)):
+            assert after[job_id][:6] == before[job_id][:6] and after[job_id][7] == before[job_id][7]
+            assert (after[job_id][6], after[job_id][8]) == (state, attempts)
+        assert relay.run_once().added == 1  # ok2 next: the parked row is no longer waiting
+        assert _waiting(declared("orders")) == [(ok1, {"n": 1}), (ok2, {"n": 4})]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
+def test_id_order_rows_wait_while_redis_cannot_take_them(outbox_engine_of, declared, driver, monkeypatch):
+    """``order: "id"``, Redis unreachable: the pass puts every row it took back as it was
+    (nothing parked, no try counted); with Redis back they go out by id."""
+    from echomq_gevent import Queue
+
+    engine = outbox_engine_of(driver)
+    down = Queue("orders", connection="redis://127.0.0.1:9/0", prefix="nowhere")
+    use = {"queue_for": lambda name: down}
+    relay = _id_relay(engine, lambda name: use["queue_for"](name), monkeypatch)
+    try:
+        ids = _commit_each(engine, [("orders", "ok", {"n": i}, None) for i in range(5)])
+        before = _full_rows(engine)
+        result = relay.run_once()
+        assert result.transient and (result.added, result.parked, result.retried) == (0, 0, 0)
+        assert relay.takes == 1 and _full_rows(engine) == before
+        use["queue_for"] = declared
+        assert relay.run_once().added == 5 and _full_rows(engine) == []
+        assert [j for j, _ in _waiting(declared("orders"))] == ids
+    finally:
+        down.close()
+        engine.dispose()

@@ -32,10 +32,25 @@ __all__ = ["IdOrder", "CommitOrder"]
 
 
 class IdOrder:
-    """By id: SQLite (where it is commit order), and databases without LISTEN."""
+    """By id: SQLite (where it is commit order), and databases without LISTEN.
+
+    ``one_statement`` (PostgreSQL): a pass locks the relay group and deletes its rows in
+    one statement (:meth:`take`), instead of a lock, a select and a delete."""
+
+    def __init__(self, one_statement: bool = False) -> None:
+        self.one_statement = one_statement
 
     def next_rows(self, ex: Exec, limit: int) -> List[Row]:
         return sql.pending(ex, limit)
+
+    def take(self, ex: Exec, limit: int) -> Optional[Tuple[List[Row], Set[int]]]:
+        """Lock and delete the first ``limit`` waiting rows (:func:`~.rows.take_first`);
+        ``None`` when another relay holds the lock; else the rows by id and their ids
+        (all deleted: the relay puts back any it does not add)."""
+        got = sql.take_first(ex, limit)
+        if got is None:
+            return None
+        return got, {r.id for r in got}
 
     def done(self, ids: Iterable[int]) -> None:
         pass
@@ -47,7 +62,7 @@ class IdOrder:
         pass
 
     def can_take(self) -> bool:
-        return False
+        return self.one_statement
 
     @property
     def more(self) -> bool:
@@ -140,10 +155,10 @@ class CommitOrder:
 
     def can_take(self) -> bool:
         """True when the next pass starts with notified rows (no backlog left): the relay
-        may then lock and take them in one statement (:meth:`take_heard`)."""
+        may then lock and take them in one statement (:meth:`take`)."""
         return self._backlog_known and self._backlog_max is None and bool(self._heard)
 
-    def take_heard(self, ex: Exec, limit: int) -> Optional[Tuple[List[Row], Set[int]]]:
+    def take(self, ex: Exec, limit: int) -> Optional[Tuple[List[Row], Set[int]]]:
         """Lock the relay group and delete the notified rows in one statement
         (:func:`~.rows.take_pending`), then look for strays as :meth:`next_rows` does.
         ``None`` when another relay holds the lock; else the rows in the order they go to

@@ -114,7 +114,7 @@ class Relay:
         self.locking = db.dialect in ROW_LOCKING
         # order "id": the rows carry no notification, so there is nothing to listen for
         self.listening = db.dialect == "postgresql" and settings.notifies
-        self.order: Any = CommitOrder() if self.listening else IdOrder()
+        self.order: Any = CommitOrder() if self.listening else IdOrder(one_statement=db.dialect == "postgresql")
         self.listener: Any = None
         self.state = "built"
         self.leader = False
@@ -145,8 +145,9 @@ class Relay:
         if self.locking:
             with self.db.atomic() as ex:
                 if self.settings.keep_days <= 0 and self.order.can_take():
-                    # notified rows: the lock and their delete in one statement
-                    took = self.order.take_heard(ex, limit)
+                    # notified rows (or, by id, the first rows): the lock and their
+                    # delete in one statement
+                    took = self.order.take(ex, limit)
                     if took is None:
                         self.leader = False
                         return PassResult(False)
@@ -176,8 +177,8 @@ class Relay:
     def _apply(self, ex: Any, outcomes: List[Outcome], count: int, limit: int, batch: Sequence[sql.Row] = (),
                taken: AbstractSet[int] = frozenset()) -> PassResult:
         """Write what the pass did: delete (or keep) the added rows, park or count the
-        others. ``taken``: ids of ``batch`` the pass already deleted (:meth:`~.order.
-        CommitOrder.take_heard`); those not added are put back first, as they were."""
+        others. ``taken``: ids of ``batch`` the pass already deleted (the orders'
+        ``take``); those not added are put back first, as they were."""
         result = PassResult(True)
         added: List[int] = []
         if taken:
@@ -441,7 +442,7 @@ class Relay:
             except NotImplementedError as exc:
                 log.warning("%s: %s; the relay polls every %g s and goes by row id", self.label, exc,
                             self.settings.poll_interval)
-                self.order = IdOrder()
+                self.order = IdOrder(one_statement=self.db.dialect == "postgresql")
                 self.listener = None
                 self.listening = False
                 return

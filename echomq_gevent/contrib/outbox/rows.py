@@ -174,6 +174,23 @@ def take_pending(ex: Exec, ids: Sequence[int], name: str = LOCK_NAME) -> Optiona
     return [Row(*r[1:]) for r in found if r[1] is not None]
 
 
+def take_first(ex: Exec, limit: int, name: str = LOCK_NAME) -> Optional[List[Row]]:
+    """PostgreSQL, one statement: lock the group's row (``FOR UPDATE SKIP LOCKED``) and,
+    when this transaction got it, delete the first ``limit`` waiting rows by id and return
+    them in id order (the outbox's ``order: "id"``). ``None`` when another relay holds
+    the lock (nothing deleted). As with :func:`take_pending`, a rollback undoes the
+    deletes and a row the pass does not add is put back with :func:`restore`."""
+    found = ex.fetch(
+        f"WITH lock AS (SELECT name FROM {LOCK_TABLE} WHERE name = %s FOR UPDATE SKIP LOCKED), "
+        f"taken AS (DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} WHERE state = %s "
+        f"AND EXISTS (SELECT 1 FROM lock) ORDER BY id LIMIT %s) RETURNING {', '.join(COLUMNS)}) "
+        f"SELECT (SELECT COUNT(*) FROM lock), taken.* FROM (SELECT 1) AS one LEFT JOIN taken ON true",
+        (name, PENDING, limit))
+    if not found or not found[0][0]:
+        return None
+    return sorted((Row(*r[1:]) for r in found if r[1] is not None), key=lambda r: r.id)
+
+
 def restore(ex: Exec, row: Row) -> None:
     """Put back a row :func:`take_pending` deleted in this transaction, as it was."""
     marks = ", ".join(["%s"] * len(COLUMNS))
