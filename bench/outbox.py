@@ -268,15 +268,18 @@ def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, id
         runs: List[Dict[str, Any]] = []
         with baseline_tree(baseline) as old_root:
             for r in range(rounds):
-                for d in (use if r % 2 == 0 else list(reversed(use))):
-                    for mode in (modes if r % 2 == 0 else list(reversed(modes))):
-                        root = old_root if baseline and mode == f"outbox {baseline}" else None
-                        order = "id" if mode == ID_ORDER_MODE else None
-                        poll = ID_ORDER_POLL if order else None if listens[d] else POLL_WITHOUT_LISTEN
-                        for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
+                # the loaded runs of a driver's modes back to back, the idle ones after
+                # them: the runs a ratio compares are seconds apart, not a minute (the
+                # machine's speed drifts over a round by more than the differences)
+                for load, args in (("load", (n, c, 0)), ("idle", (idle_n, 1, idle_interval_ms))):
+                    for d in (use if r % 2 == 0 else list(reversed(use))):
+                        for mode in (modes if r % 2 == 0 else list(reversed(modes))):
+                            root = old_root if baseline and mode == f"outbox {baseline}" else None
+                            order = "id" if mode == ID_ORDER_MODE else None
+                            poll = ID_ORDER_POLL if order else None if listens[d] else POLL_WITHOUT_LISTEN
                             row = _one(bench, urls[d], mode.split()[0], *args, package_root=root, poll_interval=poll,
                                        pg_pid=pg.postmaster_pid(), order=order)
-                            row.update(mode=mode, load=load, driver=d)
+                            row.update(mode=mode, load=load, driver=d, round=r)
                             bench.log(f"bench outbox: {d} {mode} {load} round {r + 1}: {row['writes_per_s']:.0f} tx/s, "
                                       f"{row['jobs_per_s']:.0f} jobs/s, p50 {row['p50_ms']:.1f} ms, "
                                       f"p99 {row['p99_ms']:.1f} ms, CPU {row['cpu_us_per_tx_total']:.0f} us/tx "
@@ -295,9 +298,35 @@ def measure_outbox(bench: Bench, n: int = 2000, c: int = 10, rounds: int = 3, id
                 summary[f"{d} {mode} {load}"]["cpu_us_per_tx"] = {
                     part: statistics.median(r["cpu_us_per_tx"][part] for r in rows)
                     for part in ("writers", "relay", "postgres", "redis")}
+        for mode in modes[1:]:
+            summary[f"{d} {mode} load"].update(paired_ratios(runs, d, mode))
     return {"runs": runs, "summary": summary, "n": n, "c": c, "idle_n": idle_n, "idle_interval_ms": idle_interval_ms,
             "rounds": rounds, "postgres": pg_version, "redis": bench.redis_version, "drivers": use,
             "listen": listens, "baseline": baseline, "modes": modes}
+
+
+def paired_ratios(runs: List[Dict[str, Any]], driver: str, mode: str) -> Dict[str, Any]:
+    """Each round's ratio of ``mode`` to ``enqueue_on_commit`` under load, both from the
+    same round (seconds apart), and their medians: transactions/s, and the transactions
+    the same CPU buys (the plain mode's CPU a transaction over this mode's)."""
+    tps: List[float] = []
+    cpu: List[float] = []
+    for r in sorted({row.get("round", 0) for row in runs}):
+        got = {row["mode"]: row for row in runs
+               if row["driver"] == driver and row["load"] == "load" and row.get("round", 0) == r}
+        base, ob = got.get(MODES[0]), got.get(mode)
+        if base is None or ob is None:
+            continue
+        tps.append(round(ob["writes_per_s"] / base["writes_per_s"], 3))
+        if ob.get("cpu_us_per_tx_total") and base.get("cpu_us_per_tx_total"):
+            cpu.append(round(base["cpu_us_per_tx_total"] / ob["cpu_us_per_tx_total"], 3))
+    out: Dict[str, Any] = {"x_plain_rounds": tps}
+    if tps:
+        out["x_plain_median"] = statistics.median(tps)
+    if cpu:
+        out["x_plain_cpu_rounds"] = cpu
+        out["x_plain_cpu_median"] = statistics.median(cpu)
+    return out
 
 
 class pg_version_conn:
@@ -330,7 +359,8 @@ def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
         f"(a shared machine: other work moves these figures); commit {meta.get('commit', '?')}. Under load: "
         f"{result['n']} transactions of one order row and one job from {result['c']} writer greenlets; idle: "
         f"{result['idle_n']} transactions one at a time, {result['idle_interval_ms']} ms apart. Median of "
-        f"{result['rounds']} rounds, the drivers and the modes alternating. Commit-to-added: from the writer "
+        f"{result['rounds']} rounds, the drivers and the modes alternating; in a round, a driver's loaded runs go "
+        "back to back, the idle ones after them. Commit-to-added: from the writer "
         "calling commit() to the job's added event (millisecond stream ids; the relay in a process of its own).",
     ]
     if result.get("baseline"):
@@ -363,15 +393,30 @@ def outbox_markdown(result: Dict[str, Any], meta: Dict[str, Any]) -> str:
                              f"{parts['redis']:.0f} | {r['cpu_us_per_tx_total']:.0f} |")
         base = s[f"{d} enqueue_on_commit load"]
         ratios = []
+        paired = []
         for mode in result.get("modes", MODES)[1:]:
             ob = s[f"{d} {mode} load"]
             cpu = (f", transactions the same CPU buys {base['cpu_us_per_tx_total'] / ob['cpu_us_per_tx_total']:.2f}"
                    if ob.get("cpu_us_per_tx_total") and base.get("cpu_us_per_tx_total") else "")
             ratios.append(f"{mode} / enqueue_on_commit: transactions/s {ob['writes_per_s'] / base['writes_per_s']:.2f}, "
                           f"jobs/s {ob['jobs_per_s'] / base['jobs_per_s']:.2f}{cpu}")
-        lines += ["", "Ratios " + "; ".join(ratios) + "."]
+            if ob.get("x_plain_rounds"):
+                by_cpu = (_median_and_rounds(ob["x_plain_cpu_median"], ob["x_plain_cpu_rounds"])
+                          if ob.get("x_plain_cpu_rounds") else "-")
+                paired.append(f"| {mode} | {_median_and_rounds(ob['x_plain_median'], ob['x_plain_rounds'])} "
+                              f"| {by_cpu} |")
+        lines += ["", "Ratios of the medians: " + "; ".join(ratios) + "."]
+        if paired:
+            lines += ["", "Paired by round (each round's run against the enqueue_on_commit run of the same round, "
+                          "seconds apart; the median of the rounds, then each round):", "",
+                      "| mode / enqueue_on_commit | transactions/s | transactions the same CPU buys |",
+                      "| --- | --- | --- |"] + paired
     lines.append("")
     return "\n".join(lines)
+
+
+def _median_and_rounds(median: float, rounds: Sequence[float]) -> str:
+    return f"**{median:.2f}** ({', '.join(f'{x:.2f}' for x in rounds)})"
 
 
 def write_outbox(result: Dict[str, Any], meta: Dict[str, Any], out_dir: str) -> str:

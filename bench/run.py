@@ -524,7 +524,7 @@ def run_outbox(args: argparse.Namespace) -> int:
     meta = _case_meta(uptime=_version(["uptime"]))
     try:
         with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
-            result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=args.rounds or (1 if args.quick else 3),
+            result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=args.rounds or (1 if args.quick else 5),
                                     idle_n=20 if args.quick else 200, drivers=args.outbox_drivers.split(","),
                                     baseline=args.outbox_baseline or None, id_order=args.outbox_id_order)
     except BenchError as exc:

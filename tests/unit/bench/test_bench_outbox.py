@@ -73,3 +73,37 @@ def test_the_report_gives_the_cpu_a_transaction_costs_by_part():
     assert "| outbox | 643 | 155 | 535 | 52 | 1385 |" in md
     # the same CPU buys 1331 / 1385 of the transactions through the outbox
     assert "transactions/s 1.00, jobs/s 1.00, transactions the same CPU buys 0.96" in md
+
+
+def test_each_round_is_paired_with_the_plain_run_of_the_same_round():
+    """The ratio the report leads with is the median of each round's ratio against the
+    enqueue_on_commit run of that round, not a ratio of medians taken across rounds."""
+    from bench.outbox import paired_ratios
+
+    runs = []
+    for r, (plain, outbox, p_cpu, o_cpu) in enumerate(((2000, 1800, 600, 750), (1000, 950, 1200, 1300),
+                                                       (3000, 2400, 400, 500))):
+        runs.append({"driver": "psycopg2", "mode": "enqueue_on_commit", "load": "load", "round": r,
+                     "writes_per_s": plain, "cpu_us_per_tx_total": p_cpu})
+        runs.append({"driver": "psycopg2", "mode": "outbox", "load": "load", "round": r,
+                     "writes_per_s": outbox, "cpu_us_per_tx_total": o_cpu})
+        runs.append({"driver": "psycopg2", "mode": "outbox", "load": "idle", "round": r,
+                     "writes_per_s": 1, "cpu_us_per_tx_total": 1})
+    got = paired_ratios(runs, "psycopg2", "outbox")
+    assert got["x_plain_rounds"] == [0.9, 0.95, 0.8]
+    assert got["x_plain_median"] == 0.9
+    assert got["x_plain_cpu_rounds"] == [0.8, 0.923, 0.8] and got["x_plain_cpu_median"] == 0.8
+    runs[1]["writes_per_s"] = 2900  # round 1's outbox run on a fast moment: its own ratio moves, not the others'
+    assert paired_ratios(runs, "psycopg2", "outbox")["x_plain_rounds"] == [1.45, 0.95, 0.8]
+
+    summary = {}
+    for load in ("load", "idle"):
+        summary[f"psycopg2 enqueue_on_commit {load}"] = _row(2000)
+        summary[f"psycopg2 outbox {load}"] = _row(1800)
+    summary["psycopg2 outbox load"].update(got)
+    result = {"summary": summary, "runs": [{"load1": 0.5}], "n": 2000, "c": 10, "idle_n": 200,
+              "idle_interval_ms": 20, "rounds": 3, "postgres": "15.20", "redis": "7.0.15",
+              "drivers": ["psycopg2"], "listen": {"psycopg2": True}, "baseline": None,
+              "modes": ["enqueue_on_commit", "outbox"]}
+    md = outbox_markdown(result, {"date": "d", "cpu": "c", "machine": "m", "commit": "x"})
+    assert "| outbox | **0.90** (0.90, 0.95, 0.80) | **0.80** (0.80, 0.92, 0.80) |" in md
