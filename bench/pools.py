@@ -71,8 +71,14 @@ def _driver(cfg: Dict[str, Any]) -> None:
         worker = Worker(cfg["queues"][0], fn, connection=url, prefix=PREFIX, concurrency=cfg["concurrency"], **opts)
         worker.start()
         stop = lambda: worker.close(5)  # noqa: E731
+    elif layout == "workers":  # the layout without pools: a Worker per queue, the budget split evenly
+        each = max(1, cfg["concurrency"] // len(cfg["queues"]))
+        workers = [Worker(q, fn, connection=url, prefix=PREFIX, concurrency=each, **opts) for q in cfg["queues"]]
+        for w in workers:
+            w.start()
+        stop = lambda: [w.close(5) for w in workers]  # noqa: E731
     elif layout == "pool":
-        pool = Pool(cfg["queues"], concurrency=cfg["concurrency"], order="round_robin", connection=url,
+        pool = Pool(cfg["queues"], concurrency=cfg["concurrency"], order=cfg.get("order", "round_robin"), connection=url,
                     prefix=PREFIX, processor=fn, **opts)
         pool.start()
         stop = lambda: pool.close(5)  # noqa: E731
@@ -104,10 +110,42 @@ def _start(bench: Bench, cfg: Dict[str, Any]) -> subprocess.Popen:
     return proc
 
 
+NODE_WORKER = os.path.join(HERE, "drivers", "node_worker.js")
+NODE_BULLMQ = os.path.join(ROOT, "tests", "node_modules", "bullmq")
+
+
+def node_missing() -> Optional[str]:
+    """Why the Node layouts cannot run here (None when they can)."""
+    import shutil
+
+    if shutil.which("node") is None:
+        return "no node on PATH"
+    if not os.path.isdir(NODE_BULLMQ):
+        return f"no BullMQ for Node at {os.path.relpath(NODE_BULLMQ, ROOT)} (make tests/node_modules/.installed)"
+    return None
+
+
+def _start_node(bench: Bench, queues: List[str], concurrency: int) -> subprocess.Popen:
+    """BullMQ's own Worker, one per queue, each with ``concurrency`` (``drivers/node_worker.js``)."""
+    cfg = {"url": bench.url, "prefix": PREFIX, "queues": queues, "concurrency": concurrency, "mode": "noop",
+           "report": os.devnull}
+    proc = subprocess.Popen(["node", NODE_WORKER, json.dumps(cfg)], cwd=ROOT, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "READY" not in line:
+        proc.kill()
+        raise BenchError(f"the Node workers did not start: {line!r} {proc.stderr.read()[-2000:] if proc.stderr else ''}")
+    time.sleep(1.0)  # as the Python driver: every worker waits on its queue before the resume
+    return proc
+
+
 def _stop(proc: subprocess.Popen) -> None:
     try:
-        assert proc.stdin is not None
-        proc.stdin.close()
+        if proc.stdin is not None:
+            proc.stdin.close()
+        else:  # the Node driver closes its workers on SIGTERM
+            proc.terminate()
         proc.wait(timeout=30)
     except Exception:
         proc.kill()
@@ -178,25 +216,39 @@ def _last_finish_ms(bench: Bench, queues: List[str]) -> float:
     return last
 
 
-SCALE_LAYOUTS = (("one queue, no pool", "worker", 1), ("pool over 1 queue", "pool", 1),
-                 ("pool over 10 queues", "pool", 10), ("pool over 100 queues", "pool", 100))
+ONE_QUEUE = "one queue, no pool"
+NODE_ONE_QUEUE = "Node: one queue"
+#: (label, layout, queues, the layout its ratio is against). The last three are the
+#: references: the layout without pools (a Worker per queue, the budget split evenly),
+#: and BullMQ's own Worker on one queue and one per queue.
+SCALE_LAYOUTS = ((ONE_QUEUE, "worker", 1, ONE_QUEUE), ("pool over 1 queue", "pool", 1, ONE_QUEUE),
+                 ("pool over 10 queues", "pool", 10, ONE_QUEUE), ("pool over 100 queues", "pool", 100, ONE_QUEUE),
+                 ("a Worker per queue, 100 queues, no pool", "workers", 100, ONE_QUEUE),
+                 (NODE_ONE_QUEUE, "node", 1, NODE_ONE_QUEUE),
+                 ("Node: a Worker per queue, 100 queues", "node", 100, NODE_ONE_QUEUE))
 
 
-def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1) -> List[Dict[str, Any]]:
-    """Every layout ``rounds`` times, their order rotated each round; the median round of each."""
-    runs: Dict[str, List[Dict[str, Any]]] = {label: [] for label, _l, _c in SCALE_LAYOUTS}
-    base_label = SCALE_LAYOUTS[0][0]
+def scale_layouts(with_node: bool) -> List[tuple]:
+    return [lay for lay in SCALE_LAYOUTS if with_node or lay[1] != "node"]
+
+
+def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1,
+               with_node: bool = True) -> List[Dict[str, Any]]:
+    """Every layout ``rounds`` times, their order rotated each round; the median round of
+    each, and each round's ratio against its base layout of the same round."""
+    layouts = scale_layouts(with_node)
+    runs: Dict[str, List[Dict[str, Any]]] = {lay[0]: [] for lay in layouts}
     for r in range(rounds):
-        order = rotated(list(SCALE_LAYOUTS), r)
+        order = rotated(list(layouts), r)
         rows = _scale_round(bench, n, concurrency, log, order)
-        base = next(row["jobs_per_s"] for row in rows if row["case"] == base_label)
         for row in rows:
-            # against the one queue of the same round: the machine's speed drifts between
+            # against the base of the same round: the machine's speed drifts between
             # rounds by more than the difference measured (paired, the drift cancels)
+            base = next(x["jobs_per_s"] for x in rows if x["case"] == row["base"])
             row["x_one_queue"] = round(row["jobs_per_s"] / max(1, base), 3)
             runs[row["case"]].append(row)
     out = []
-    for label, _l, _c in SCALE_LAYOUTS:
+    for label, *_rest in layouts:
         ordered = sorted(runs[label], key=lambda row: row["jobs_per_s"])
         median = dict(ordered[len(ordered) // 2])
         median["rounds"] = [row["jobs_per_s"] for row in runs[label]]
@@ -212,12 +264,15 @@ def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1
 
 def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any) -> List[Dict[str, Any]]:
     rows = []
-    for label, layout, count in layouts:
+    for label, layout, count, base in layouts:
         bench.flush()
         queues = [f"s{count}-{i}" for i in range(count)]
         for q in queues:
             _fill(bench, q, n // count)
-        proc = _start(bench, {"url": bench.url, "layout": layout, "queues": queues, "concurrency": concurrency})
+        if layout == "node":
+            proc = _start_node(bench, queues, max(1, concurrency // count))
+        else:
+            proc = _start(bench, {"url": bench.url, "layout": layout, "queues": queues, "concurrency": concurrency})
         try:
             watch = ProcWatch(proc.pid)
             cpu0 = watch.cpu_s()
@@ -230,7 +285,7 @@ def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any)
             cpu1 = watch.cpu_s()
         finally:
             _stop(proc)
-        row = {"case": label, "queues": count, "jobs": n, "concurrency": concurrency,
+        row = {"case": label, "base": base, "queues": count, "jobs": n, "concurrency": concurrency,
                "jobs_per_s": round(n / elapsed), "worker_us_per_job": round((cpu1 - cpu0) / n * 1e6, 1),
                "redis_us_per_job": round((snap1.cpu_s - snap0.cpu_s) / n * 1e6, 1), "connections": conns,
                "script_calls_per_job": round(sum(snap1.calls.get(c, 0) - snap0.calls.get(c, 0)
@@ -371,22 +426,27 @@ def markdown(res: Dict[str, Any]) -> str:
            + (" --quick" if m.get("quick") else "") + ".", "",
            "## Scale: one budget of 100 slots over 1, 10, 100 queues", "",
            "Every layout once a round, their order rotated; a round's ratio is against the one queue of the "
-           "same round (the machine's speed drifts between rounds), the row gives the median of those. CPU "
-           "per job: the medians of the rounds.", "",
+           "same round (ours for ours, Node's for Node's: the machine's speed drifts between rounds), the row "
+           "gives the median of those. CPU per job: the medians of the rounds. The references: the layout "
+           "without pools (a Worker per queue, the 100 slots split evenly) and BullMQ's own Worker (Node) on one "
+           "queue and one per queue, each with its share of the 100.", "",
            "| layout | jobs | jobs/s (median) | × one queue, median of rounds | rounds: jobs/s | rounds: × one "
            "queue | worker µs/job | Redis µs/job | one queue's CPU per job ÷ this one's | script calls/job | "
            "connections |",
            "|---|---|---|---|---|---|---|---|---|---|---|"]
-    base = res["scale"][0]["jobs_per_s"] if res["scale"] else 1
-    base_cpu = (res["scale"][0]["worker_us_per_job"] + res["scale"][0]["redis_us_per_job"]) if res["scale"] else 1
+    by_case = {r["case"]: r for r in res["scale"]}
     for r in res["scale"]:
+        base_row = by_case.get(r.get("base", ONE_QUEUE), res["scale"][0])
+        base_cpu = base_row["worker_us_per_job"] + base_row["redis_us_per_job"]
         rounds = ", ".join(f"{x:,}" for x in r.get("rounds", []))
         cpu = r["worker_us_per_job"] + r["redis_us_per_job"]
-        ratio = r.get("x_one_queue_median", r["jobs_per_s"] / base)
+        ratio = r.get("x_one_queue_median", r["jobs_per_s"] / max(1, base_row["jobs_per_s"]))
         ratios = ", ".join(f"{x:.2f}" for x in r.get("x_one_queue_rounds", []))
         out.append(f"| {r['case']} | {r['jobs']:,} | {r['jobs_per_s']:,} | {ratio:.2f} | {rounds} | {ratios} | "
                    f"{r['worker_us_per_job']} | {r['redis_us_per_job']} | {base_cpu / max(cpu, 0.1):.2f} | "
                    f"{r.get('script_calls_per_job')} | {r['connections']} |")
+    if res.get("node_skipped"):
+        out += ["", f"The Node layouts did not run: {res['node_skipped']}."]
     out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
                 "concurrency 50)", "",
             "| layout | flood | small jobs' wait p50 ms | p99 ms | max ms | a job runs (p50 ms) | a tenant's first job "
@@ -427,11 +487,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     tenants = args.tenants or (100 if args.quick else 1000)
     idle_s = 3.0 if args.quick else 10.0
     load_before = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    no_node = node_missing()
+    if no_node:
+        sys.stderr.write(f"bench pools: the Node layouts are skipped: {no_node}\n")
     with Bench() as bench:
         only = set(args.only.split(","))
         rounds = args.rounds or (1 if args.quick else 5)
         res: Dict[str, Any] = {
-            "scale": scale_case(bench, n, 100, bench.log, rounds) if "scale" in only else [],
+            "scale": scale_case(bench, n, 100, bench.log, rounds, with_node=not no_node) if "scale" in only else [],
+            "node_skipped": no_node,
             "fairness": fairness_case(bench, flood, bench.log) if "fairness" in only else [],
             "idle": idle_case(bench, tenants, idle_s, bench.log) if "idle" in only else None}
         meta = _machine()
@@ -463,13 +527,16 @@ def from_run(args: argparse.Namespace, only: List[str]) -> Optional[int]:
 def _history(path: str, res: Dict[str, Any]) -> None:
     m = res["meta"]
     scale = {r["queues"]: r["jobs_per_s"] for r in res["scale"] if r["case"].startswith("pool")}
+    node = {r["queues"]: r for r in res["scale"] if r["case"].startswith("Node")}
+    node_text = (f"; Node, a Worker per queue: 100 queues {node[100]['x_one_queue_median']:.2f} of its one queue"
+                 if 100 in node and "x_one_queue_median" in node[100] else "")
     base = res["scale"][0]["jobs_per_s"]
     hundred = next((r for r in res["scale"] if r["queues"] == 100 and r["case"].startswith("pool")), {})
     fair = {r["case"]: r["small_wait_ms_p99"] for r in res["fairness"]}
     text = (f"| {m['when']} | {m['commit']} | {platform.machine()}, {m['cpus']} CPUs, {m['cpu']} | {m['redis']} | "
             f"{len(res['scale'][0].get('rounds', [1]))} | "
             f"{m['load_before']} | pools: jobs/s over 1, 10, 100 queues {scale.get(1)}, {scale.get(10)}, "
-            f"{scale.get(100)} (one queue without a pool {base}); small tenants' wait p99 ms "
+            f"{scale.get(100)} (one queue without a pool {base}{node_text}); small tenants' wait p99 ms "
             + ", ".join(f"{k} {v}" for k, v in fair.items())
             + f"; {res['idle']['tenants']} idle tenants {res['idle']['worker_cpu_pct']} % of a core | "
             f"{hundred.get('x_one_queue_median', (scale.get(100) or 0) / max(1, base)):.2f} |\n")
