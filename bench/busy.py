@@ -1,4 +1,4 @@
-"""``python -m bench.busy``: the scale bench's busy case (``bench/scale.py``, ``measure_busy``)
+"""``python -m bench.busy``: the scale bench's busy case (``bench/scale/queues.py``, ``measure_busy``)
 for ours only, its three ways in turn, the order rotated every round so that no way always
 runs first (on the least load) or last, with a pause before each measurement. 20 queues of
 5,000 waiting no-op jobs in one process, concurrency 10 each; ``--rounds N`` (default 4),

@@ -440,7 +440,7 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
 
 
 def _run_scale(args: argparse.Namespace, impls: List[Impl]) -> int:
-    """``--only scale``: the scale section (``bench/scale.py``) on the first ``--redis``
+    """``--only scale``: the scale section (``bench/scale/``) on the first ``--redis``
     server, ours and Node's; writes ``scale.md``/``scale.json`` and, for a full run, a row of
     ``history.md``."""
     import json
