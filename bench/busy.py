@@ -1,4 +1,4 @@
-"""``python -m bench.busy``: the scale bench's busy case (``bench/scale.py``, ``measure_busy``)
+"""``python -m bench.busy``: the scale bench's busy case (``bench/scale/queues.py``, ``measure_busy``)
 for ours only, its three ways in turn, the order rotated every round so that no way always
 runs first (on the least load) or last, with a pause before each measurement. 20 queues of
 5,000 waiting no-op jobs in one process, concurrency 10 each; ``--rounds N`` (default 4),
@@ -12,9 +12,9 @@ import sys
 import time
 
 from . import scale
+from .environment import redis_servers
 from .harness import Bench, rotated
 from .impls import IMPLS
-from .run import _servers
 
 
 def main() -> int:
@@ -26,7 +26,7 @@ def main() -> int:
     args = p.parse_args()
     variants = list(scale.BUSY_VARIANTS)
     rows = []
-    with Bench(verbose=False, binary=_servers(args.redis)[0]) as bench:
+    with Bench(verbose=False, binary=redis_servers(args.redis)[0]) as bench:
         filler = scale.Filler(bench)
         for rnd in range(args.rounds):
             for variant in rotated(variants, rnd):

@@ -28,7 +28,7 @@ import time
 import uuid
 from typing import Any, Dict, List
 
-from .run import cpu_model
+from .environment import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)

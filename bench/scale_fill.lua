@@ -1,5 +1,5 @@
 --[[
-  The scale bench's fill (bench/scale.py): writes jobs straight into one state of a queue,
+  The scale bench's fill (bench/scale/tools.py): writes jobs straight into one state of a queue,
   in the shape an add (Node's addStandardJob/addDelayedJob) leaves them, so a backlog of a
   million jobs is there in seconds. Called in chunks; the fill is never timed.
 

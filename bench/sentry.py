@@ -30,9 +30,9 @@ import time
 import uuid
 from typing import Any, Dict, List
 
+from .environment import cpu_model
 from .harness import Bench, BenchError, rotated
 from .report import git_commit
-from .run import cpu_model
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 VARIANTS = ("off", "plugin, no Sentry", "traces 0", "traces 1.0")

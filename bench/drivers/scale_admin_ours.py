@@ -1,6 +1,6 @@
 """Scale bench driver: admin calls of an ``echomq_gevent.Queue`` on a big queue.
 
-Run by ``bench/scale.py`` as ``python bench/drivers/scale_admin_ours.py '<json>'`` with
+Run by ``bench/scale/`` (``admin.py``, ``lateness.py``) as ``python bench/drivers/scale_admin_ours.py '<json>'`` with
 ``{url, queue, prefix}``. Prints ``READY`` once connected, then reads one JSON line per
 operation on stdin (``{"op": "clean"|"obliterate"|"retry_jobs"|"get_jobs"|"get_job_counts"|
 "drain"|"dash"|"schedulers", "start": .., "end": ..}``), runs it and prints

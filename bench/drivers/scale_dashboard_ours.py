@@ -1,7 +1,7 @@
 """Scale bench driver: our dashboard (``echomq_gevent.contrib.dashboard``) served by gevent's
 WSGI server, as ``echomq-gevent dashboard`` serves it (queues found by discovery).
 
-Run by ``bench/scale.py`` as ``python bench/drivers/scale_dashboard_ours.py '<json>'`` with
+Run by ``bench/scale/admin.py`` as ``python bench/drivers/scale_dashboard_ours.py '<json>'`` with
 ``{url, prefix, discover_every_s}``. Prints ``READY``, then the port it listens on (127.0.0.1), and serves
 until SIGTERM.
 """

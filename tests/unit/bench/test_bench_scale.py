@@ -1,4 +1,4 @@
-"""bench/scale.py: the start-order check of the prioritized case and the schedulers' plan."""
+"""bench/scale/: the start-order check of the prioritized case and the schedulers' plan."""
 from __future__ import annotations
 
 import os
@@ -7,7 +7,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from bench.scale import median_rounds, out_of_order, scheduler_specs, slot_split  # noqa: E402
+from bench.scale.backlogs import out_of_order  # noqa: E402
+from bench.scale.lateness import scheduler_specs, slot_split  # noqa: E402
+from bench.scale.section import median_rounds  # noqa: E402
 
 
 def test_a_start_order_in_priority_order_has_nothing_out_of_order():
@@ -64,7 +66,7 @@ def test_runs_beyond_the_concurrency_of_one_due_time_waited_for_a_slot():
 
 
 def test_history_has_a_row_per_new_case_with_its_ratio_to_node():
-    from bench.scale import history_row
+    from bench.scale.report import history_row
 
     meta = {"date": "d", "commit": "c", "machine": "m", "cpu": "x", "redis": "7", "load1_min": 0.5, "load1_max": 1}
     prio = {"n": 10, "priorities": 5, "window": 100, "out_of_order": 0}
