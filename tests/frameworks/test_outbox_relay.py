@@ -291,19 +291,25 @@ def test_a_row_failing_for_an_unknown_reason_is_tried_again_later_then_parked(ou
     raw.close()
 
 
-def _heard_relay(engine, queue_for, monkeypatch, **opts):
-    """A PostgreSQL relay listening, its backlog (none) read: the next rows it takes are
-    the notified ones, locked and taken in one statement (``relay.takes`` counts those)."""
+def _counting_takes(relay, monkeypatch, take):
+    """``relay`` with ``relay.takes`` counting its calls of ``rows.<take>``, the one
+    statement that locks the relay group and takes a pass's rows."""
     from echomq_gevent.contrib.outbox import rows as sql
 
-    relay = _relay(engine, queue_for, **opts)
     relay.takes = 0
-    real = sql.take_pending
+    real = getattr(sql, take)
 
     def counted(*args, **kwargs):
         relay.takes += 1
         return real(*args, **kwargs)
-    monkeypatch.setattr(sql, "take_pending", counted)
+    monkeypatch.setattr(sql, take, counted)
+    return relay
+
+
+def _heard_relay(engine, queue_for, monkeypatch, **opts):
+    """A PostgreSQL relay listening, its backlog (none) read: the next rows it takes are
+    the notified ones, locked and taken in one statement (``relay.takes`` counts those)."""
+    relay = _counting_takes(_relay(engine, queue_for, **opts), monkeypatch, "take_pending")
     assert relay.open_listener()
     assert relay.run_once().added == 0
     return relay
@@ -359,22 +365,25 @@ def test_notified_rows_not_added_are_kept_as_they_were(outbox_engine_of, declare
         relay.listener.close()
 
 
+@pytest.mark.parametrize("order", ["commit", "id"])
 @pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
-def test_notified_rows_wait_while_redis_cannot_take_them_then_go_in_commit_order(outbox_engine_of, declared,
-                                                                                 driver, monkeypatch):
-    """Redis unreachable: the pass that took the notified rows puts them all back as they
-    were (nothing parked, no try counted); the next pass with Redis back adds them in
-    commit order."""
+def test_taken_rows_wait_while_redis_cannot_take_them_then_go_in_order(outbox_engine_of, declared, driver, order,
+                                                                      monkeypatch):
+    """Redis unreachable: the pass that took the rows (notified ones in commit order, the
+    first by id with ``order: "id"``) puts them all back as they were (nothing parked, no
+    try counted); the next pass with Redis back adds them in order."""
     from echomq_gevent import Queue
 
     engine = outbox_engine_of(driver)
     down = Queue("orders", connection="redis://127.0.0.1:9/0", prefix="nowhere")
     use = {"queue_for": lambda name: down}
-    relay = _heard_relay(engine, lambda name: use["queue_for"](name), monkeypatch)
+    make = _heard_relay if order == "commit" else _id_relay
+    relay = make(engine, lambda name: use["queue_for"](name), monkeypatch)
     try:
         ids = _commit_each(engine, [("orders", "ok", {"n": i}, None) for i in range(5)])
         before = _full_rows(engine)
-        select.select([relay.listener.conn], [], [], 2.0)
+        if relay.listener is not None:
+            select.select([relay.listener.conn], [], [], 2.0)
         result = relay.run_once()
         assert result.transient and (result.added, result.parked, result.retried) == (0, 0, 0)
         assert relay.takes == 1
@@ -384,24 +393,15 @@ def test_notified_rows_wait_while_redis_cannot_take_them_then_go_in_commit_order
         assert total == 5 and _full_rows(engine) == []
         assert [j for j, _ in _waiting(declared("orders"))] == ids
     finally:
-        relay.listener.close()
+        if relay.listener is not None:
+            relay.listener.close()
         down.close()
 
 
 def _id_relay(engine, queue_for, monkeypatch, **opts):
     """A PostgreSQL relay with ``order: "id"``: each pass locks and takes the first rows
     by id in one statement (``relay.takes`` counts those)."""
-    from echomq_gevent.contrib.outbox import rows as sql
-
-    relay = _relay(engine, queue_for, order="id", **opts)
-    relay.takes = 0
-    real = sql.take_first
-
-    def counted(*args, **kwargs):
-        relay.takes += 1
-        return real(*args, **kwargs)
-    monkeypatch.setattr(sql, "take_first", counted)
-    return relay
+    return _counting_takes(_relay(engine, queue_for, order="id", **opts), monkeypatch, "take_first")
 
 
 @pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
@@ -415,50 +415,23 @@ def test_id_order_takes_in_one_statement_and_puts_back_rows_not_added(outbox_eng
 
     engine = outbox_engine_of(driver)
     relay = _id_relay(engine, declared, monkeypatch, max_attempts=3, batch_size=3)
-    try:
-        redis.Redis.from_url(redis_url).hset(f"{prefix}:mails:id", "not", "a counter")  # WRONGTYPE on add
-        ok1, lost, failing, ok2 = _commit_each(engine, [
-            ("orders", "ok", {"n": 1}, None), ("nowhere", "lost", {"n": 2}, None),
-            ("mails", "failing", {"n": 3}, None), ("orders", "ok", {"n": 4}, {"attempts": 2})])
-        before = {r[5]: r for r in _full_rows(engine)}
-        with engine.connect() as holder:  # another relay's pass holds the lock
-            holder.exec_driver_sql("SELECT name FROM echomq_outbox_lock FOR UPDATE")
-            assert relay.run_once().leader is False
-            holder.rollback()
-        assert _full_rows(engine) == sorted(before.values())
-        result = relay.run_once()  # the first three rows by id: the batch size
-        assert (result.added, result.parked, result.retried, result.full) == (1, 1, 1, True), result
-        assert relay.takes == 2
-        after = {r[5]: r for r in _full_rows(engine)}
-        assert sorted(after) == sorted([lost, failing, ok2])
-        for job_id, state, attempts in ((lost, 2, 1), (failing, 0, 1), (ok2, 0, 0)):
-            assert after[job_id][:6] == before[job_id][:6] and after[job_id][7] == before[job_id][7]
-            assert (after[job_id][6], after[job_id][8]) == (state, attempts)
-        assert relay.run_once().added == 1  # ok2 next: the parked row is no longer waiting
-        assert _waiting(declared("orders")) == [(ok1, {"n": 1}), (ok2, {"n": 4})]
-    finally:
-        engine.dispose()
-
-
-@pytest.mark.parametrize("driver", ["psycopg2", "psycopg"])
-def test_id_order_rows_wait_while_redis_cannot_take_them(outbox_engine_of, declared, driver, monkeypatch):
-    """``order: "id"``, Redis unreachable: the pass puts every row it took back as it was
-    (nothing parked, no try counted); with Redis back they go out by id."""
-    from echomq_gevent import Queue
-
-    engine = outbox_engine_of(driver)
-    down = Queue("orders", connection="redis://127.0.0.1:9/0", prefix="nowhere")
-    use = {"queue_for": lambda name: down}
-    relay = _id_relay(engine, lambda name: use["queue_for"](name), monkeypatch)
-    try:
-        ids = _commit_each(engine, [("orders", "ok", {"n": i}, None) for i in range(5)])
-        before = _full_rows(engine)
-        result = relay.run_once()
-        assert result.transient and (result.added, result.parked, result.retried) == (0, 0, 0)
-        assert relay.takes == 1 and _full_rows(engine) == before
-        use["queue_for"] = declared
-        assert relay.run_once().added == 5 and _full_rows(engine) == []
-        assert [j for j, _ in _waiting(declared("orders"))] == ids
-    finally:
-        down.close()
-        engine.dispose()
+    redis.Redis.from_url(redis_url).hset(f"{prefix}:mails:id", "not", "a counter")  # WRONGTYPE on add
+    ok1, lost, failing, ok2 = _commit_each(engine, [
+        ("orders", "ok", {"n": 1}, None), ("nowhere", "lost", {"n": 2}, None),
+        ("mails", "failing", {"n": 3}, None), ("orders", "ok", {"n": 4}, {"attempts": 2})])
+    before = {r[5]: r for r in _full_rows(engine)}
+    with engine.connect() as holder:  # another relay's pass holds the lock
+        holder.exec_driver_sql("SELECT name FROM echomq_outbox_lock FOR UPDATE")
+        assert relay.run_once().leader is False
+        holder.rollback()
+    assert _full_rows(engine) == sorted(before.values())
+    result = relay.run_once()  # the first three rows by id: the batch size
+    assert (result.added, result.parked, result.retried, result.full) == (1, 1, 1, True), result
+    assert relay.takes == 2
+    after = {r[5]: r for r in _full_rows(engine)}
+    assert sorted(after) == sorted([lost, failing, ok2])
+    for job_id, state, attempts in ((lost, 2, 1), (failing, 0, 1), (ok2, 0, 0)):
+        assert after[job_id][:6] == before[job_id][:6] and after[job_id][7] == before[job_id][7]
+        assert (after[job_id][6], after[job_id][8]) == (state, attempts)
+    assert relay.run_once().added == 1  # ok2 next: the parked row is no longer waiting
+    assert _waiting(declared("orders")) == [(ok1, {"n": 1}), (ok2, {"n": 4})]

@@ -55,6 +55,15 @@ def test_the_report_has_a_table_per_driver_with_its_wake_up_and_the_baseline():
     assert "load average 0.50-1.25" in md and "commit def5678" in md
 
 
+def _psycopg2_report(summary, rounds):
+    """The report of a psycopg2-only run of the plain mode and the outbox with ``summary``."""
+    result = {"summary": summary, "runs": [{"load1": 0.5}], "n": 2000, "c": 10, "idle_n": 200,
+              "idle_interval_ms": 20, "rounds": rounds, "postgres": "15.20", "redis": "7.0.15",
+              "drivers": ["psycopg2"], "listen": {"psycopg2": True}, "baseline": None,
+              "modes": ["enqueue_on_commit", "outbox"]}
+    return outbox_markdown(result, {"date": "d", "cpu": "c", "machine": "m", "commit": "x"})
+
+
 def test_the_report_gives_the_cpu_a_transaction_costs_by_part():
     summary = {}
     for mode, parts in (("enqueue_on_commit", (842, 0, 375, 114)), ("outbox", (643, 155, 535, 52))):
@@ -63,11 +72,7 @@ def test_the_report_gives_the_cpu_a_transaction_costs_by_part():
             row["cpu_us_per_tx"] = dict(zip(("writers", "relay", "postgres", "redis"), parts))
             row["cpu_us_per_tx_total"] = sum(parts)
             summary[f"psycopg2 {mode} {load}"] = row
-    result = {"summary": summary, "runs": [{"load1": 0.5}], "n": 2000, "c": 10, "idle_n": 200,
-              "idle_interval_ms": 20, "rounds": 1, "postgres": "15.20", "redis": "6.2.14",
-              "drivers": ["psycopg2"], "listen": {"psycopg2": True}, "baseline": None,
-              "modes": ["enqueue_on_commit", "outbox"]}
-    md = outbox_markdown(result, {"date": "d", "cpu": "c", "machine": "m", "commit": "x"})
+    md = _psycopg2_report(summary, rounds=1)
     assert "| mode | writers | relay | PostgreSQL | Redis | total |" in md
     assert "| enqueue_on_commit | 842 | 0 | 375 | 114 | 1331 |" in md
     assert "| outbox | 643 | 155 | 535 | 52 | 1385 |" in md
@@ -101,9 +106,5 @@ def test_each_round_is_paired_with_the_plain_run_of_the_same_round():
         summary[f"psycopg2 enqueue_on_commit {load}"] = _row(2000)
         summary[f"psycopg2 outbox {load}"] = _row(1800)
     summary["psycopg2 outbox load"].update(got)
-    result = {"summary": summary, "runs": [{"load1": 0.5}], "n": 2000, "c": 10, "idle_n": 200,
-              "idle_interval_ms": 20, "rounds": 3, "postgres": "15.20", "redis": "7.0.15",
-              "drivers": ["psycopg2"], "listen": {"psycopg2": True}, "baseline": None,
-              "modes": ["enqueue_on_commit", "outbox"]}
-    md = outbox_markdown(result, {"date": "d", "cpu": "c", "machine": "m", "commit": "x"})
+    md = _psycopg2_report(summary, rounds=3)
     assert "| outbox | **0.90** (0.90, 0.95, 0.80) | **0.80** (0.80, 0.92, 0.80) |" in md
