@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-fast test-wheel matrix chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid screenshots
+.PHONY: demo test test-fast test-wheel matrix test-sentry3 chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid screenshots
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -57,9 +57,19 @@ test-wheel: $(VENV)/.installed tests/node_modules/.installed
 	PYTEST_ARGS="$(PYTEST_ARGS)" DEPS="$(DEPS)" APP_PYTHON="$(APP_PYTHON)" bash .ci/wheel
 
 ## matrix: unit and integration tests on the lowest and newest dependencies the metadata
-## allows, on Python 3.9, 3.11 and 3.13 (noxfile.py; NOX_ARGS="-s tests-3.9(lowest)" picks one)
+## allows, on Python 3.9, 3.11 and 3.13 (noxfile.py; NOX_ARGS="-s tests-3.9(lowest)" picks one),
+## then test-sentry3
 matrix: $(VENV)/.installed
 	$(VENV)/bin/nox --no-color $(NOX_ARGS)
+	$(MAKE) test-sentry3
+
+## test-sentry3: the Sentry plugin's tests on sentry-sdk 3.x (SENTRY3), in a folder in front
+## of the venv's 2.x
+SENTRY3 ?= 3.0.0
+test-sentry3: $(VENV)/.installed
+	$(PIP) install --quiet --upgrade --no-deps --target $(VENV)/sentry-sdk-$(SENTRY3) "sentry-sdk==$(SENTRY3)"
+	PYTHONPATH=$(VENV)/sentry-sdk-$(SENTRY3) $(PY) -m pytest -q -p no:cacheprovider \
+	  tests/integration/contrib/test_sentry.py tests/unit/contrib/test_sentry_sdk_version.py $(PYTEST_ARGS)
 
 ## screenshots: the dashboard pictures of docs/dashboard.md, made again (a throwaway Redis, a small
 ## shop's queues filled by real workers, Debian's headless chromium)

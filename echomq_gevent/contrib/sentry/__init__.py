@@ -1,7 +1,7 @@
 """Sentry for jobs: a transaction per run, one error event per job that fails for good,
 the producer's trace continued in the worker, and opt-in Crons check-ins for job schedulers.
 
-Install the extra (``pip install 'echomq-gevent[sentry]'``, which brings ``sentry-sdk>=2,<3``)
+Install the extra (``pip install 'echomq-gevent[sentry]'``, which brings ``sentry-sdk>=2,<4``)
 and register the plugin on the worker host and on the queues that add jobs::
 
     # conf/worker.yaml: SENTRY_DSN in the environment, or sentry_sdk.init() done by your app
@@ -19,7 +19,9 @@ What it sends (``docs/observability.md`` has the whole story):
   ``echomq.job.name``, ``echomq.job.id``, ``echomq.attempt``, ``echomq.processor`` and the
   context ``echomq_job``; and a transaction, op ``queue.process``, named by the job name,
   continuing the trace the job carries (``sentry-trace``/``baggage`` in BullMQ's
-  ``opts.telemetry.metadata``, or a W3C ``traceparent`` there);
+  ``opts.telemetry.metadata``, or a W3C ``traceparent`` there); on sentry-sdk 3.x, which
+  has no transactions, a root span of the same name and op (``.api`` has the calls that
+  differ between the majors);
 * one error event, with the exception and its traceback, when the job fails for good (its
   last attempt, an ``UnrecoverableError``, a policy's ``fail``); the earlier failed
   attempts are breadcrumbs of that event (category ``echomq.retry``), read from the job's
@@ -47,23 +49,15 @@ from typing import Any, Dict, Iterator, List, Optional
 
 import sentry_sdk
 
-from ..errors import ConfigError
+# First, as it refuses a sentry-sdk major the plugin was not written for (a ConfigError naming
+# the fix); SUPPORTED_SDK stays importable from here
+from .api import SUPPORTED_SDK, sdk  # noqa: F401
 
-#: The sentry-sdk releases this plugin is written for: 2.x (3.0 removed the transaction API
-#: it uses, ``start_transaction`` among it)
-SUPPORTED_SDK = ">=2,<3"
-if not str(getattr(sentry_sdk, "VERSION", "2")).startswith("2."):
-    raise ConfigError(f"echomq_gevent.contrib.sentry works with sentry-sdk 2.x ({SUPPORTED_SDK}); "
-                      f"sentry-sdk {getattr(sentry_sdk, 'VERSION', '?')} is installed: "
-                      f"pip install 'sentry-sdk{SUPPORTED_SDK}' (what the extra echomq-gevent[sentry] brings)")
-
-import sentry_sdk.utils  # noqa: E402 - after the version check, which names the fix
-from sentry_sdk import Scope  # noqa: E402
+import sentry_sdk.utils  # noqa: E402
 from sentry_sdk.crons import capture_checkin  # noqa: E402
-from sentry_sdk.utils import event_from_exception  # noqa: E402
 
-from ..plugins.hookspecs import hookimpl  # noqa: E402
-from .carrier import job_carrier  # noqa: E402
+from ...plugins.hookspecs import hookimpl  # noqa: E402
+from ..carrier import job_carrier  # noqa: E402
 
 __all__ = ["SentryPlugin", "producer_plugins", "trace_headers", "monitor_config", "monitor_slug"]
 
@@ -76,8 +70,6 @@ OP_PUBLISH = "queue.publish"
 _SLUG_BAD = re.compile(r"[^a-z0-9_-]+")
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _CHECKIN_NS = uuid.UUID("6f1c2b8e-5d0a-4c4e-9a57-2f3d1e0b7c11")
-_STATUS = {"completed": "ok", "moved": "ok", "retried": "internal_error", "failed": "internal_error",
-           "lock_lost": "aborted", "handed_back": "cancelled"}
 
 
 def _sentry_on() -> bool:
@@ -112,19 +104,15 @@ def trace_headers(opts: Optional[Dict[str, Any]]) -> Dict[str, str]:
 def _outgoing_headers(span: Any) -> Dict[str, str]:
     """``sentry-trace`` and ``baggage`` of ``span`` (a producer span), or of the current
     scope's trace when there is no span (Sentry continues traces without transactions too)."""
-    headers: Dict[str, str] = {}
     if span is not None:
-        headers["sentry-trace"] = span.to_traceparent()
-        baggage = span.to_baggage()
-        if baggage is not None:
-            headers["baggage"] = baggage.serialize()
-    else:
-        traceparent = sentry_sdk.get_traceparent()
-        if traceparent:
-            headers["sentry-trace"] = traceparent
-        baggage_text = sentry_sdk.get_baggage()
-        if baggage_text:
-            headers["baggage"] = baggage_text
+        return sdk.span_headers(span)
+    headers: Dict[str, str] = {}
+    traceparent = sentry_sdk.get_traceparent()
+    if traceparent:
+        headers["sentry-trace"] = traceparent
+    baggage_text = sentry_sdk.get_baggage()
+    if baggage_text:
+        headers["baggage"] = baggage_text
     return headers
 
 
@@ -267,7 +255,7 @@ class SentryPlugin:
                 log.exception("sentry: could not put the trace into job %s; it is added without it", name)
             outcome = yield
             if span and not outcome.excinfo:
-                span.set_data("messaging.message.id", str(getattr(outcome.get_result(), "id", "")))
+                sdk.set_data(span, "messaging.message.id", str(getattr(outcome.get_result(), "id", "")))
 
     @hookimpl(hookwrapper=True, trylast=True)
     def echomq_add_bulk(self, queue: Any, jobs: List[Dict[str, Any]], add_bulk: Any) -> Any:
@@ -311,10 +299,8 @@ class SentryPlugin:
             if sentry_sdk.get_current_span() is None:
                 yield None
                 return
-            with sentry_sdk.start_span(op=OP_PUBLISH) as span:
-                span.description = name  # the span's name (start_span(name=) came after 2.0)
-                span.set_data("messaging.destination.name", queue_name)
-                span.set_data("messaging.system", "bullmq")
+            with sdk.publishing(name, OP_PUBLISH, {"messaging.destination.name": queue_name,
+                                                   "messaging.system": "bullmq"}) as span:
                 yield span
         return cm()
 
@@ -334,23 +320,21 @@ class SentryPlugin:
                 tags["echomq.processor"] = processor
             for key, value in tags.items():  # one by one: Scope.set_tags came in sentry-sdk 2.1
                 scope.set_tag(key, value)
-            scope.set_context("echomq_job", {
+            context = {
                 "queue": job.queue_name, "prefix": job.prefix, "id": str(job.id), "name": job.name,
                 "attempt": attempt, "attempts": int(job.opts.get("attempts") or 1), "processor": processor,
                 "worker": str(getattr(worker, "name", "") or getattr(worker, "id", "") or ""),
-                "scheduler": job.repeat_job_key, "timestamp": job.timestamp})
-            txn = sentry_sdk.continue_trace(trace_headers(job.opts), op=OP_PROCESS, name=job.name or job.queue_name,
-                                            source="task")
-            txn.set_data("messaging.message.id", str(job.id))
-            txn.set_data("messaging.destination.name", job.queue_name)
-            txn.set_data("messaging.system", "bullmq")
-            txn.set_data("messaging.message.retry.count", int(job.attempts_made))
+                "scheduler": job.repeat_job_key, "timestamp": job.timestamp}
+            scope.set_context("echomq_job", context)
+            data: Dict[str, Any] = {"messaging.message.id": str(job.id), "messaging.destination.name": job.queue_name,
+                                    "messaging.system": "bullmq",
+                                    "messaging.message.retry.count": int(job.attempts_made)}
             if job.processed_on and job.timestamp:
                 latency = int(job.processed_on) - int(job.timestamp) - int(job.delay or 0)
-                txn.set_data("messaging.message.receive.latency", max(0, latency))
-            txn = sentry_sdk.start_transaction(txn, custom_sampling_context={"echomq_job": {
-                "queue": job.queue_name, "name": job.name, "id": str(job.id), "attempt": attempt}})
-            Scope.get_current_scope().span = txn
+                data["messaging.message.receive.latency"] = max(0, latency)
+            txn = sdk.start_run(trace_headers(job.opts), job.name or job.queue_name, OP_PROCESS, tags, context, data,
+                                {"echomq_job": {"queue": job.queue_name, "name": job.name, "id": str(job.id),
+                                                "attempt": attempt}})
             slug = None
             if self.crons and job.repeat_job_key:
                 slug = monitor_slug(job.repeat_job_key)
@@ -372,8 +356,7 @@ class SentryPlugin:
         if run is None:
             return
         try:
-            run.txn.set_tag("echomq.outcome", outcome)
-            run.txn.set_status(_STATUS[outcome])
+            sdk.end_run(run.txn, outcome)
             if outcome == "failed" and error is not None:
                 self._capture_failure(job, error)
             elif outcome == "retried":
@@ -384,7 +367,7 @@ class SentryPlugin:
                               time.monotonic() - run.started)
         finally:
             try:
-                run.txn.finish()
+                sdk.finish(run.txn)
             finally:
                 if run.owner is _current_greenlet():
                     run.cm.__exit__(None, None, None)
@@ -402,10 +385,8 @@ class SentryPlugin:
         if attempts > 1 and not earlier:
             sentry_sdk.add_breadcrumb(category="echomq.retry", level="warning", type="error",
                                       message=f"{attempts - 1} earlier attempt(s) failed", data={"attempt": attempts - 1})
-        client = sentry_sdk.get_client()
-        event, hint = event_from_exception((type(error), error, _own_frames(error.__traceback__)),
-                                           client_options=client.options,
-                                           mechanism={"type": "echomq_gevent", "handled": False})
+        event, hint = sdk.event_from_exception((type(error), error, _own_frames(error.__traceback__)),
+                                               {"type": "echomq_gevent", "handled": False})
         event["level"] = "error"
         event.setdefault("extra", {})["echomq_attempts_made"] = attempts
         sentry_sdk.capture_event(event, hint=hint)
@@ -580,6 +561,6 @@ def echomq_job_stalled(worker: Any, queue: str, job_id: str) -> None:
 def producer_plugins(plugin: Optional[SentryPlugin] = None) -> Any:
     """A :class:`~echomq_gevent.plugins.PluginHost` with the Sentry plugin, for
     ``Queue(..., plugins=producer_plugins())`` and ``FlowProducer(..., plugins=...)``."""
-    from ..plugins.host import PluginHost, make_plugin_manager
+    from ...plugins.host import PluginHost, make_plugin_manager
 
     return PluginHost(make_plugin_manager([plugin or default_plugin()]))
