@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(VENV)/bin/pip
 
-.PHONY: demo test test-fast test-wheel matrix test-sentry3 chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid screenshots
+.PHONY: demo test test-fast test-wheel matrix test-sentry chaos soak bench bench-smoke lint dist clean example-django example-flask example-pyramid screenshots
 
 $(VENV)/.installed: setup.py pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,18 +58,21 @@ test-wheel: $(VENV)/.installed tests/node_modules/.installed
 
 ## matrix: unit and integration tests on the lowest and newest dependencies the metadata
 ## allows, on Python 3.9, 3.11 and 3.13 (noxfile.py; NOX_ARGS="-s tests-3.9(lowest)" picks one),
-## then test-sentry3
+## then test-sentry
 matrix: $(VENV)/.installed
 	$(VENV)/bin/nox --no-color $(NOX_ARGS)
-	$(MAKE) test-sentry3
+	$(MAKE) test-sentry
 
-## test-sentry3: the Sentry plugin's tests on sentry-sdk 3.x (SENTRY3), in a folder in front
-## of the venv's 2.x
-SENTRY3 ?= 3.0.0
-test-sentry3: $(VENV)/.installed
-	$(PIP) install --quiet --upgrade --no-deps --target $(VENV)/sentry-sdk-$(SENTRY3) "sentry-sdk==$(SENTRY3)"
-	PYTHONPATH=$(VENV)/sentry-sdk-$(SENTRY3) $(PY) -m pytest -q -p no:cacheprovider \
-	  tests/integration/contrib/test_sentry.py tests/unit/contrib/test_sentry_sdk_version.py $(PYTEST_ARGS)
+## test-sentry: the Sentry plugin's tests on the newest release of each sentry-sdk major it
+## supports (SENTRY_RELEASES), each in a folder in front of the venv's own, whichever that is
+SENTRY_RELEASES ?= 2.76.0 3.0.0
+test-sentry: $(VENV)/.installed
+	@for v in $(SENTRY_RELEASES); do \
+	  echo "=== the Sentry tests on sentry-sdk $$v"; \
+	  $(PIP) install --quiet --upgrade --no-deps --target $(VENV)/sentry-sdk-$$v "sentry-sdk==$$v" || exit 1; \
+	  PYTHONPATH=$(VENV)/sentry-sdk-$$v $(PY) -m pytest -q -p no:cacheprovider \
+	    tests/integration/contrib/test_sentry.py tests/unit/contrib/test_sentry_sdk_version.py $(PYTEST_ARGS) || exit 1; \
+	done
 
 ## screenshots: the dashboard pictures of docs/dashboard.md, made again (a throwaway Redis, a small
 ## shop's queues filled by real workers, Debian's headless chromium)
