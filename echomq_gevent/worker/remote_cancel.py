@@ -163,6 +163,13 @@ class CancelSubscriber:
                         log.info("cancellation channel: subscribed again after %d failure(s)", failures)
                         failures = 0
                 except Exception as exc:
+                    with self.lock:
+                        left = not self.listeners
+                    if left:
+                        # the last listener left meanwhile, and then the server went (the
+                        # command's embedded Redis stops once its workers closed): the loop's
+                        # next look ends the thread; nothing failed that anyone waits on
+                        continue
                     failures += 1
                     self.errors += 1
                     if failures == 1 or failures % 20 == 0:

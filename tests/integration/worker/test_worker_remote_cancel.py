@@ -207,3 +207,41 @@ def test_the_renewal_reads_the_marks_in_the_same_send(queue, r, prefix, qname):
     r.script_flush()  # NOSCRIPT: loaded and called again
     failed, marks = queue.scripts.extend_locks_reading_marks([a.id, b.id], [TOKEN, "not-ours"], 5000)
     assert failed == [b.id] and marks == {b.id: "why"}
+
+
+class _Listener:
+    """A listener as a worker's cancellation part is one: its hub's loop and the calls."""
+
+    def __init__(self) -> None:
+        self.loop = gevent.get_hub().loop
+        self.subscribed = gevent.event.Event()
+
+    def on_subscribed(self) -> None:
+        self.subscribed.set()
+
+    def on_message(self, data) -> None:
+        pass
+
+
+def test_a_server_gone_after_the_last_listener_left_ends_the_subscription_without_a_warning(caplog, wait_for):
+    """The process's last worker leaves, then its Redis goes (the command's embedded Redis
+    stops right after the workers): the subscription ends without a line saying it failed."""
+    import redis
+    from redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        listener = _Listener()
+        client = redis.Redis.from_url(server.url)
+        with caplog.at_level(logging.WARNING, logger="echomq_gevent.worker"):
+            sub = CancelSubscriber.join(client, "echomq:cancel", listener)
+            assert listener.subscribed.wait(5)
+            gevent.sleep(0.05)  # the thread waits in its read of the connection
+            sub.leave("echomq:cancel", listener)
+            server.stop()
+            wait_for(lambda: sub.stopped, timeout=5, what="the subscription to end")
+        assert not [m for m in caplog.messages if "cancellation channel" in m], caplog.messages
+        assert sub.errors == 0
+        client.close()
+    finally:
+        server.stop()
