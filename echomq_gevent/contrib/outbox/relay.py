@@ -114,7 +114,7 @@ class Relay:
         self.locking = db.dialect in ROW_LOCKING
         # order "id": the rows carry no notification, so there is nothing to listen for
         self.listening = db.dialect == "postgresql" and settings.notifies
-        self.order: Any = CommitOrder() if self.listening else IdOrder(one_statement=db.dialect == "postgresql")
+        self.order: Any = CommitOrder() if self.listening else self._by_id()
         self.listener: Any = None
         self.state = "built"
         self.leader = False
@@ -132,6 +132,10 @@ class Relay:
         self._wake: Any = None
         self._loop: Any = None
         self._listen_loop: Any = None
+
+    def _by_id(self) -> IdOrder:
+        """The order by id; on PostgreSQL a pass takes its rows in one statement."""
+        return IdOrder(one_statement=self.db.dialect == "postgresql")
 
     # -- one pass ---------------------------------------------------------------------------
     def run_once(self) -> PassResult:
@@ -442,7 +446,7 @@ class Relay:
             except NotImplementedError as exc:
                 log.warning("%s: %s; the relay polls every %g s and goes by row id", self.label, exc,
                             self.settings.poll_interval)
-                self.order = IdOrder(one_statement=self.db.dialect == "postgresql")
+                self.order = self._by_id()
                 self.listener = None
                 self.listening = False
                 return

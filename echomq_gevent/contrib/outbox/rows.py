@@ -157,42 +157,41 @@ def pending_by_ids(ex: Exec, ids: Sequence[int]) -> List[Row]:
     return [Row(*r) for r in ex.fetch(f"{_SELECT} WHERE state = %s AND id = ANY(%s::bigint[])", (PENDING, list(ids)))]
 
 
-def take_pending(ex: Exec, ids: Sequence[int], name: str = LOCK_NAME) -> Optional[List[Row]]:
+def _lock_and_delete(ex: Exec, which: str, params: Sequence[Any], name: str) -> Optional[List[Row]]:
     """PostgreSQL, one statement: lock the group's row (``FOR UPDATE SKIP LOCKED``) and,
-    when this transaction got it, delete the waiting rows among ``ids`` and return them
-    (any order). ``None`` when another relay holds the lock (nothing deleted). The
-    deletes are undone by a rollback like any other; a row the pass then does not add
-    is put back with :func:`restore` in the same transaction."""
+    when this transaction got it, delete the waiting rows ``which`` (a condition on the
+    table, its placeholders' values in ``params``) and return them (any order). ``None``
+    when another relay holds the lock (nothing deleted). The deletes are undone by a
+    rollback like any other; a row the pass then does not add is put back with
+    :func:`restore` in the same transaction."""
     found = ex.fetch(
         f"WITH lock AS (SELECT name FROM {LOCK_TABLE} WHERE name = %s FOR UPDATE SKIP LOCKED), "
-        f"taken AS (DELETE FROM {TABLE} WHERE state = %s AND id = ANY(%s::bigint[]) "
-        f"AND EXISTS (SELECT 1 FROM lock) RETURNING {', '.join(COLUMNS)}) "
+        f"taken AS (DELETE FROM {TABLE} WHERE {which} AND EXISTS (SELECT 1 FROM lock) "
+        f"RETURNING {', '.join(COLUMNS)}) "
         f"SELECT (SELECT COUNT(*) FROM lock), taken.* FROM (SELECT 1) AS one LEFT JOIN taken ON true",
-        (name, PENDING, list(ids)))
+        (name, *params))
     if not found or not found[0][0]:
         return None
     return [Row(*r[1:]) for r in found if r[1] is not None]
 
 
+def take_pending(ex: Exec, ids: Sequence[int], name: str = LOCK_NAME) -> Optional[List[Row]]:
+    """The waiting rows among ``ids``, locked and deleted in one statement
+    (:func:`_lock_and_delete`; any order)."""
+    return _lock_and_delete(ex, "state = %s AND id = ANY(%s::bigint[])", (PENDING, list(ids)), name)
+
+
 def take_first(ex: Exec, limit: int, name: str = LOCK_NAME) -> Optional[List[Row]]:
-    """PostgreSQL, one statement: lock the group's row (``FOR UPDATE SKIP LOCKED``) and,
-    when this transaction got it, delete the first ``limit`` waiting rows by id and return
-    them in id order (the outbox's ``order: "id"``). ``None`` when another relay holds
-    the lock (nothing deleted). As with :func:`take_pending`, a rollback undoes the
-    deletes and a row the pass does not add is put back with :func:`restore`."""
-    found = ex.fetch(
-        f"WITH lock AS (SELECT name FROM {LOCK_TABLE} WHERE name = %s FOR UPDATE SKIP LOCKED), "
-        f"taken AS (DELETE FROM {TABLE} WHERE id IN (SELECT id FROM {TABLE} WHERE state = %s "
-        f"AND EXISTS (SELECT 1 FROM lock) ORDER BY id LIMIT %s) RETURNING {', '.join(COLUMNS)}) "
-        f"SELECT (SELECT COUNT(*) FROM lock), taken.* FROM (SELECT 1) AS one LEFT JOIN taken ON true",
-        (name, PENDING, limit))
-    if not found or not found[0][0]:
-        return None
-    return sorted((Row(*r[1:]) for r in found if r[1] is not None), key=lambda r: r.id)
+    """The first ``limit`` waiting rows by id, locked and deleted in one statement
+    (:func:`_lock_and_delete`), in id order (the outbox's ``order: "id"``)."""
+    got = _lock_and_delete(ex, f"id IN (SELECT id FROM {TABLE} WHERE state = %s ORDER BY id LIMIT %s)",
+                           (PENDING, limit), name)
+    return None if got is None else sorted(got, key=lambda r: r.id)
 
 
 def restore(ex: Exec, row: Row) -> None:
-    """Put back a row :func:`take_pending` deleted in this transaction, as it was."""
+    """Put back a row :func:`take_pending` or :func:`take_first` deleted in this
+    transaction, as it was."""
     marks = ", ".join(["%s"] * len(COLUMNS))
     ex.execute(f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) VALUES ({marks})", tuple(row))
 

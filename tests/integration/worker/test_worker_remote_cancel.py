@@ -235,8 +235,7 @@ def test_a_server_gone_after_the_last_listener_left_ends_the_subscription_withou
         client = redis.Redis.from_url(server.url)
         with caplog.at_level(logging.WARNING, logger="echomq_gevent.worker"):
             sub = CancelSubscriber.join(client, "echomq:cancel", listener)
-            assert listener.subscribed.wait(5)
-            gevent.sleep(0.05)  # the thread waits in its read of the connection
+            assert listener.subscribed.wait(5)  # the thread then reads its connection
             sub.leave("echomq:cancel", listener)
             server.stop()
             wait_for(lambda: sub.stopped, timeout=5, what="the subscription to end")
