@@ -166,7 +166,7 @@ class Worker:
         validate_worker_options(dict(self.options, concurrency=value), where=f"Worker for queue {self.queue_name!r}")
         self._fetch.concurrency = value
         if self._fetch.member is not None:  # its cap inside the pool
-            self._fetch.member.cap = value
+            self._fetch.member.set_cap(value)
         self.options["concurrency"] = value
         self._settler.concurrency_changed(value)
         runtime_pool = getattr(self._ctx.runtime, "pool", None)

@@ -139,3 +139,131 @@ def test_keep_without_contention_and_a_lowered_budget():
 def test_bad_settings_are_refused(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PoolBudget(**kwargs)
+
+
+def _scan_choose(budget, keeper):
+    """The choice by looking at every asking queue (the hand-out before its heap): the
+    oracle the heap must agree with."""
+    strict = budget.order == "strict"
+    best = best_key = None
+    for m in budget._ready:
+        if m is keeper or m.held + m.granted >= m.cap:
+            continue
+        key = m.index if strict else ((m.held + m.granted) / m.weight, m.last)
+        if best is None or key < best_key:
+            best, best_key = m, key
+    if keeper is not None and keeper.held <= keeper.cap:
+        if strict:
+            if best is None or keeper.index < best_key:
+                return keeper
+        else:
+            share = (keeper.held - 1 + keeper.granted) / keeper.weight
+            if best is None or share < best_key[0] or (
+                    best.held + best.granted > 0 and share < best_key[0] + 1 / keeper.weight):
+                return keeper
+    return best
+
+
+def _standing(budget, m):
+    """What decides a choice: equal standings are equally right answers."""
+    if m is None:
+        return None
+    return m.index if budget.order == "strict" else ((m.held + m.granted) / m.weight, m.last)
+
+
+@pytest.mark.parametrize("order", ["strict", "weighted", "round_robin"])
+@pytest.mark.parametrize("seed", range(6))
+def test_the_heap_chooses_as_a_look_at_every_queue_would(order, seed):
+    """Random pick-ups, finishes, withdrawals, cap and budget changes, queues leaving: at
+    every step the heap's choice, with and without a finishing job's queue, stands where
+    a scan of every asking queue's would."""
+    import random
+
+    rnd = random.Random(seed)
+    names = [f"q{i}" for i in range(40)]
+    weights = {n: rnd.randint(1, 5) for n in names} if order == "weighted" else None
+    budget = PoolBudget(25, order, weights, queues=names if weights else None)
+    ms, _ = members(budget, *[(n, rnd.randint(1, 8)) for n in names])
+    running = []  # members with a job in a slot, one entry a slot
+    for _step in range(4000):
+        live = [m for m in ms if not m.left]
+        op = rnd.random()
+        if op < 0.35:
+            m = rnd.choice(live)
+            if m.granted == 0:
+                n = m.request(rnd.randint(1, m.cap))
+                took = rnd.randint(0, n)  # a pick-up may bring fewer than granted
+                for _ in range(took):
+                    m.start_slot()
+                    running.append(m)
+                m.fetched()
+        elif op < 0.75 and running:
+            m = running.pop(rnd.randrange(len(running)))
+            expected = _standing(budget, _scan_choose(budget, m))
+            chose = budget._choose(m)
+            assert _standing(budget, chose) == expected
+            assert (chose is m) == (_scan_choose(budget, m) is m)
+            if m.keep():
+                running.append(m)
+            else:
+                m.end_slot()
+        elif op < 0.85:
+            rnd.choice(live).withdraw()
+        elif op < 0.92:
+            rnd.choice(live).set_cap(rnd.randint(1, 8))
+        elif op < 0.96:
+            budget.set_concurrency(rnd.randint(5, 30))
+        elif len(live) > 5:
+            m = rnd.choice(live)
+            m.leave()
+            running = [r for r in running if r is not m]
+        assert _standing(budget, budget._choose(None)) == _standing(budget, _scan_choose(budget, None))
+        assert len(budget._heap) <= 2 * len(budget._ready) + 64 + len(budget._ready)
+
+
+def test_a_choice_among_a_thousand_asking_queues_looks_at_few():
+    """1,000 tenant queues with a backlog each and 50 slots, driven as fetch loops are: a
+    queue asks and waits; a grant wakes it, it picks up and asks again. A finish's
+    choice and a grant read a handful of heap entries, not every queue: the hand-out's
+    cost does not grow with the number of queues that have work."""
+    budget = PoolBudget(50, "round_robin")
+    woke = []
+    ms = [budget.join(f"t{i}", 50, lambda i=i: woke.append(i)) for i in range(1000)]
+    running = collections.deque()
+    served = collections.Counter()
+
+    def pick_up(m):
+        for _ in range(m.granted):
+            m.start_slot()
+            running.append(m)
+            served[m.name] += 1
+        m.fetched()
+        m.request(m.cap - m.held)  # a backlog: ask for more, then wait for a grant
+
+    for m in ms:
+        m.request(m.cap)
+    reads = collections.Counter()
+    key = budget._key
+
+    def counting_key(m):
+        reads["key"] += 1
+        return key(m)
+
+    budget._key = counting_key
+    turns = 20000
+    for turn in range(turns):
+        if turn == 1000:  # after the first queue's start with every slot (it asked first)
+            served.clear()
+        while woke:
+            pick_up(ms[woke.pop()])
+        m = running.popleft()
+        if m.keep():
+            running.append(m)
+            served[m.name] += 1
+        else:
+            m.end_slot()  # its fetch loop, woken by the freed slot, asks again
+            if not m.want and not m.granted:
+                m.request(m.cap - m.held)
+    assert len(served) == 1000  # every tenant had its turns, alike
+    assert max(served.values()) - min(served.values()) <= 1, (max(served.values()), min(served.values()))
+    assert reads["key"] / turns < 20, reads  # about 10; a look at every queue: 1,000
