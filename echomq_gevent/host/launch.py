@@ -48,7 +48,8 @@ def cmd_check(cfg: Config, host: Any, processors: Dict[str, Any]) -> int:
     for pool in cfg.pools.values():
         found = (f"; patterns {', '.join(pool.patterns)}, processor {pool.processor or 'plugins'}, "
                  f"{pool.family_options['concurrency']} slots each at most" if pool.patterns else "")
-        print(f"  pool {pool.name}: {pool.order}, {pool.concurrency} slots, queues "
+        turn = f", turns of {pool.turn} jobs" if pool.turn > 1 else ""
+        print(f"  pool {pool.name}: {pool.order}{turn}, {pool.concurrency} slots, queues "
               f"{', '.join(pool.queues) or '-'}{found}")
     try:
         conn = CommandRedis(cfg, None)

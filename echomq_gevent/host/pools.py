@@ -8,6 +8,7 @@
         queues: [emails, reports, thumbnails]
         order: weighted                    # or strict, round_robin
         weights: {emails: 5, reports: 1, thumbnails: 2}
+        turn: 1                            # jobs a slot runs for its queue in a row
 
 Every queue a pool names is declared under ``queues:`` as usual, with its own options
 (processor, limiter, offload...); its ``concurrency`` (its own, or from ``defaults:``) is
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from .located import suggest
 from ..worker.options import OptionError, validate_worker_options
-from ..worker.pool.budget import check_pool
+from ..worker.pool.budget import DEFAULT_TURN, check_pool
 from ..worker.pool.watch import DISCOVER_EVERY_S, is_pattern
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -33,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["PoolConfig", "POOL_KEYS", "FAMILY_KEYS", "parse_pools", "describe_pools", "pool_usage", "is_pattern", "has_patterns"]
 
 #: The keys of one pool.
-POOL_KEYS = ("concurrency", "queues", "order", "weights", "max_per_queue", "processor", "discover_every")
+POOL_KEYS = ("concurrency", "queues", "order", "weights", "turn", "max_per_queue", "processor", "discover_every")
 #: The keys that only a pool with a pattern in ``queues`` takes (a queue family).
 FAMILY_KEYS = ("max_per_queue", "processor", "discover_every")
 def has_patterns(pools: Any) -> bool:
@@ -62,6 +63,8 @@ class PoolConfig:
     processor: Optional[str] = None
     #: seconds between two looks for them
     discover_every: float = DISCOVER_EVERY_S
+    #: the jobs a slot runs for its queue in a row before the order may move it
+    turn: int = DEFAULT_TURN
 
 
 def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
@@ -107,12 +110,14 @@ def parse_pools(cfg: "Config", value: Any) -> Dict[str, PoolConfig]:
             pooled[queue] = name
         order = spec.get("order", "weighted")
         weights = spec.get("weights")
-        problem = check_pool(spec["concurrency"], order, weights, queues + patterns)
+        turn = spec.get("turn", DEFAULT_TURN)
+        problem = check_pool(spec["concurrency"], order, weights, queues + patterns, turn)
         if problem is not None:
             key, message = problem
             raise cfg.error(path + (key if isinstance(key, tuple) else (key,)), message)
         pool = pools[name] = PoolConfig(name=name, concurrency=spec["concurrency"], queues=queues, order=order,
-                                        weights=dict(weights or {}), line=cfg.marks.line(path), patterns=patterns)
+                                        weights=dict(weights or {}), line=cfg.marks.line(path), patterns=patterns,
+                                        turn=turn)
         _cap_queues(cfg, pool)
         _parse_family(cfg, pool, spec, path)
     return pools
@@ -175,7 +180,7 @@ def describe_pools(cfg: "Config", names: Optional[List[str]] = None) -> List[Dic
     for pool in cfg.pools.values():
         if names is not None and not pool.patterns and not any(q in names for q in pool.queues):
             continue
-        out.append({"name": pool.name, "order": pool.order, "concurrency": pool.concurrency,
+        out.append({"name": pool.name, "order": pool.order, "concurrency": pool.concurrency, "turn": pool.turn,
                     "processes": cfg.processes, "budget": pool.concurrency * cfg.processes,
                     "queues": [{"queue": q, "weight": pool.weights.get(q, 1) if pool.order == "weighted" else None,
                                 "cap": cfg.queues[q].options["concurrency"] if q in cfg.queues else None}

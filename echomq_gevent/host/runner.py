@@ -436,7 +436,7 @@ def build_shared_workers(cfg: Config, host: Any, processors: Mapping[str, Option
         members = [q for q in pool.queues if q in cfg.queues]
         if members or pool.patterns:
             budget = by_pool[pool.name] = PoolBudget(pool.concurrency, pool.order, pool.weights, name=pool.name,
-                                                     queues=pool.queues + pool.patterns)
+                                                     queues=pool.queues + pool.patterns, turn=pool.turn)
             budgets.update((q, budget) for q in members)
     marker_wait = None
     if cfg.marker_wait == "shared" or by_pool:

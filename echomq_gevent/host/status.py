@@ -109,7 +109,8 @@ def describe_pool(pool: Dict[str, Any]) -> List[str]:
     are whose."""
     processes = pool.get("processes") or 1
     per = f"{pool['concurrency']} slots" + (f" x {processes} processes" if processes > 1 else "")
-    lines = [f"pool {pool['name']}: {pool['order']}, {per}; {pool['in_use']} of {pool['budget']} in use"]
+    turn = f", turns of {pool['turn']} jobs" if (pool.get("turn") or 1) > 1 else ""
+    lines = [f"pool {pool['name']}: {pool['order']}{turn}, {per}; {pool['in_use']} of {pool['budget']} in use"]
     if pool.get("patterns"):
         found = sum(1 for q in pool["queues"] if q.get("found"))
         lines.append(f"  patterns {', '.join(pool['patterns'])}: {found} queue(s) found, at most "

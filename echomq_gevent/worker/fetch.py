@@ -495,13 +495,14 @@ class FetchLoop:
         # (data and all) would stay in memory until the slot goes idle
         self.pool.spawn(self._run_slot, [slot])
 
-    def _can_fetch_next(self) -> bool:
-        """Whether a finishing job may take the next one (called by the runner, once a job)."""
+    def _can_fetch_next(self, slot: Slot) -> bool:
+        """Whether the finishing job of ``slot`` may take the next one (called by the runner,
+        once a job)."""
         # the finishing job still holds its slot: refill it only within the concurrency
         # (which may have been lowered while it ran)
         ctx = self.ctx
         return (ctx.running and not ctx.closing and not self.paused
-                and len(self.active) <= self.concurrency and (self.member is None or self.member.keep()))
+                and len(self.active) <= self.concurrency and (self.member is None or self.member.keep(slot.streak)))
 
     def _release(self, slot: Slot) -> None:
         slot.phase = "done"

@@ -45,7 +45,7 @@ class SlotRunner:
     """
 
     def __init__(self, ctx: WorkerContext, settler: Settler, processor: Optional[Callable[[Job], Any]],
-                 next_runs: NextRuns, can_fetch_next: Callable[[], bool],
+                 next_runs: NextRuns, can_fetch_next: Callable[[Slot], bool],
                  next_from: Callable[[Any, str], Optional[Job]]) -> None:
         self.ctx = ctx
         self.settler = settler
@@ -105,7 +105,9 @@ class SlotRunner:
                         locks.untrack(job_id, slot.token)
                 if nxt is None:
                     break
+                streak = slot.streak + 1
                 slot = Slot(nxt, slot.token, slot.finish_sent)
+                slot.streak = streak
                 current[0] = slot
                 active[nxt.id] = slot
                 if locks is not None:
@@ -174,7 +176,7 @@ class SlotRunner:
             return None
         self._settle_next_run(slot)
         slot.finish_sent = time.monotonic()  # the next job's pick-up goes with it
-        res = self.settler.complete(slot, result, self._can_fetch_next())
+        res = self.settler.complete(slot, result, self._can_fetch_next(slot))
         return None if res is NO_NEXT else self._next_from(res, slot.token)
 
     def _still_ours(self, slot: Slot) -> bool:
@@ -213,7 +215,7 @@ class SlotRunner:
     def _fail(self, slot: Slot, err: BaseException) -> Optional[Job]:
         self._settle_next_run(slot)
         slot.finish_sent = time.monotonic()
-        res = self.settler.fail(slot, err, self._can_fetch_next())
+        res = self.settler.fail(slot, err, self._can_fetch_next(slot))
         return None if res is NO_NEXT else self._next_from(res, slot.token)
 
     def _discarded(self, slot: Slot) -> bool:

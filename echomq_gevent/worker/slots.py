@@ -45,7 +45,7 @@ class Slot:
     """One in-flight job: what the worker knows about it while it runs."""
 
     __slots__ = ("job", "token", "started", "picked_at", "finish_sent", "phase", "lock_lost", "handed_back",
-                 "greenlet", "in_processor", "next_run")
+                 "greenlet", "in_processor", "next_run", "streak")
 
     def __init__(self, job: Job, token: str, picked_at: Optional[float] = None) -> None:
         self.job = job
@@ -66,6 +66,9 @@ class Slot:
         self.in_processor = False
         #: a scheduler's run: the creation of the run after it (a NextRun), waited on before it settles
         self.next_run: Any = None
+        #: the jobs of its queue this slot ran before this one, in a row (fetch-next); a
+        #: pool's ``turn`` reads it (:meth:`~.pool.budget.PoolMember.keep`)
+        self.streak = 0
 
 
 class ActiveJobs(Mapping):

@@ -41,8 +41,9 @@ def pools_section(ui: Any, req: Any, counts: Mapping[str, Mapping[str, int]]) ->
         per = f"{used['concurrency']} slots" + (f" &times; {int(processes)} processes" if processes > 1 else "")
         found = (f'; patterns {h(", ".join(patterns))}: {sum(1 for q in used["queues"] if q.get("found"))} '
                  f'queue(s) found' if patterns else "")
+        turn = f', turns of {h(used["turn"])} jobs' if (used.get("turn") or 1) > 1 else ""
         parts.append(
-            f'<p data-pool="{h(used["name"])}"><b>{h(used["name"])}</b>: {h(used["order"])}, {per}; '
+            f'<p data-pool="{h(used["name"])}"><b>{h(used["name"])}</b>: {h(used["order"])}{turn}, {per}; '
             f'<span data-in-use="{h(used["in_use"])}">{h(used["in_use"])}</span> of {h(used["budget"])} in use'
             f'{found}</p>'
             '<table class="pools"><tr><th>queue</th><th>weight</th><th>cap</th><th>active</th><th>ready</th>'

@@ -52,17 +52,20 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 log = logging.getLogger("echomq_gevent.worker")
 
-__all__ = ["PoolBudget", "PoolMember", "POOL_ORDERS", "check_pool"]
+__all__ = ["PoolBudget", "PoolMember", "POOL_ORDERS", "DEFAULT_TURN", "check_pool"]
 
 #: The orders a pool hands its free slots out in.
 POOL_ORDERS = ("strict", "weighted", "round_robin")
+#: The jobs a slot runs for its queue in a row before the order may give it to another.
+DEFAULT_TURN = 1
 
 
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
 
 
-def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]], queues: Any) -> Optional[tuple]:
+def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]], queues: Any,
+               turn: Any = 1) -> Optional[tuple]:
     """Check a pool's settings. None when valid, else ``(key, message)``: the key of the
     setting that is wrong (``concurrency``, ``order``, ``weights``, ``("weights", queue)``
     or ``queues``) and what to do. Used by :class:`PoolBudget` and the YAML checks."""
@@ -70,6 +73,8 @@ def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]
         return "concurrency", f"must be a whole number of slots, at least 1, got {concurrency!r}"
     if order not in POOL_ORDERS:
         return "order", f"must be one of {', '.join(POOL_ORDERS)}, got {order!r}"
+    if not _positive_int(turn):
+        return "turn", f"must be a whole number of jobs, at least 1, got {turn!r}"
     names = list(queues) if queues is not None else []
     if weights is not None:
         if not isinstance(weights, Mapping):
@@ -187,16 +192,18 @@ class PoolMember:
         self.budget._touch(self)
         self.budget._dispatch()
 
-    def keep(self) -> bool:
+    def keep(self, streak: int = 0) -> bool:
         """A job of this queue is finishing: True when its slot should fetch the next job
-        of this queue in the same call (the order gives the slot to this queue again);
-        False gives the slot to the queue the order names at once, and the slot's greenlet
-        ends once the finish is written."""
+        of this queue in the same call (its turn goes on, or the order gives the slot to
+        this queue again); False gives the slot to the queue the order names at once, and
+        the slot's greenlet ends once the finish is written. ``streak``: the jobs of this
+        queue the slot ran before this one, in a row."""
         budget = self.budget
         if self.left:
             return True
-        if not budget._ready and budget.used <= budget.concurrency:
-            return True
+        if budget.used <= budget.concurrency and (
+                not budget._ready or ((streak + 1) % budget.turn and self.held <= self.cap)):
+            return True  # nobody else asks, or the slot's turn is not over
         if budget.used > budget.concurrency or budget._choose(self) is not self:
             # the slot goes (or, the budget lowered, is given up) now, not when the finish
             # is written: the next finishing job sees it gone, and the queue it goes to
@@ -243,8 +250,8 @@ class PoolBudget:
     """
 
     def __init__(self, concurrency: int, order: str = "weighted", weights: Optional[Mapping[str, int]] = None,
-                 name: str = "default", queues: Optional[List[str]] = None) -> None:
-        problem = check_pool(concurrency, order, weights, queues if queues is not None else list(weights or ()))
+                 name: str = "default", queues: Optional[List[str]] = None, turn: int = DEFAULT_TURN) -> None:
+        problem = check_pool(concurrency, order, weights, queues if queues is not None else list(weights or ()), turn)
         if problem is not None:
             key, message = problem
             key = ".".join(key) if isinstance(key, tuple) else key
@@ -252,6 +259,8 @@ class PoolBudget:
         self.name = name
         self.concurrency = concurrency
         self.order = order
+        #: the jobs a slot runs for its queue in a row before the order may move it
+        self.turn = turn
         self.weights: Dict[str, int] = dict(weights or {})
         self.members: List[PoolMember] = []
         #: slots in use or granted

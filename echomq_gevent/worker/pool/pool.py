@@ -30,7 +30,7 @@ import gevent.event
 from ...connection.clients import ConnectionLike, ConnectionSettings, close_client, make_client
 from ...connection.cluster import is_cluster
 from ...errors import WorkerStateError
-from .budget import PoolBudget
+from .budget import DEFAULT_TURN, PoolBudget
 from .watch import DISCOVER_EVERY_S, PoolWatcher, is_pattern, weight_for
 from ..shared_wait import SharedMarkerWait
 from ..worker import Worker
@@ -52,8 +52,12 @@ class Pool:
     queue's cap). ``order``: ``strict`` (the first queue of the list with work wins),
     ``weighted`` (shares by ``weights``, a whole number per queue, 1 when not named; a
     weight given to a pattern is that of every queue it finds) or ``round_robin`` (equal
-    turns). ``processor``: for the queues that name none (None: the plugins find one per
-    job name); ``defaults``: worker options for every queue. More queues: :meth:`add`.
+    turns). ``turn``: the jobs a slot runs for its queue in a row (fetch-next) before the
+    order may give it to another queue that waits (default 1: the order decides at every
+    job; more saves a pick-up a job when more queues have work than there are slots, and
+    makes a waiting queue wait up to that many jobs a slot longer). ``processor``: for the
+    queues that name none (None: the plugins find one per job name); ``defaults``: worker
+    options for every queue. More queues: :meth:`add`.
     ``connection``, ``prefix``, ``plugins``, ``connection_settings``: as for a
     :class:`~echomq_gevent.worker.Worker`.
 
@@ -72,14 +76,14 @@ class Pool:
                  connection: ConnectionLike = None, prefix: str = "bull", plugins: Any = None,
                  connection_settings: Optional[ConnectionSettings] = None, name: str = "default",
                  processor: Optional[Callable[..., Any]] = None, discover_every: float = DISCOVER_EVERY_S,
-                 **defaults: Any) -> None:
+                 turn: int = DEFAULT_TURN, **defaults: Any) -> None:
         specs = dict(queues) if isinstance(queues, Mapping) else {q: None for q in queues}
         if isinstance(discover_every, bool) or not isinstance(discover_every, (int, float)) \
                 or not 0.1 <= discover_every <= 3600:
             raise ValueError(f"pool {name!r}: discover_every must be a number of seconds from 0.1 to 3600, "
                              f"got {discover_every!r}")
         self.budget = PoolBudget(concurrency, order, weights, name=name,
-                                 queues=list(specs) if weights else None)
+                                 queues=list(specs) if weights else None, turn=turn)
         #: pattern -> the worker options of each queue it finds
         self.patterns: Dict[str, Dict[str, Any]] = {q: dict(o or {}) for q, o in specs.items() if is_pattern(q)}
         self.discover_every = float(discover_every)
@@ -236,5 +240,5 @@ class Pool:
 
 def pool_usage(budget: PoolBudget) -> Dict[str, Any]:
     """A :class:`PoolBudget`'s state as plain values (see :meth:`Pool.usage`)."""
-    return {"name": budget.name, "order": budget.order, "concurrency": budget.concurrency,
+    return {"name": budget.name, "order": budget.order, "concurrency": budget.concurrency, "turn": budget.turn,
             "in_use": sum(m.held for m in budget.members), "queues": budget.usage()}

@@ -29,9 +29,10 @@ pools:
     concurrency: 4
     queues: [{a}, {b}]
     weights: {{{a}: 3}}
+    turn: 2
 """, filename="worker.yaml")
     pools = describe_pools(cfg)
-    assert pools == [{"name": "shared", "order": "weighted", "concurrency": 4, "processes": 1, "budget": 4,
+    assert pools == [{"name": "shared", "order": "weighted", "concurrency": 4, "turn": 2, "processes": 1, "budget": 4,
                       "queues": [{"queue": a, "weight": 3, "cap": 2}, {"queue": b, "weight": 1, "cap": 4}],
                       "patterns": [], "max_per_queue": None}]
     release = gevent.event.Event()
@@ -50,7 +51,7 @@ pools:
         out = io.StringIO()
         print_status(redis_url, [a, b], prefix, out=out, pools=pools)
         text = out.getvalue()
-        assert "pool shared: weighted, 4 slots; 3 of 4 in use" in text, text
+        assert "pool shared: weighted, turns of 2 jobs, 4 slots; 3 of 4 in use" in text, text
         assert f"  {a}  weight 3  cap 2  active 2  ready 3" in text, text
         assert f"  {b}  weight 1  cap 4  active 1  ready 0" in text, text
         out = io.StringIO()
@@ -63,6 +64,7 @@ pools:
             status, body = _get(ui, "/")
             assert status.startswith("200")
             assert 'id="pools"' in body and 'data-pool="shared"' in body and 'data-in-use="3"' in body
+            assert "<b>shared</b>: weighted, turns of 2 jobs, 4 slots" in body
             assert f'<tr data-pool-queue="{a}">' in body and '<td class="n">50 %</td>' in body
         finally:
             ui.close()

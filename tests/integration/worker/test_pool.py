@@ -212,6 +212,27 @@ def test_the_finishes_of_all_the_queues_share_script_calls(r, redis_url, prefix,
     assert r.hget(f"{prefix}:{names[7]}:3", "returnvalue") == '{"i":2}'
 
 
+def test_turns_keep_tenants_equal_with_a_pick_up_a_turn(redis_url, prefix, qname):
+    """24 queues with work and 4 slots, ``turn=8``: a slot runs 8 jobs of its queue by
+    fetch-next before the order moves it, so the slots are handed out (a pick-up each)
+    about once every 8 jobs, not at every job, and the queues still share alike."""
+    names = [f"{qname}-{i}" for i in range(24)]
+    backlogs(redis_url, prefix, names, 40)
+    rec = Recorder(hold=0.001)
+    pool = make_pool(redis_url, prefix, names, rec, concurrency=4, order="round_robin", turn=8)
+    pool.start()
+    try:
+        wait_until(lambda: len(rec.order) >= 480, timeout=60, what="480 jobs run")
+        handed = sum(m.served for m in pool.budget.members)
+    finally:
+        pool.close(5)
+    counts = sorted(collections.Counter(rec.order[:480]).values())
+    # apart from the queue that asked first (every slot was its own then), within a turn
+    assert len(counts) == 24 and counts[-2] - counts[0] <= 8, counts
+    assert handed <= 480 / 8 * 1.5, handed  # with turn=1: about one a job
+    assert rec.peak_total <= 4
+
+
 def test_a_pattern_serves_the_queues_it_finds_with_its_options_and_weight(redis_url, prefix, qname, wait_for):
     """``Pool`` takes patterns as the YAML does: the queues that exist at start and one
     made later are served with the pattern's options (its concurrency: each one's cap) and

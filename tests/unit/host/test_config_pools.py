@@ -43,7 +43,7 @@ pools:
 
 def test_defaults_concurrency_is_the_cap_too_and_order_defaults_to_weighted():
     cfg = parse("pools: {p: {concurrency: 20, queues: [reports]}}\n", defaults="defaults: {concurrency: 3}\n")
-    assert cfg.pools["p"].order == "weighted"
+    assert cfg.pools["p"].order == "weighted" and cfg.pools["p"].turn == 1
     assert cfg.queues["reports"].options["concurrency"] == 3
 
 
@@ -54,11 +54,13 @@ pools:
     concurrency: 20
     queues: [emails, "tenant-*"]
     order: round_robin
+    turn: 10
     max_per_queue: 3
     processor: "myapp.jobs:handle"
     discover_every: 2
 """, defaults="defaults: {lock_duration: 5000}\n")
     pool = cfg.pools["tenants"]
+    assert pool.turn == 10
     assert pool.queues == ["emails"] and pool.patterns == ["tenant-*"]
     assert pool.family_options["concurrency"] == 3 and pool.family_options["lock_duration"] == 5000
     assert (pool.processor, pool.discover_every) == ("myapp.jobs:handle", 2.0)
@@ -97,6 +99,10 @@ def test_no_pools_is_the_old_behaviour():
      "pools.p.weights.emails", "must be a whole number, at least 1, got 'two'"),
     ("pools:\n  p:\n    concurrency: 5\n    queues: [emails]\n    order: fair\n", 11, "pools.p.order",
      "must be one of strict, weighted, round_robin, got 'fair'"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: [emails]\n    turn: 0\n", 11, "pools.p.turn",
+     "must be a whole number of jobs, at least 1, got 0"),
+    ("pools:\n  p:\n    concurrency: 5\n    queues: [emails]\n    turn: 2.5\n", 11, "pools.p.turn",
+     "must be a whole number of jobs, at least 1, got 2.5"),
     ("pools:\n  p:\n    concurrency: 0\n    queues: [emails]\n", 9, "pools.p.concurrency",
      "must be a whole number of slots, at least 1"),
     ("pools:\n  p:\n    concurency: 5\n    queues: [emails]\n", 9, "pools.p.concurency",

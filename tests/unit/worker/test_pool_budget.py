@@ -267,3 +267,61 @@ def test_a_choice_among_a_thousand_asking_queues_looks_at_few():
     assert len(served) == 1000  # every tenant had its turns, alike
     assert max(served.values()) - min(served.values()) <= 1, (max(served.values()), min(served.values()))
     assert reads["key"] / turns < 20, reads  # about 10; a look at every queue: 1,000
+
+
+def test_a_slot_runs_its_turn_before_the_order_moves_it():
+    budget = PoolBudget(1, "round_robin", turn=3)
+    (a, b), woken = members(budget, ("a", 1), ("b", 1))
+    assert a.request(1) == 1
+    a.start_slot()
+    a.fetched()
+    assert b.request(1) == 0  # b waits, holding nothing
+    assert a.keep(0) and a.keep(1)  # the slot's first two jobs: its turn goes on
+    assert not a.keep(2)  # the third ends the turn: b, holding none, comes first
+    a.end_slot()
+    assert b.granted == 1 and woken["b"] == 1
+    with pytest.raises(ValueError, match="turn must be a whole number of jobs, at least 1, got 0"):
+        PoolBudget(2, "round_robin", turn=0)
+
+
+@pytest.mark.parametrize("turn", [1, 10])
+def test_turns_keep_shares_equal_and_save_a_move_a_job(turn):
+    """More queues with work than slots (200 tenants, 20 slots): each turn of ``turn`` jobs
+    a slot, the order moves the slot; every tenant runs its equal share all the same, and
+    slots move (a pick-up each) once a turn, not once a job."""
+    budget = PoolBudget(20, "round_robin", turn=turn)
+    woke = []
+    ms = [budget.join(f"t{i}", 20, lambda i=i: woke.append(i)) for i in range(200)]
+    running = collections.deque()  # (member, jobs its slot ran before this one)
+    served = collections.Counter()
+    moves = 0
+
+    def pick_up(m):
+        for _ in range(m.granted):
+            m.start_slot()
+            running.append((m, 0))
+            served[m.name] += 1
+        m.fetched()
+        m.request(m.cap - m.held)
+
+    for m in ms:
+        m.request(m.cap)
+    turns = 40000
+    for step in range(turns):
+        if step == 2000:
+            served.clear()
+            moves = 0
+        while woke:
+            pick_up(ms[woke.pop()])
+        m, streak = running.popleft()
+        if m.keep(streak):
+            running.append((m, streak + 1))
+            served[m.name] += 1
+        else:
+            moves += 1
+            m.end_slot()
+            if not m.want and not m.granted:
+                m.request(m.cap - m.held)
+    assert len(served) == 200
+    assert max(served.values()) - min(served.values()) <= 2 * turn, (min(served.values()), max(served.values()))
+    assert abs(moves / (turns - 2000) - 1 / turn) < 0.02, moves
