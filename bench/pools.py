@@ -79,7 +79,7 @@ def _driver(cfg: Dict[str, Any]) -> None:
         stop = lambda: [w.close(5) for w in workers]  # noqa: E731
     elif layout == "pool":
         pool = Pool(cfg["queues"], concurrency=cfg["concurrency"], order=cfg.get("order", "round_robin"), connection=url,
-                    prefix=PREFIX, processor=fn, **opts)
+                    prefix=PREFIX, processor=fn, turn=cfg.get("turn", 1), **opts)
         pool.start()
         stop = lambda: pool.close(5)  # noqa: E731
     else:  # a pool over the queues a pattern finds, as the command runs it
@@ -218,11 +218,14 @@ def _last_finish_ms(bench: Bench, queues: List[str]) -> float:
 
 ONE_QUEUE = "one queue, no pool"
 NODE_ONE_QUEUE = "Node: one queue"
-#: (label, layout, queues, the layout its ratio is against). The last three are the
+#: (label, layout, queues, the layout its ratio is against[, more of the driver's settings]).
+#: 1,000 queues: more queues with work than slots, where ``turn`` counts. The last three are the
 #: references: the layout without pools (a Worker per queue, the budget split evenly),
 #: and BullMQ's own Worker on one queue and one per queue.
 SCALE_LAYOUTS = ((ONE_QUEUE, "worker", 1, ONE_QUEUE), ("pool over 1 queue", "pool", 1, ONE_QUEUE),
                  ("pool over 10 queues", "pool", 10, ONE_QUEUE), ("pool over 100 queues", "pool", 100, ONE_QUEUE),
+                 ("pool over 1,000 queues", "pool", 1000, ONE_QUEUE),
+                 ("pool over 1,000 queues, turn 10", "pool", 1000, ONE_QUEUE, {"turn": 10}),
                  ("a Worker per queue, 100 queues, no pool", "workers", 100, ONE_QUEUE),
                  (NODE_ONE_QUEUE, "node", 1, NODE_ONE_QUEUE),
                  ("Node: a Worker per queue, 100 queues", "node", 100, NODE_ONE_QUEUE))
@@ -264,7 +267,7 @@ def scale_case(bench: Bench, n: int, concurrency: int, log: Any, rounds: int = 1
 
 def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any) -> List[Dict[str, Any]]:
     rows = []
-    for label, layout, count, base in layouts:
+    for label, layout, count, base, *more in layouts:
         bench.flush()
         queues = [f"s{count}-{i}" for i in range(count)]
         for q in queues:
@@ -272,7 +275,8 @@ def _scale_round(bench: Bench, n: int, concurrency: int, log: Any, layouts: Any)
         if layout == "node":
             proc = _start_node(bench, queues, max(1, concurrency // count))
         else:
-            proc = _start(bench, {"url": bench.url, "layout": layout, "queues": queues, "concurrency": concurrency})
+            proc = _start(bench, dict({"url": bench.url, "layout": layout, "queues": queues,
+                                       "concurrency": concurrency}, **(more[0] if more else {})))
         try:
             watch = ProcWatch(proc.pid)
             cpu0 = watch.cpu_s()
@@ -424,7 +428,7 @@ def markdown(res: Dict[str, Any]) -> str:
            f"{m['cpus']} CPUs ({m['cpu']}), Redis {m['redis']}, Python {m['python']}, load average "
            f"{m['load_before']} before and {m['load_after']} after. `python -m bench.pools`"
            + (" --quick" if m.get("quick") else "") + ".", "",
-           "## Scale: one budget of 100 slots over 1, 10, 100 queues", "",
+           "## Scale: one budget of 100 slots over 1, 10, 100 and 1,000 queues", "",
            "Every layout once a round, their order rotated; a round's ratio is against the one queue of the "
            "same round (ours for ours, Node's for Node's: the machine's speed drifts between rounds), the row "
            "gives the median of those. CPU per job: the medians of the rounds. The references: the layout "
@@ -532,11 +536,13 @@ def _history(path: str, res: Dict[str, Any]) -> None:
                  if 100 in node and "x_one_queue_median" in node[100] else "")
     base = res["scale"][0]["jobs_per_s"]
     hundred = next((r for r in res["scale"] if r["queues"] == 100 and r["case"].startswith("pool")), {})
+    thousand = {r["case"]: r.get("x_one_queue_median", 0) for r in res["scale"] if r["queues"] == 1000}
+    thousand_text = "".join(f"; {case} {x:.2f} of one queue" for case, x in thousand.items())
     fair = {r["case"]: r["small_wait_ms_p99"] for r in res["fairness"]}
     text = (f"| {m['when']} | {m['commit']} | {platform.machine()}, {m['cpus']} CPUs, {m['cpu']} | {m['redis']} | "
             f"{len(res['scale'][0].get('rounds', [1]))} | "
             f"{m['load_before']} | pools: jobs/s over 1, 10, 100 queues {scale.get(1)}, {scale.get(10)}, "
-            f"{scale.get(100)} (one queue without a pool {base}{node_text}); small tenants' wait p99 ms "
+            f"{scale.get(100)} (one queue without a pool {base}{node_text}{thousand_text}); small tenants' wait p99 ms "
             + ", ".join(f"{k} {v}" for k, v in fair.items())
             + f"; {res['idle']['tenants']} idle tenants {res['idle']['worker_cpu_pct']} % of a core | "
             f"{hundred.get('x_one_queue_median', (scale.get(100) or 0) / max(1, base)):.2f} |\n")

@@ -16,7 +16,9 @@ def test_the_references_run_beside_the_pools_and_node_only_when_it_can():
     assert "a Worker per queue, 100 queues, no pool" in labels
     assert NODE_ONE_QUEUE in labels and "Node: a Worker per queue, 100 queues" in labels
     assert not [lay for lay in scale_layouts(with_node=False) if lay[1] == "node"]
-    for _label, layout, _count, base in scale_layouts(with_node=True):
+    assert "pool over 1,000 queues" in labels and "pool over 1,000 queues, turn 10" in labels
+    for _label, layout, _count, base, *more in scale_layouts(with_node=True):
+        assert more in ([], [{"turn": 10}])
         assert base == (NODE_ONE_QUEUE if layout == "node" else ONE_QUEUE)
 
 
