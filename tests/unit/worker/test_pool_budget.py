@@ -24,7 +24,7 @@ def drive(budget, ms, turns):
     oldest slot's job finishes: fetch-next keeps the slot when the order says so, else
     the slot ends and goes to the queue the order names."""
     served = collections.Counter()
-    running = collections.deque()
+    running = collections.deque()  # (member, the jobs its slot ran before this one)
 
     def serve(m):
         while m.held + m.granted < m.cap:
@@ -33,16 +33,16 @@ def drive(budget, ms, turns):
                 return  # it waits, asking, until a grant wakes it
             for _ in range(n):
                 m.start_slot()
-                running.append(m)
+                running.append((m, 0))
                 served[m.name] += 1
             m.fetched()
 
     for m in ms:
         serve(m)
     for _ in range(turns):
-        m = running.popleft()
-        if m.keep():  # fetch-next: the slot goes on with this queue's next job
-            running.append(m)
+        m, streak = running.popleft()
+        if m.keep(streak):  # fetch-next: the slot goes on with this queue's next job
+            running.append((m, streak + 1))
             served[m.name] += 1
             continue
         m.end_slot()
@@ -60,6 +60,16 @@ def test_weighted_shares_follow_the_weights_and_starve_nobody():
     assert abs(served["b"] / total - 1 / 8) < 0.02, served
     assert abs(served["c"] / total - 2 / 8) < 0.02, served
     assert budget.used <= 8 and budget.peak <= 8
+
+
+@pytest.mark.parametrize("turn", [2, 5])
+def test_weighted_shares_hold_with_turns(turn):
+    budget = PoolBudget(8, "weighted", {"a": 5, "b": 1, "c": 2}, queues=["a", "b", "c"], turn=turn)
+    ms, _ = members(budget, ("a", 8), ("b", 8), ("c", 8))
+    served = drive(budget, ms, 8000)
+    total = sum(served.values())
+    for name, share in (("a", 5 / 8), ("b", 1 / 8), ("c", 2 / 8)):
+        assert abs(served[name] / total - share) < 0.03, served
 
 
 def test_round_robin_gives_equal_turns():
