@@ -35,6 +35,12 @@ A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the Y
   written), and its greenlet ends with the finish. So a queue that got the slots while
   the others were idle gives them back, by the order, as its jobs finish.
 
+* **Turns.** With ``turn`` above 1 (the pool's setting, default 1), a slot runs that many
+  jobs of its queue in a row by fetch-next before the order decides as above: when more
+  queues ask than there are slots, the order would move nearly every freed slot, each
+  move a pick-up call of its own; turns make it one move in ``turn`` jobs, the shares
+  over time unchanged.
+
 * A queue's own rate limit and the queue's global concurrency are honoured by its own
   pick-up script: a pick-up that brings fewer jobs than granted gives the rest back.
 
@@ -48,7 +54,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from typing import Any, Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 log = logging.getLogger("echomq_gevent.worker")
 
@@ -67,8 +73,8 @@ def _positive_int(value: Any) -> bool:
 def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]], queues: Any,
                turn: Any = 1) -> Optional[tuple]:
     """Check a pool's settings. None when valid, else ``(key, message)``: the key of the
-    setting that is wrong (``concurrency``, ``order``, ``weights``, ``("weights", queue)``
-    or ``queues``) and what to do. Used by :class:`PoolBudget` and the YAML checks."""
+    setting that is wrong (``concurrency``, ``order``, ``turn``, ``weights``, ``("weights",
+    queue)`` or ``queues``) and what to do. Used by :class:`PoolBudget` and the YAML checks."""
     if not _positive_int(concurrency):
         return "concurrency", f"must be a whole number of slots, at least 1, got {concurrency!r}"
     if order not in POOL_ORDERS:
@@ -277,8 +283,6 @@ class PoolBudget:
         self._heap: List[Tuple[Any, int, PoolMember]] = []
         #: entries pushed so far (breaks ties between equal keys: the first pushed first)
         self._pushes = 0
-        #: asking members found at their cap (out of the heap until a slot of theirs ends)
-        self._capped: Set[PoolMember] = set()
         self._next_index = 0
         #: the pool's shared lock renewal (:mod:`.shared_locks`), made by its first worker
         self.lock_renewal: Any = None
@@ -324,7 +328,6 @@ class PoolBudget:
         if member in self.members:
             self.members.remove(member)
         self._ready.pop(member, None)
-        self._capped.discard(member)
 
     def _dispatch(self) -> None:
         """Hand the free slots to the asking queues by the order; wake those served."""
@@ -363,7 +366,6 @@ class PoolBudget:
         give it an entry with its key now (the older ones are dropped when they come up)."""
         if m not in self._ready:
             return
-        self._capped.discard(m)
         self._pushes += 1
         heapq.heappush(self._heap, (self._key(m), self._pushes, m))
         if len(self._heap) > 2 * len(self._ready) + 64:  # mostly stale entries: start again
@@ -372,9 +374,7 @@ class PoolBudget:
     def _rebuild(self) -> None:
         heap = []
         for m in self._ready:
-            if m.held + m.granted >= m.cap:
-                self._capped.add(m)
-            else:
+            if m.held + m.granted < m.cap:
                 self._pushes += 1
                 heap.append((self._key(m), self._pushes, m))
         heapq.heapify(heap)
@@ -390,9 +390,8 @@ class PoolBudget:
             key, n, m = heap[0]
             if m not in ready:
                 heapq.heappop(heap)
-            elif m.held + m.granted >= m.cap:  # back in the heap once a slot of its ends
+            elif m.held + m.granted >= m.cap:  # back in the heap when a slot of its ends (_touch)
                 heapq.heappop(heap)
-                self._capped.add(m)
             elif key != self._key(m):  # stale: the change that made it so pushed the entry with the key now
                 heapq.heappop(heap)
             elif m is skip:
