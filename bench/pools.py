@@ -86,7 +86,8 @@ def _driver(cfg: Dict[str, Any]) -> None:
         text = (f"redis: {{url: '{url}'}}\nprefix: {PREFIX}\nentry_points: false\n"
                 f"defaults: {{drain_delay: {opts['drain_delay']}}}\n"
                 f"pools:\n  tenants:\n    concurrency: {cfg['concurrency']}\n    queues: ['{cfg['pattern']}']\n"
-                f"    order: round_robin\n    processor: 'bench.pools:{fn.__name__}'\n")
+                f"    order: round_robin\n    turn: {cfg.get('turn', 1)}\n"
+                f"    processor: 'bench.pools:{fn.__name__}'\n")
         runner = Runner(parse_config(text), url)
         runner.start()
         gevent.sleep(0.5)  # the first look
@@ -313,10 +314,16 @@ def _starts(bench: Bench, queue: str) -> List[float]:
     return pipe.execute()
 
 
+#: (label, layout, the pool's turn): the flood in one FIFO queue, and a queue per tenant
+#: in a round-robin pool, with turns of 1 job (the default) and of 10
+FAIRNESS_LAYOUTS = (("one shared FIFO queue", "worker", 1), ("a queue per tenant, pool round_robin", "family", 1),
+                    ("a queue per tenant, pool round_robin, turn 10", "family", 10))
+
+
 def fairness_case(bench: Bench, flood: int, log: Any) -> List[Dict[str, Any]]:
     rows = []
     small = [f"tenant-s{i:02d}" for i in range(SMALL_TENANTS)]
-    for label, layout in (("one shared FIFO queue", "worker"), ("a queue per tenant, pool round_robin", "family")):
+    for label, layout, turn in FAIRNESS_LAYOUTS:
         bench.flush()
         if layout == "worker":
             queues = ["shared"]
@@ -328,7 +335,7 @@ def fairness_case(bench: Bench, flood: int, log: Any) -> List[Dict[str, Any]]:
             for q in small:
                 _fill(bench, q, SMALL_JOBS, name="small")
         cfg = {"url": bench.url, "layout": layout, "queues": queues, "concurrency": 50, "sleep": True,
-               "pattern": "tenant-*"}
+               "pattern": "tenant-*", "turn": turn}
         proc = _start(bench, cfg)
         try:
             t0 = _resume_all(bench, queues)

@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from bench.pools import NODE_ONE_QUEUE, ONE_QUEUE, markdown, scale_layouts  # noqa: E402
+from bench.pools import FAIRNESS_LAYOUTS, NODE_ONE_QUEUE, ONE_QUEUE, markdown, scale_layouts  # noqa: E402
 
 
 def test_the_references_run_beside_the_pools_and_node_only_when_it_can():
@@ -39,3 +39,7 @@ def test_a_node_row_is_read_against_nodes_own_one_queue():
     assert "| Node: a Worker per queue, 100 queues | 1,000 | 5,000 | 0.50 |" in md and "| 0.50 | 0.1 | 4 |" in md
     res["node_skipped"] = "no node on PATH"
     assert "The Node layouts did not run: no node on PATH." in markdown(res)
+
+
+def test_the_fairness_case_runs_the_pool_with_turns_of_one_and_ten():
+    assert [(layout, turn) for _label, layout, turn in FAIRNESS_LAYOUTS] == [("worker", 1), ("family", 1), ("family", 10)]
