@@ -5,14 +5,17 @@ Cases, each in a worker process of its own (gevent-patched, as the command runs)
 private redis-server, the jobs filled into paused queues first and resumed at once:
 
 - **scale**: N no-op jobs (default 100,000) at a total concurrency of 100: one plain
-  ``Worker`` on one queue, then a pool (round robin) over 1, 10 and 100 queues holding N/Q
-  jobs each: jobs/s (resume to the last finish), the worker's and Redis's CPU per job, and
+  ``Worker`` on one queue, then a pool (round robin) over 1, 10, 100 and 1,000 queues
+  holding N/Q jobs each (1,000: more queues with work than slots, with ``turn`` 1 and 10),
+  and the references (a Worker per queue; BullMQ's Node Worker on one queue and one per
+  queue): jobs/s (resume to the last finish), the worker's and Redis's CPU per job, and
   the worker process's connections (``CLIENT LIST`` while it runs).
 - **fairness**: one tenant floods F jobs (default 50,000) while 50 others add 100 each, jobs
   that sleep 1 ms, at concurrency 50: (a) all in one shared FIFO queue behind the flood,
   one worker; (b) one queue per tenant, a pool with ``queues: ["tenant-*"]`` and
-  ``order: round_robin`` (found by its pattern at start). The small tenants' wait (resume
-  to the start of their job) p50/p99/max, against the processing time of a job.
+  ``order: round_robin`` (found by its pattern at start), with ``turn`` 1 and 10. The small
+  tenants' wait (resume to the start of their job) p50/p99/max, against the processing
+  time of a job.
 - **idle**: T tenant queues (default 1,000) that exist and hold nothing, served by a pool
   with a pattern: the worker process's CPU over S seconds (default 10) and its connections.
 
