@@ -71,7 +71,7 @@ def _positive_int(value: Any) -> bool:
 
 
 def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]], queues: Any,
-               turn: Any = 1) -> Optional[tuple]:
+               turn: Any = DEFAULT_TURN) -> Optional[tuple]:
     """Check a pool's settings. None when valid, else ``(key, message)``: the key of the
     setting that is wrong (``concurrency``, ``order``, ``turn``, ``weights``, ``("weights",
     queue)`` or ``queues``) and what to do. Used by :class:`PoolBudget` and the YAML checks."""
