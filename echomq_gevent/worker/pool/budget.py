@@ -105,7 +105,7 @@ class PoolMember:
     """
 
     __slots__ = ("budget", "name", "cap", "weight", "index", "held", "granted", "want", "last", "wake",
-                 "served", "left", "early")
+                 "served", "left", "early", "entry")
 
     def __init__(self, budget: "PoolBudget", name: str, cap: int, weight: int, index: int,
                  wake: Callable[[], None]) -> None:
@@ -127,6 +127,9 @@ class PoolMember:
         self.left = False
         #: slots given back by :meth:`keep` whose greenlets have not ended yet
         self.early = 0
+        #: the tie-breaker of its current entry in the budget's heap (0: none); its older
+        #: entries are dropped as they come up
+        self.entry = 0
 
     def __repr__(self) -> str:
         return f"<PoolMember {self.name!r} held={self.held} granted={self.granted} want={self.want} cap={self.cap}>"
@@ -210,6 +213,15 @@ class PoolMember:
         if budget.used <= budget.concurrency and (
                 not budget._ready or ((streak + 1) % budget.turn and self.held <= self.cap)):
             return True  # nobody else asks, or the slot's turn is not over
+        low = budget._low
+        if (low is not None and budget.used <= budget.concurrency and self.held <= self.cap
+                and (self.held - 1 + self.granted) / self.weight < low):
+            # fewer slots for its weight without this one than any asking queue holds: the
+            # order gives the slot back to this queue, as _choose would, without a look
+            budget._seq += 1
+            self.last = budget._seq
+            self.served += 1
+            return True  # its key only grew: its heap entry is mended when it comes up
         if budget.used > budget.concurrency or budget._choose(self) is not self:
             # the slot goes (or, the budget lowered, is given up) now, not when the finish
             # is written: the next finishing job sees it gone, and the queue it goes to
@@ -224,7 +236,8 @@ class PoolMember:
         budget._seq += 1
         self.last = budget._seq
         self.served += 1
-        budget._touch(self)
+        if not self.entry:  # its key only grew: an entry it has is mended when it comes up
+            budget._touch(self)
         return True
 
     def set_cap(self, cap: int) -> None:
@@ -283,6 +296,12 @@ class PoolBudget:
         self._heap: List[Tuple[Any, int, PoolMember]] = []
         #: entries pushed so far (breaks ties between equal keys: the first pushed first)
         self._pushes = 0
+        #: ``weighted`` and ``round_robin``: at most the fewest slots for its weight any
+        #: asking queue under its cap holds (None: not known), so a finishing job's keep
+        #: can tell without a look that the slot stays. Set by a choice, which knows the
+        #: least; lowered by :meth:`_touch` at every change that lowers a queue's share or
+        #: brings it in (a grant, a kept slot, only raise one)
+        self._low: Optional[float] = None
         self._next_index = 0
         #: the pool's shared lock renewal (:mod:`.shared_locks`), made by its first worker
         self.lock_renewal: Any = None
@@ -346,7 +365,7 @@ class PoolBudget:
             if member.want <= 0 or member.held + member.granted >= member.cap:
                 member.want = 0
                 ready.pop(member, None)
-            else:
+            elif not member.entry:  # its key only grew: an entry it has is mended when it comes up
                 self._touch(member)
             if member not in woken:
                 woken.append(member)
@@ -363,19 +382,28 @@ class PoolBudget:
 
     def _touch(self, m: PoolMember) -> None:
         """``m``'s key may have changed, or it may be under its cap again: if it asks,
-        give it an entry with its key now (the older ones are dropped when they come up)."""
+        give it an entry with its key now (the older ones are dropped when they come up).
+        Every change that lowers a key or brings a queue in comes here; a change that only
+        raises one may leave the entry as it is (:meth:`_best` mends it)."""
         if m not in self._ready:
             return
+        key = self._key(m)
+        if self.order != "strict" and self._low is not None and key[0] < self._low:
+            self._low = key[0]
         self._pushes += 1
-        heapq.heappush(self._heap, (self._key(m), self._pushes, m))
+        m.entry = self._pushes
+        heapq.heappush(self._heap, (key, self._pushes, m))
         if len(self._heap) > 2 * len(self._ready) + 64:  # mostly stale entries: start again
             self._rebuild()
 
     def _rebuild(self) -> None:
         heap = []
+        for m in self.members:
+            m.entry = 0
         for m in self._ready:
             if m.held + m.granted < m.cap:
                 self._pushes += 1
+                m.entry = self._pushes
                 heap.append((self._key(m), self._pushes, m))
         heapq.heapify(heap)
         self._heap = heap
@@ -388,12 +416,15 @@ class PoolBudget:
         found: Tuple[Optional[PoolMember], Any] = (None, None)
         while heap:
             key, n, m = heap[0]
-            if m not in ready:
+            if n != m.entry:  # an older entry: the change since pushed the current one
                 heapq.heappop(heap)
-            elif m.held + m.granted >= m.cap:  # back in the heap when a slot of its ends (_touch)
-                heapq.heappop(heap)
-            elif key != self._key(m):  # stale: the change that made it so pushed the entry with the key now
-                heapq.heappop(heap)
+            elif m not in ready or m.held + m.granted >= m.cap:
+                heapq.heappop(heap)  # back in the heap when it asks, or a slot of its ends (_touch)
+                m.entry = 0
+            elif key != self._key(m):  # its key grew since (a kept slot): where it stands now
+                self._pushes += 1
+                m.entry = self._pushes
+                heapq.heapreplace(heap, (self._key(m), self._pushes, m))
             elif m is skip:
                 skipped.append(heapq.heappop(heap))
             else:
@@ -409,6 +440,11 @@ class PoolBudget:
         it). ``strict``: the first in pool order; otherwise the fewest slots for its weight,
         then the one served longest ago."""
         best, best_key = self._best(keeper)
+        if self.order != "strict":  # the least share now, the keeper's own with its slot counted
+            low = best_key[0] if best is not None else float("inf")
+            if keeper is not None and keeper in self._ready and keeper.held + keeper.granted < keeper.cap:
+                low = min(low, (keeper.held + keeper.granted) / keeper.weight)
+            self._low = low
         if keeper is not None and keeper.held <= keeper.cap:
             if self.order == "strict":
                 if best is None or keeper.index < best_key:
