@@ -30,6 +30,7 @@ import gevent.event
 from ...connection.clients import ConnectionLike, ConnectionSettings, close_client, make_client
 from ...connection.cluster import is_cluster
 from ...errors import WorkerStateError
+from ...plugins.host import PluginHost
 from .budget import DEFAULT_TURN, PoolBudget
 from .watch import DISCOVER_EVERY_S, PoolWatcher, is_pattern, weight_for
 from ..shared_wait import SharedMarkerWait
@@ -59,7 +60,8 @@ class Pool:
     queues that name none (None: the plugins find one per job name); ``defaults``: worker
     options for every queue. More queues: :meth:`add`.
     ``connection``, ``prefix``, ``plugins``, ``connection_settings``: as for a
-    :class:`~echomq_gevent.worker.Worker`.
+    :class:`~echomq_gevent.worker.Worker`; the pool's workers share one plugin host (the
+    one given, or one the pool makes), as those of the command do.
 
     A queue obliterated while the pool serves it (a named one, or one a pattern found) is
     dropped with a log line once no job of it runs here; nothing else stops. When a
@@ -89,7 +91,9 @@ class Pool:
         self.discover_every = float(discover_every)
         self.name = name
         self.prefix = prefix
-        self.plugins = plugins
+        #: one plugin host for every queue (a host a queue: 1,000 plugin managers to load
+        #: and to look hooks up in, one a job)
+        self.plugins = plugins if plugins is not None else PluginHost()
         self.connection_settings = connection_settings
         self.processor = processor
         self.defaults = defaults
