@@ -7,7 +7,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
 
-from bench.pools import FAIRNESS_LAYOUTS, NODE_ONE_QUEUE, ONE_QUEUE, markdown, scale_layouts  # noqa: E402
+from bench.pools import FAIRNESS_LAYOUTS, NODE_ONE_QUEUE, ONE_QUEUE, markdown, round_order, scale_layouts  # noqa: E402
 
 
 def test_the_references_run_beside_the_pools_and_node_only_when_it_can():
@@ -43,3 +43,19 @@ def test_a_node_row_is_read_against_nodes_own_one_queue():
 
 def test_the_fairness_case_runs_the_pool_with_turns_of_one_and_ten():
     assert [(layout, turn) for _label, layout, turn in FAIRNESS_LAYOUTS] == [("worker", 1), ("family", 1), ("family", 10)]
+
+
+def test_our_layouts_never_run_right_after_nodes_and_each_takes_its_turn_first():
+    """Node's layouts close every round: the one queue our ratios are read against never
+    runs right after Node's workers, and each of ours leads a round in turn."""
+    layouts = scale_layouts(with_node=True)
+    ours = [lay for lay in layouts if lay[1] != "node"]
+    firsts = set()
+    for r in range(len(ours)):
+        order = round_order(layouts, r)
+        assert sorted(order) == sorted(layouts)
+        kinds = [lay[1] == "node" for lay in order]
+        assert kinds == sorted(kinds), order  # ours, then Node's
+        firsts.add(order[0][0])
+    assert firsts == {lay[0] for lay in ours}
+    assert all(lay[1] != "node" for lay in round_order(scale_layouts(with_node=False), 3))
