@@ -287,6 +287,35 @@ def test_a_choice_among_a_thousand_asking_queues_looks_at_few():
     assert reads["key"] / turns < 20, reads  # about 10; a look at every queue: 1,000
 
 
+@pytest.mark.parametrize("order", ["round_robin", "weighted"])
+def test_busy_queues_holding_their_share_keep_their_slots_without_a_look(order):
+    """100 queues with a backlog, one slot each of 100 (the pools bench's 100 queues): every
+    finishing job keeps its slot for its queue's next job, and after the first choice
+    that learns the least share, a keep reads no queue's standing at all."""
+    budget = PoolBudget(100, order)
+    ms, _ = members(budget, *[(f"q{i}", 100) for i in range(100)])
+    for m in ms:  # each gets a slot
+        assert m.request(1) == 1
+        m.start_slot()
+        m.fetched()
+    for m in ms:  # then asks for more, and waits: none is free
+        assert m.request(99) == 0
+    assert all(m.held == 1 for m in ms) and budget.used == 100
+    reads = collections.Counter()
+    key = budget._key
+
+    def counting_key(m):
+        reads["key"] += 1
+        return key(m)
+
+    budget._key = counting_key
+    keeps = 10000
+    for i in range(keeps):
+        assert ms[i % 100].keep()
+    assert all(m.held == 1 for m in ms) and budget.used == 100
+    assert reads["key"] <= 5, reads  # one choice at most, then a comparison a keep
+
+
 def test_a_slot_runs_its_turn_before_the_order_moves_it():
     budget = PoolBudget(1, "round_robin", turn=3)
     (a, b), woken = members(budget, ("a", 1), ("b", 1))
