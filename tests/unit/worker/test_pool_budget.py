@@ -18,6 +18,19 @@ def members(budget, *specs):
     return out, woken
 
 
+def count_key_reads(budget):
+    """Count the reads of a queue's standing (``_key``) the budget makes from now on."""
+    reads = collections.Counter()
+    key = budget._key
+
+    def counting_key(m):
+        reads["key"] += 1
+        return key(m)
+
+    budget._key = counting_key
+    return reads
+
+
 def drive(budget, ms, turns):
     """Every member always has work, as a fetch loop with a backlog: it asks for as many
     slots as its cap leaves, starts a job per slot granted, and asks again. Each turn the
@@ -260,14 +273,7 @@ def test_a_choice_among_a_thousand_asking_queues_looks_at_few():
 
     for m in ms:
         m.request(m.cap)
-    reads = collections.Counter()
-    key = budget._key
-
-    def counting_key(m):
-        reads["key"] += 1
-        return key(m)
-
-    budget._key = counting_key
+    reads = count_key_reads(budget)
     turns = 20000
     for turn in range(turns):
         if turn == 1000:  # after the first queue's start with every slot (it asked first)
@@ -301,14 +307,7 @@ def test_busy_queues_holding_their_share_keep_their_slots_without_a_look(order):
     for m in ms:  # then asks for more, and waits: none is free
         assert m.request(99) == 0
     assert all(m.held == 1 for m in ms) and budget.used == 100
-    reads = collections.Counter()
-    key = budget._key
-
-    def counting_key(m):
-        reads["key"] += 1
-        return key(m)
-
-    budget._key = counting_key
+    reads = count_key_reads(budget)
     keeps = 10000
     for i in range(keeps):
         assert ms[i % 100].keep()
