@@ -218,24 +218,20 @@ class PoolMember:
                 not budget._ready or ((streak + 1) % budget.turn and self.held <= self.cap)):
             return True  # nobody else asks, or the slot's turn is not over
         low = budget._low
-        if (low is not None and budget.used <= budget.concurrency and self.held <= self.cap
-                and (self.held - 1 + self.granted) / self.weight < low):
-            # fewer slots for its weight without this one than any asking queue holds: the
-            # order gives the slot back to this queue, as _choose would, without a look
-            budget._seq += 1
-            self.last = budget._seq
-            self.served += 1
-            return True  # its key only grew: its heap entry is mended when it comes up
-        if budget.used > budget.concurrency or budget._choose(self) is not self:
+        # the order gives the slot back to this queue: told without a look while it holds,
+        # without this slot, fewer slots for its weight than any asking queue holds
+        stays = budget.used <= budget.concurrency and (
+            (low is not None and self.held <= self.cap and (self.held - 1 + self.granted) / self.weight < low)
+            or budget._choose(self) is self)
+        if not stays:
             # the slot goes (or, the budget lowered, is given up) now, not when the finish
             # is written: the next finishing job sees it gone, and the queue it goes to
             # picks up meanwhile (the job that frees it has left its processor already)
-            if not self.left:
-                self.held -= 1
-                self.early += 1
-                budget._give_back(1)
-                budget._touch(self)
-                budget._dispatch()
+            self.held -= 1
+            self.early += 1
+            budget._give_back(1)
+            budget._touch(self)
+            budget._dispatch()
             return False
         budget._seq += 1
         self.last = budget._seq
