@@ -47,10 +47,10 @@ A pool is a list of queues that share ``concurrency`` slots (``pools:`` in the Y
 * **Cost.** The asking queues wait in a heap by the order's key, so a choice (a grant, or
   a finishing job's keep) reads a few entries whatever the number of queues with work:
   1,000 busy tenant queues cost a choice what 10 do. While a finishing job's queue holds,
-  without its slot, fewer slots for its weight than any asking queue holds, its keep needs
-  no look at all (``weighted`` and ``round_robin``; the budget keeps a lower bound of the
-  asking queues' shares): 100 busy queues of one slot each keep their slots at the cost
-  of a comparison a job.
+  without its slot, less than one slot for its weight more than every asking queue holds,
+  and each of those holds one at least, its keep needs no look at all (``weighted`` and
+  ``round_robin``; the budget keeps a lower bound of the asking queues' shares): 100 busy
+  queues of one or two slots each keep their slots at the cost of a comparison a job.
 
 Everything runs on the hub of the pool's workers: no locks.
 """
@@ -218,10 +218,12 @@ class PoolMember:
                 not budget._ready or ((streak + 1) % budget.turn and self.held <= self.cap)):
             return True  # nobody else asks, or the slot's turn is not over
         low = budget._low
-        # the order gives the slot back to this queue: told without a look while it holds,
-        # without this slot, fewer slots for its weight than any asking queue holds
+        # the order gives the slot back to this queue (_choose's rule for a keeper): told
+        # without a look while it holds, without this slot, less than one slot for its
+        # weight more than the bound of the asking queues' shares, and that bound says
+        # they all hold slots (a bound of 0 may be a queue that holds none: it is looked at)
         stays = budget.used <= budget.concurrency and (
-            (low is not None and self.held <= self.cap and (self.held - 1 + self.granted) / self.weight < low)
+            (low and self.held <= self.cap and (self.held - 1 + self.granted) / self.weight < low + 1 / self.weight)
             or budget._choose(self) is self)
         if not stays:
             # the slot goes (or, the budget lowered, is given up) now, not when the finish
