@@ -18,6 +18,9 @@ private redis-server, the jobs filled into paused queues first and resumed at on
   time of a job.
 - **idle**: T tenant queues (default 1,000) that exist and hold nothing, served by a pool
   with a pattern: the worker process's CPU over S seconds (default 10) and its connections.
+- **redis**: what a job costs Redis alone over one queue and over 100, no worker beside it:
+  the finish-and-fetch scripts run straight from the bench, BullMQ's own and ours
+  (:mod:`bench.pools_redis`).
 
 Writes ``pools.md`` and ``pools.json`` into ``--out`` (default ``bench/results``) and
 appends a row to ``history.md`` there. ``--quick`` shrinks every N (a smoke run).
@@ -34,6 +37,8 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
+from .pools_redis import markdown as redis_markdown
+from .pools_redis import redis_alone_case
 from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta, percentile, rotated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -446,8 +451,31 @@ def markdown(res: Dict[str, Any]) -> str:
     out = [f"# Pools bench ({m['when']}, {m['commit']})", "",
            f"{m['cpus']} CPUs ({m['cpu']}), Redis {m['redis']}, Python {m['python']}, load average "
            f"{m['load_before']} before and {m['load_after']} after. `python -m bench.pools`"
-           + (" --quick" if m.get("quick") else "") + ".", "",
-           "## Scale: one budget of 100 slots over 1, 10, 100 and 1,000 queues", "",
+           + (" --quick" if m.get("quick") else "") + "."]
+    if res["scale"]:
+        out += _scale_markdown(res)
+    if res["fairness"]:
+        out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
+                    "concurrency 50)", "",
+                "| layout | flood | small jobs' wait p50 ms | p99 ms | max ms | a job runs (p50 ms) | a tenant's first "
+                "job starts, p99 ms | a tenant's jobs all done, p99 ms | flood done (s) |",
+                "|---|---|---|---|---|---|---|---|---|"]
+        for r in res["fairness"]:
+            out.append(f"| {r['case']} | {r['flood']:,} | {r['small_wait_ms_p50']} | {r['small_wait_ms_p99']} | "
+                       f"{r['small_wait_ms_max']} | {r['small_run_ms_p50']} | {r.get('tenant_first_start_ms_p99')} | "
+                       f"{r.get('tenant_all_done_ms_p99')} | {r['flood_done_s']} |")
+    i = res["idle"]
+    if i is not None:
+        out += ["", "## Idle tenants", "",
+                f"{i['tenants']:,} tenant queues that exist and hold nothing, a pool over `idle-*`: the worker "
+                f"process used {i['worker_cpu_pct']} % of a core and Redis {i['redis_cpu_pct']} % over "
+                f"{i['seconds']:.0f} s, with {i['connections']} connections (the bench's own excluded)."]
+    out += redis_markdown(res.get("redis"))
+    return "\n".join(out) + "\n"
+
+
+def _scale_markdown(res: Dict[str, Any]) -> List[str]:
+    out = ["", "## Scale: one budget of 100 slots over 1, 10, 100 and 1,000 queues", "",
            "Every layout once a round, ours rotated among themselves, then Node's (run right after Node's, our "
            "one queue was slower); a round's ratio is against the one queue of the "
            "same round (ours for ours, Node's for Node's: the machine's speed drifts between rounds), the row "
@@ -471,23 +499,7 @@ def markdown(res: Dict[str, Any]) -> str:
                    f"{r.get('script_calls_per_job')} | {r['connections']} |")
     if res.get("node_skipped"):
         out += ["", f"The Node layouts did not run: {res['node_skipped']}."]
-    out += ["", f"## Fairness: one tenant floods, {SMALL_TENANTS} tenants add {SMALL_JOBS} each (jobs of 1 ms, "
-                "concurrency 50)", "",
-            "| layout | flood | small jobs' wait p50 ms | p99 ms | max ms | a job runs (p50 ms) | a tenant's first job "
-            "starts, p99 ms | a tenant's jobs all done, p99 ms | flood done (s) |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    for r in res["fairness"]:
-        out.append(f"| {r['case']} | {r['flood']:,} | {r['small_wait_ms_p50']} | {r['small_wait_ms_p99']} | "
-                   f"{r['small_wait_ms_max']} | {r['small_run_ms_p50']} | {r.get('tenant_first_start_ms_p99')} | "
-                   f"{r.get('tenant_all_done_ms_p99')} | {r['flood_done_s']} |")
-    i = res["idle"]
-    if i is None:
-        return "\n".join(out)
-    out += ["", "## Idle tenants", "",
-            f"{i['tenants']:,} tenant queues that exist and hold nothing, a pool over `idle-*`: the worker "
-            f"process used {i['worker_cpu_pct']} % of a core and Redis {i['redis_cpu_pct']} % over "
-            f"{i['seconds']:.0f} s, with {i['connections']} connections (the bench's own excluded).", ""]
-    return "\n".join(out)
+    return out
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -499,7 +511,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--flood", type=int, default=None, help="the fairness case's flood (default 50000)")
     p.add_argument("--tenants", type=int, default=None, help="the idle case's tenant queues (default 1000)")
     p.add_argument("--rounds", type=int, default=None, help="rounds of the scale case (default 5; --quick 1)")
-    p.add_argument("--only", default="scale,fairness,idle", help="which cases (default all three)")
+    p.add_argument("--only", default="scale,fairness,idle,redis", help="which cases (default all four)")
     args = p.parse_args(argv)
     if args.driver:
         _driver(json.loads(args.driver))
@@ -521,7 +533,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             "scale": scale_case(bench, n, 100, bench.log, rounds, with_node=not no_node) if "scale" in only else [],
             "node_skipped": no_node,
             "fairness": fairness_case(bench, flood, bench.log) if "fairness" in only else [],
-            "idle": idle_case(bench, tenants, idle_s, bench.log) if "idle" in only else None}
+            "idle": idle_case(bench, tenants, idle_s, bench.log) if "idle" in only else None,
+            "redis": redis_alone_case(bench, n, rounds, bench.log) if "redis" in only else None}
         meta = _machine()
         meta.update(redis=bench.redis_version, quick=args.quick, load_before=load_before,
                     load_after=", ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -531,7 +544,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         json.dump(res, fh, indent=2, sort_keys=True)
     with open(os.path.join(args.out, "pools.md"), "w", encoding="utf-8") as fh:
         fh.write(markdown(res))
-    if not args.quick and res["scale"] and res["fairness"] and res["idle"]:
+    if not args.quick and res["scale"] and res["fairness"] and res["idle"]:  # the redis case is optional here
         _history(os.path.join(args.out, "history.md"), res)
     print(markdown(res))
     return 0
@@ -559,12 +572,15 @@ def _history(path: str, res: Dict[str, Any]) -> None:
     thousand = {r["case"]: r.get("x_one_queue_median", 0) for r in res["scale"] if r["queues"] == 1000}
     thousand_text = "".join(f"; {case} {x:.2f} of one queue" for case, x in thousand.items())
     fair = {r["case"]: r["small_wait_ms_p99"] for r in res["fairness"]}
+    alone = {r["source"]: r["x_redis"] for r in (res.get("redis") or {}).get("rows", []) if r["queues"] == 100}
+    alone_text = "".join(f"; Redis alone over 100 queues, {src}'s scripts {x:.2f}x one queue's CPU a job"
+                         for src, x in alone.items())
     text = (f"| {m['when']} | {m['commit']} | {platform.machine()}, {m['cpus']} CPUs, {m['cpu']} | {m['redis']} | "
             f"{len(res['scale'][0].get('rounds', [1]))} | "
             f"{m['load_before']} | pools: jobs/s over 1, 10, 100 queues {scale.get(1)}, {scale.get(10)}, "
             f"{scale.get(100)} (one queue without a pool {base}{node_text}{thousand_text}); small tenants' wait p99 ms "
             + ", ".join(f"{k} {v}" for k, v in fair.items())
-            + f"; {res['idle']['tenants']} idle tenants {res['idle']['worker_cpu_pct']} % of a core | "
+            + f"; {res['idle']['tenants']} idle tenants {res['idle']['worker_cpu_pct']} % of a core{alone_text} | "
             f"{hundred.get('x_one_queue_median', (scale.get(100) or 0) / max(1, base)):.2f} |\n")
     with open(path, "a", encoding="utf-8") as fh:
         fh.write(text)
