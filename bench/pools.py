@@ -544,7 +544,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         json.dump(res, fh, indent=2, sort_keys=True)
     with open(os.path.join(args.out, "pools.md"), "w", encoding="utf-8") as fh:
         fh.write(markdown(res))
-    if not args.quick and res["scale"] and res["fairness"] and res["idle"]:  # the redis case is optional here
+    if not args.quick and res["scale"] and res["fairness"] and res["idle"]:
         _history(os.path.join(args.out, "history.md"), res)
     print(markdown(res))
     return 0
