@@ -38,7 +38,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from .pools_redis import markdown as redis_markdown
-from .pools_redis import redis_alone_case
+from .pools_redis import fill, redis_alone_case
 from .harness import ROOT, SCRIPT_COMMANDS, Bench, BenchError, ProcWatch, RedisSnapshot, command_delta, percentile, rotated
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -162,15 +162,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 def _fill(bench: Bench, queue: str, n: int, name: str = "j") -> None:
     """``n`` jobs into ``queue`` (paused), with our producer (one pipeline a 1,000)."""
-    from echomq_gevent import Queue
-
-    q = Queue(queue, connection=bench.url, prefix=PREFIX)
-    try:
-        q.pause()
-        for start in range(0, n, 1000):
-            q.add_bulk([(name, {"i": i}) for i in range(start, min(n, start + 1000))])
-    finally:
-        q.close()
+    fill(bench.url, queue, n, PREFIX, name, paused=True)
 
 
 def _resume_all(bench: Bench, queues: List[str]) -> float:

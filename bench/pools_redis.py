@@ -2,13 +2,15 @@
 queues, with no worker beside it.
 
 A driver runs the jobs by their scripts straight from this process: 100 slots, each
-holding a job of its queue (slot ``i`` on queue ``i % Q``); every finish completes the
-job and fetches its queue's next one in the same call (fetch-next, as every worker
-does), the finishes of 8 slots at a time sent together. The same jobs, the same
-commands, over one queue's keys or 100 queues'; what differs is only where the keys are.
+holding a job of its queue (slot ``i`` on queue ``i % Q``, picked up first by our
+``moveToActive-11``); every finish completes the job and fetches its queue's next one in
+the same call (fetch-next, as every worker does), the finishes of 8 slots at a time sent
+together. Only the finishes are measured. The same jobs, the same commands, over one
+queue's keys or 100 queues'; what differs is only where the keys are. The calls' keys and
+arguments are made by the worker's own builders (:mod:`echomq_gevent.protocol`).
 
-- **BullMQ's own scripts** (``moveToActive-11`` and ``moveToFinished-14`` of the pinned
-  Node package, as its ``Worker`` sends them): one call a finish, 8 calls a pipeline.
+- **BullMQ's own script** (``moveToFinished-14`` of the pinned Node package, with its
+  fetch-next, as its ``Worker`` sends it): one call a finish, 8 calls a pipeline.
 - **Ours, as the worker sends them**: one queue's finishes in one ``moveToFinishedMany-11``
   call, a pool's over several queues in one ``moveToFinishedQueues-0`` call, 8 a call.
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .harness import ROOT, Bench, BenchError
@@ -36,58 +37,43 @@ LAYOUTS = (("BullMQ's scripts, one queue", "bullmq", 1, "single", "BullMQ's scri
             "ours, one queue (moveToFinishedMany-11)"),
            ("ours, 100 queues (moveToFinishedQueues-0)", "ours", 100, "queues",
             "ours, one queue (moveToFinishedMany-11)"))
-_QUEUE_KEYS = ("wait", "active", "prioritized", "events", "stalled", "limiter", "delayed", "paused", "meta", "pc",
-               "marker")
 
 
-def bullmq_scripts() -> Tuple[Optional[Dict[str, str]], Optional[str]]:
-    """BullMQ's ``moveToActive-11`` and ``moveToFinished-14`` as its package ships them
-    (includes expanded), and None; or None and why they cannot be read here."""
+def bullmq_finish_script() -> Tuple[Optional[str], Optional[str]]:
+    """BullMQ's ``moveToFinished-14`` as its package ships it (includes expanded), and
+    None; or None and why it cannot be read here."""
     import shutil
 
     if shutil.which("node") is None:
         return None, "no node on PATH"
-    out = {}
-    for name, export in (("moveToActive-11", "moveToActive"), ("moveToFinished-14", "moveToFinished")):
-        path = os.path.join(NODE_SCRIPTS, f"{name}.js")
-        if not os.path.isfile(path):
-            return None, f"no {os.path.relpath(path, ROOT)} (make tests/node_modules/.installed)"
-        res = subprocess.run(["node", "-e", f"process.stdout.write(require({path!r}).{export}.content)"],
-                             capture_output=True, text=True, timeout=60)
-        if res.returncode != 0 or not res.stdout:
-            return None, f"node could not read {name}: {res.stderr.strip()[-500:]}"
-        out[name] = res.stdout
-    return out, None
+    path = os.path.join(NODE_SCRIPTS, "moveToFinished-14.js")
+    if not os.path.isfile(path):
+        return None, f"no {os.path.relpath(path, ROOT)} (make tests/node_modules/.installed)"
+    res = subprocess.run(["node", "-e", f"process.stdout.write(require({path!r}).moveToFinished.content)"],
+                         capture_output=True, text=True, timeout=60)
+    if res.returncode != 0 or not res.stdout:
+        return None, f"node could not read moveToFinished-14: {res.stderr.strip()[-500:]}"
+    return res.stdout, None
 
 
-def our_scripts() -> Dict[str, str]:
-    from echomq_gevent.protocol.library import library
-
-    sources = library().sources
-    return {name: sources[name] for name in ("moveToActive-11", "moveToFinished-14", "moveToFinishedMany-11",
-                                             "moveToFinishedQueues-0")}
-
-
-def _keys(queue: str) -> List[str]:
-    base = f"{PREFIX}:{queue}:"
-    return [base + k for k in _QUEUE_KEYS]
-
-
-def _fill(bench: Bench, queues: List[str], n: int) -> None:
+def fill(url: str, queue: str, n: int, prefix: str, name: str = "j", paused: bool = False) -> None:
+    """``n`` jobs into ``queue`` with our producer (one pipeline a 1,000), the queue paused
+    first when ``paused``."""
     from echomq_gevent import Queue
 
-    for name in queues:
-        q = Queue(name, connection=bench.url, prefix=PREFIX)
-        try:
-            each = n // len(queues)  # n is a multiple of the queues
-            for start in range(0, each, 1000):
-                q.add_bulk([("j", {"i": i}) for i in range(start, min(each, start + 1000))])
-        finally:
-            q.close()
+    q = Queue(queue, connection=url, prefix=prefix)
+    try:
+        if paused:
+            q.pause()
+        for start in range(0, n, 1000):
+            q.add_bulk([(name, {"i": i}) for i in range(start, min(n, start + 1000))])
+    finally:
+        q.close()
 
 
 def _job_id(answer: Any) -> Optional[str]:
-    """The id of the job a fetch answer brought (None: none), or raise on an error code."""
+    """The id of the job a fetch answer brought (None: none), or raise on an error (a
+    negative code, or the typed error our calls put in its place)."""
     if isinstance(answer, list) and len(answer) > 1 and answer[1]:
         return str(answer[1])
     if answer in (0, None) or isinstance(answer, list):
@@ -95,27 +81,31 @@ def _job_id(answer: Any) -> Optional[str]:
     raise BenchError(f"a finish answered {answer!r}")
 
 
-def run_layout(bench: Bench, scripts: Dict[str, str], queues: int, send: str, n: int) -> Dict[str, float]:
-    """Fill ``n`` jobs over ``queues`` queues and run them all; Redis's CPU and script
-    time a job over the run."""
-    import msgpack
+def run_layout(bench: Bench, bullmq_finish: Optional[str], queues: int, send: str, n: int) -> Dict[str, float]:
+    """Fill ``n`` jobs over ``queues`` queues and run them all, finishing with BullMQ's
+    ``moveToFinished-14`` (``bullmq_finish``, one call a finish) or as our worker sends
+    them (``send``: ``many`` or ``queues``); Redis's CPU and script time a job over the
+    finishes. The calls' keys and arguments are the worker's own (:mod:`echomq_gevent.protocol`)."""
+    from echomq_gevent.protocol.clock import now_ms
+    from echomq_gevent.protocol.keys import QueueKeys
+    from echomq_gevent.protocol.scripts import Scripts, pack
 
     r = bench.client
     assert r is not None
     bench.flush()
     names = [f"r{queues}-{i}" for i in range(queues)]
     n = n // queues * queues
-    _fill(bench, names, n)
-    sha = {name: r.script_load(src) for name, src in scripts.items()}
+    for name in names:
+        fill(bench.url, name, n // queues, PREFIX)
+    scripts = {name: Scripts(r, QueueKeys(name, PREFIX)) for name in names}
+    bullmq_sha = r.script_load(bullmq_finish) if bullmq_finish is not None else None
     token = "bench-token"
-    fetch_opts = msgpack.packb({"token": token, "lockDuration": 30000})
-    finish_opts = msgpack.packb({"token": token, "keepJobs": {"count": -1}, "lockDuration": 30000, "attempts": 0,
-                                 "maxMetricsSize": ""})
-    slots: List[Tuple[str, str]] = []  # (queue, the id of the job it holds)
+    finish_opts = pack({"token": token, "keepJobs": {"count": -1}, "lockDuration": 30000, "attempts": 0,
+                        "maxMetricsSize": ""})
+    slots: List[Tuple[str, str]] = []  # (queue, the id of the job it holds), each picked up by our moveToActive-11
     for i in range(SLOTS):
         q = names[i % queues]
-        jid = _job_id(r.evalsha(sha["moveToActive-11"], 11, *_keys(q), f"{PREFIX}:{q}:",
-                                int(time.time() * 1000), fetch_opts))
+        jid = _job_id(scripts[q].move_to_active(token, 30000, now_ms()))
         if jid is not None:
             slots.append((q, jid))
     r.config_resetstat()
@@ -126,36 +116,21 @@ def run_layout(bench: Bench, scripts: Dict[str, str], queues: int, send: str, n:
         still = []
         for at in range(0, len(live), BATCH):
             group = live[at:at + BATCH]
-            now = int(time.time() * 1000)
-            answers: List[Any]
-            if send == "single":
+            now = now_ms()
+            if bullmq_sha is not None:  # one EVALSHA a finish, pipelined, as Node's worker sends them
                 pipe = r.pipeline(transaction=False)
                 for i in group:
                     q, jid = slots[i]
-                    base = f"{PREFIX}:{q}:"
-                    k = _keys(q)
-                    pipe.evalsha(sha["moveToFinished-14"], 14, *k[:10], base + "completed", base + jid,
-                                 base + "metrics:completed", k[10], jid, now, "returnvalue", "null", "completed",
-                                 "1", base, finish_opts)
-                answers = pipe.execute(raise_on_error=True)
-            elif send == "many":  # one queue's finishes in one call
-                q = slots[group[0]][0]
-                args: List[Any] = [f"{PREFIX}:{q}:"]
-                for i in group:
-                    args += [slots[i][1], now, "returnvalue", "null", "completed", "1", finish_opts, ""]
-                answers = r.evalsha(sha["moveToFinishedMany-11"], 11, *_keys(q), *args)
-            else:  # several queues' finishes in one call, a queue's together
-                by_queue: Dict[str, List[int]] = {}
-                for i in group:
-                    by_queue.setdefault(slots[i][0], []).append(i)
-                args = []
-                group = []
-                for q, members in by_queue.items():
-                    args += [f"{PREFIX}:{q}:", len(members)]
-                    for i in members:
-                        args += [slots[i][1], now, "returnvalue", "null", "completed", "1", finish_opts, ""]
-                        group.append(i)
-                answers = r.evalsha(sha["moveToFinishedQueues-0"], 0, *args)
+                    keys, args = scripts[q].move_to_finished_args(jid, now, "returnvalue", "null", "completed",
+                                                                  True, finish_opts)
+                    pipe.evalsha(bullmq_sha, len(keys), *keys, *args)
+                answers: List[Any] = pipe.execute(raise_on_error=True)
+            else:
+                calls = [scripts[slots[i][0]].move_to_finished_call(slots[i][1], now, "returnvalue", "null",
+                                                                    "completed", True, finish_opts)
+                         for i in group]
+                sc = scripts[slots[group[0]][0]]
+                answers = sc.move_to_finished_many(calls) if send == "many" else sc.move_to_finished_queues(calls)
             for i, answer in zip(group, answers):
                 done += 1
                 jid = _job_id(answer)
@@ -165,6 +140,8 @@ def run_layout(bench: Bench, scripts: Dict[str, str], queues: int, send: str, n:
         live = still
     cpu1 = r.info("cpu")
     stats = r.info("commandstats")
+    for sc in scripts.values():
+        sc.release_connections()
     if done != n:
         raise BenchError(f"{done} jobs finished of {n}")
     cpu = sum(float(cpu1[k]) - float(cpu0[k]) for k in ("used_cpu_user", "used_cpu_sys"))
@@ -176,17 +153,14 @@ def redis_alone_case(bench: Bench, n: int, rounds: int, log: Callable[[str], Non
     """Every layout ``rounds`` times (BullMQ's only when its package can be read here):
     ``{"rows": [...], "bullmq_skipped": why or None}``, each row with the medians over
     the rounds and each round's ratio against its one queue."""
-    sources: Dict[str, Optional[Dict[str, str]]] = {"ours": our_scripts()}
-    sources["bullmq"], skipped = bullmq_scripts()
-    layouts = [lay for lay in LAYOUTS if sources[lay[1]] is not None]
+    bullmq, skipped = bullmq_finish_script()
+    layouts = [lay for lay in LAYOUTS if lay[1] == "ours" or bullmq is not None]
     runs: Dict[str, List[Dict[str, float]]] = {lay[0]: [] for lay in layouts}
     for rnd in range(rounds):
         order = layouts if rnd % 2 == 0 else layouts[::-1]
         got = {}
         for label, source, queues, send, _base in order:
-            scripts = sources[source]
-            assert scripts is not None
-            got[label] = run_layout(bench, scripts, queues, send, n)
+            got[label] = run_layout(bench, bullmq if source == "bullmq" else None, queues, send, n)
             log(f"redis alone: {label}: Redis {got[label]['redis_us_per_job']} µs/job, scripts "
                 f"{got[label]['script_us_per_job']} µs/job")
         for label, _source, _queues, _send, base in layouts:
