@@ -100,6 +100,15 @@ def check_pool(concurrency: Any, order: Any, weights: Optional[Mapping[str, Any]
     return None
 
 
+def _stays(share: float, least: float, least_holds: bool, weight: int) -> bool:
+    """The order's rule for a finishing job's slot (``weighted``, ``round_robin``): it stays
+    with its queue, which holds ``share`` slots for its ``weight`` without it, when that is
+    fewer than ``least``, the share of the least served asking queue; or, while that queue
+    holds slots already (``least_holds``), less than one slot more (no pick-up more for
+    nothing). A queue that holds none takes its turn."""
+    return share < least or (least_holds and share < least + 1 / weight)
+
+
 class PoolMember:
     """One queue's part of a :class:`PoolBudget`, held by its fetch loop.
 
@@ -218,12 +227,12 @@ class PoolMember:
                 not budget._ready or ((streak + 1) % budget.turn and self.held <= self.cap)):
             return True  # nobody else asks, or the slot's turn is not over
         low = budget._low
-        # the order gives the slot back to this queue (_choose's rule for a keeper): told
-        # without a look while it holds, without this slot, less than one slot for its
-        # weight more than the bound of the asking queues' shares, and that bound says
-        # they all hold slots (a bound of 0 may be a queue that holds none: it is looked at)
+        # the order gives the slot back to this queue: told without a look when the order's
+        # rule holds against the lower bound of the asking queues' shares (it then holds
+        # against the least of them; a bound above 0 says they all hold slots)
         stays = budget.used <= budget.concurrency and (
-            (low and self.held <= self.cap and (self.held - 1 + self.granted) / self.weight < low + 1 / self.weight)
+            (low is not None and self.held <= self.cap
+             and _stays((self.held - 1 + self.granted) / self.weight, low, low > 0, self.weight))
             or budget._choose(self) is self)
         if not stays:
             # the slot goes (or, the budget lowered, is given up) now, not when the finish
@@ -453,9 +462,6 @@ class PoolBudget:
                     best = keeper
             else:
                 share = (keeper.held - 1 + keeper.granted) / keeper.weight
-                # within one slot of the least served the slot stays where it is (no pick-up
-                # more for nothing), unless that queue holds no slot at all: it takes its turn
-                if best is None or share < best_key[0] or (
-                        best.held + best.granted > 0 and share < best_key[0] + 1 / keeper.weight):
+                if best is None or _stays(share, best_key[0], best.held + best.granted > 0, keeper.weight):
                     best = keeper
         return best
